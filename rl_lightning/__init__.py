@@ -1,0 +1,11 @@
+"""rl_lightning: reinforcement learning whose engine is PyTorch Lightning.
+
+    Trainer.fit(PPO(...), RolloutDataModule(env="CartPole-v1"))
+"""
+
+from rl_lightning.algos import PPO, RLModule
+from rl_lightning.data import RolloutDataModule
+from rl_lightning.envs import EnvGroup, Variation
+
+__all__ = ["PPO", "EnvGroup", "RLModule", "RolloutDataModule", "Variation"]
+__version__ = "0.1.0"

@@ -1,0 +1,7 @@
+"""Algorithms: one LightningModule per algorithm on the ``RLModule`` base."""
+
+from rl_lightning.algos.base import RLModule
+from rl_lightning.algos.ppo import PPO
+from rl_lightning.algos.ppo_loss import PPOLossTerms, ppo_loss
+
+__all__ = ["PPO", "PPOLossTerms", "RLModule", "ppo_loss"]

@@ -1,0 +1,196 @@
+"""``RLModule``: what every algorithm's LightningModule shares.
+
+It builds the policy from the data module's spaces (or from the spaces stored in a
+checkpoint), runs the evaluation steps for every object set, logs the rollout metrics
+and adds the env-step budget and interval checkpoints to whatever ``Trainer`` runs it.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import gymnasium as gym
+import lightning.pytorch as pl
+import numpy as np
+import torch
+from torch import nn
+
+from rl_lightning.callbacks import EnvStepBudget, IntervalCheckpoint
+from rl_lightning.data.rollout import to_env_action
+from rl_lightning.envs.spaces import space_from_dict, space_to_dict
+
+CHECKPOINT_KEY = "rl_lightning"
+
+
+class RLModule(pl.LightningModule):
+    """Base class of the algorithms (one level of inheritance: ``PPO(RLModule)``).
+
+    Subclasses implement :meth:`build_policy`, ``training_step`` and ``configure_optimizers``.
+
+    Args:
+        total_timesteps: Environment-step budget over all ranks; training stops after the
+            epoch that reaches it.
+        save_interval: Epochs between checkpoints (plus an always-current ``last.ckpt``);
+            ``None`` leaves checkpointing to the Trainer's own callbacks.
+    """
+
+    def __init__(self, total_timesteps: int, save_interval: int | None = None):
+        super().__init__()
+        if not isinstance(total_timesteps, int) or isinstance(total_timesteps, bool) or total_timesteps <= 0:
+            raise ValueError(f"total_timesteps must be a positive integer, got {total_timesteps!r}.")
+        if save_interval is not None and (not isinstance(save_interval, int) or save_interval <= 0):
+            raise ValueError(f"save_interval must be a positive integer or None, got {save_interval!r}.")
+        self.total_timesteps = total_timesteps
+        self.save_interval = save_interval
+        self.policy: nn.Module | None = None
+        self._spaces: tuple[gym.Space, gym.Space] | None = None
+        self._fit_start: tuple[float, int] | None = None
+        self._eval_returns: dict[str, torch.Tensor] = {}
+
+    # ---------------------------------------------------------------- policy
+    def build_policy(self, observation_space: gym.Space, action_space: gym.Space) -> nn.Module:
+        """Return the policy network for these spaces (implemented by each algorithm)."""
+        raise NotImplementedError
+
+    def _ensure_policy(self, observation_space: gym.Space, action_space: gym.Space) -> None:
+        if self.policy is None:
+            self.policy = self.build_policy(observation_space, action_space)
+            self._spaces = (observation_space, action_space)
+        elif self._spaces != (observation_space, action_space):
+            raise ValueError(
+                f"The policy was built for observation space {self._spaces[0]} and action space "
+                f"{self._spaces[1]}, but the data provides {observation_space} and {action_space}. "
+                "Use a data module with the env this model was trained on."
+            )
+
+    def setup(self, stage: str) -> None:
+        """Build the policy from the data module's env spaces."""
+        datamodule = getattr(self.trainer, "datamodule", None)
+        if datamodule is None or not hasattr(datamodule, "observation_space"):
+            if self.policy is None:
+                raise RuntimeError(
+                    f"{type(self).__name__} builds its networks from the env of a RolloutDataModule: "
+                    "call trainer.fit(model, datamodule=RolloutDataModule(env=...))."
+                )
+            return
+        self._ensure_policy(datamodule.observation_space, datamodule.action_space)
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        """Deterministic actions for raw observations ``[B, *obs_shape]``."""
+        return self.policy(obs)
+
+    @torch.no_grad()
+    def predict(self, obs: np.ndarray | torch.Tensor, deterministic: bool = True) -> np.ndarray:
+        """Act on raw observations, batched ``[B, *obs_shape]`` or single; returns env actions.
+
+        Needs no data module: after ``load_from_checkpoint`` this is the deployed policy.
+        Box actions are clipped to the action space's bounds.
+        """
+        obs_space, action_space = self._spaces
+        obs_t = torch.as_tensor(np.asarray(obs), dtype=torch.float32, device=self.device)
+        single = obs_t.dim() == len(obs_space.shape)
+        if single:
+            obs_t = obs_t.unsqueeze(0)
+        action = to_env_action(self.policy.act(obs_t, deterministic)[0], action_space)
+        return action[0] if single else action
+
+    # ---------------------------------------------------------------- progress
+    @property
+    def env_steps(self) -> int:
+        """Environment steps taken so far over all ranks (0 without a data module)."""
+        datamodule = getattr(self._trainer, "datamodule", None) if self._trainer else None
+        return int(getattr(datamodule, "env_steps", 0))
+
+    @property
+    def steps_per_epoch(self) -> int:
+        """Environment steps per epoch over all ranks (0 without a data module)."""
+        datamodule = getattr(self._trainer, "datamodule", None) if self._trainer else None
+        return int(getattr(datamodule, "steps_per_epoch", 0))
+
+    def configure_callbacks(self) -> Sequence[pl.Callback]:
+        """The budget always; interval checkpoints when ``save_interval`` is set."""
+        callbacks: list[pl.Callback] = [EnvStepBudget(self.total_timesteps)]
+        if self.save_interval is not None:
+            callbacks.append(IntervalCheckpoint(self.save_interval))
+        return callbacks
+
+    def on_fit_start(self) -> None:
+        self._fit_start = (time.perf_counter(), self.env_steps)
+
+    def log_rollout_metrics(self) -> None:
+        """Log ``rollout/`` and ``time/`` metrics of the rollout that fed this epoch."""
+        rollout = getattr(self.trainer.datamodule, "last_rollout", None)
+        if rollout is None:
+            return
+        metrics = {"time/env_steps": float(self.env_steps), "train/explained_variance": rollout.explained_variance}
+        if self._fit_start is not None:
+            elapsed = time.perf_counter() - self._fit_start[0]
+            metrics["time/sps"] = (self.env_steps - self._fit_start[1]) / max(elapsed, 1e-9)
+        metrics["time/rollout_seconds"] = rollout.rollout_seconds
+        if len(rollout.episodes):
+            metrics["rollout/episode_return"] = float(np.mean(rollout.episodes.returns))
+            metrics["rollout/episode_length"] = float(np.mean(rollout.episodes.lengths))
+        metrics = {k: v for k, v in metrics.items() if not math.isnan(v)}
+        # Episode statistics are per rank: average them; counters are already global.
+        self.log_dict(metrics, on_step=False, on_epoch=True, sync_dist=True, batch_size=1)
+
+    # ---------------------------------------------------------------- evaluation
+    def _eval_step(self, batch: dict[str, Any]) -> None:
+        prefix, returns = batch["prefix"], batch["return"]
+        n = returns.numel()
+        metrics = {
+            f"{prefix}/return_mean": returns.mean(),
+            f"{prefix}/return_std": returns.std(unbiased=False),
+            f"{prefix}/length_mean": batch["length"].mean(),
+        }
+        if "success" in batch:
+            metrics[f"{prefix}/success_rate"] = batch["success"].nanmean()
+        self.log_dict(metrics, sync_dist=True, add_dataloader_idx=False, batch_size=n)
+        self._eval_returns[prefix] = returns
+
+    def _log_generalization_gap(self) -> None:
+        if "eval" in self._eval_returns and "eval_ood" in self._eval_returns:
+            gap = self._eval_returns["eval"].mean() - self._eval_returns["eval_ood"].mean()
+            self.log("eval_ood/generalization_gap", gap, sync_dist=True, batch_size=1)
+        self._eval_returns = {}
+
+    def validation_step(self, batch: dict[str, Any], batch_idx: int, dataloader_idx: int = 0) -> None:
+        """Log one object set's evaluation: ``<prefix>/return_mean`` and friends."""
+        self._eval_step(batch)
+
+    def test_step(self, batch: dict[str, Any], batch_idx: int, dataloader_idx: int = 0) -> None:
+        """The final evaluation: same metrics as validation."""
+        self._eval_step(batch)
+
+    def on_validation_epoch_end(self) -> None:
+        self._log_generalization_gap()
+
+    def on_test_epoch_end(self) -> None:
+        self._log_generalization_gap()
+
+    # ---------------------------------------------------------------- checkpoints
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        """Store the algorithm and env spaces so the policy can be rebuilt without envs."""
+        checkpoint[CHECKPOINT_KEY] = {
+            "algorithm": type(self).__name__,
+            "observation_space": space_to_dict(self._spaces[0]),
+            "action_space": space_to_dict(self._spaces[1]),
+        }
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        """Rebuild the policy from the stored spaces before the weights are loaded."""
+        meta = checkpoint.get(CHECKPOINT_KEY)
+        if meta is None:
+            raise ValueError(
+                "This checkpoint was not written by rl_lightning (it has no 'rl_lightning' entry); "
+                f"load it with the class that wrote it, not {type(self).__name__}."
+            )
+        if meta["algorithm"] != type(self).__name__:
+            raise ValueError(
+                f"This checkpoint holds a {meta['algorithm']} model; load it with "
+                f"{meta['algorithm']}.load_from_checkpoint, not {type(self).__name__}."
+            )
+        self._ensure_policy(space_from_dict(meta["observation_space"]), space_from_dict(meta["action_space"]))

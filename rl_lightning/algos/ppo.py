@@ -1,0 +1,130 @@
+"""PPO (Schulman et al., 2017) as a LightningModule.
+
+Data flow of one epoch: ``RolloutDataset`` collects a rollout and yields minibatches;
+``training_step`` evaluates them under the current policy and returns the clipped loss
+(``rl_lightning/algos/ppo_loss.py``); Lightning runs backward, gradient clipping
+(``max_grad_norm``) and the optimizer step. Implementation details follow CleanRL's
+``ppo.py`` / ``ppo_continuous_action.py``; see ``docs/algos/ppo.md``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import gymnasium as gym
+import torch
+from tensordict import TensorDict
+from torch import nn
+
+from rl_lightning.algos.base import RLModule
+from rl_lightning.algos.ppo_loss import ppo_loss
+from rl_lightning.nets import ActorCritic
+
+_TRAIN_METRICS = ("policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction")
+
+
+class PPO(RLModule):
+    """Proximal Policy Optimization with the clipped surrogate objective.
+
+    Rollout sizes, ``gamma`` and ``gae_lambda`` belong to the data
+    (:class:`~rl_lightning.data.RolloutDataModule`); this module holds the learner.
+
+    Args:
+        lr: Adam learning rate (``eps=1e-5``, CleanRL's detail 3).
+        anneal_lr: Decay the learning rate linearly to 0 over ``total_timesteps``.
+        clip_coef: Ratio clipping epsilon.
+        clip_vloss: Clip value updates around the rollout's values.
+        ent_coef: Entropy bonus coefficient.
+        vf_coef: Value loss coefficient.
+        max_grad_norm: Global gradient-norm clip, applied through the Trainer's clipping
+            unless the Trainer sets its own ``gradient_clip_val``; ``None`` disables it.
+        norm_adv: Normalize advantages per minibatch.
+        hidden_sizes: Hidden widths of the default actor and critic MLPs.
+        normalize_obs: Running observation normalization inside the policy.
+        init_log_std: Initial log standard deviation for continuous actions.
+        total_timesteps: Environment-step budget over all ranks.
+        save_interval: Epochs between checkpoints (``None``: the Trainer decides).
+        actor: Optional actor network (normalized obs -> logits or means); not saved in
+            hyperparameters, so pass it again to ``load_from_checkpoint``.
+        critic: Optional critic network (normalized obs -> value ``[B, 1]``); likewise.
+    """
+
+    def __init__(
+        self,
+        lr: float = 2.5e-4,
+        anneal_lr: bool = True,
+        clip_coef: float = 0.2,
+        clip_vloss: bool = True,
+        ent_coef: float = 0.01,
+        vf_coef: float = 0.5,
+        max_grad_norm: float | None = 0.5,
+        norm_adv: bool = True,
+        hidden_sizes: Sequence[int] = (64, 64),
+        normalize_obs: bool = True,
+        init_log_std: float = 0.0,
+        total_timesteps: int = 500_000,
+        save_interval: int | None = None,
+        actor: nn.Module | None = None,
+        critic: nn.Module | None = None,
+    ):
+        super().__init__(total_timesteps=total_timesteps, save_interval=save_interval)
+        for name, value in (("lr", lr), ("clip_coef", clip_coef)):
+            if not isinstance(value, (int, float)) or isinstance(value, bool) or value <= 0:
+                raise ValueError(f"{name} must be a positive number, got {value!r}.")
+        for name, value in (("ent_coef", ent_coef), ("vf_coef", vf_coef)):
+            if not isinstance(value, (int, float)) or isinstance(value, bool) or value < 0:
+                raise ValueError(f"{name} must be a non-negative number, got {value!r}.")
+        if max_grad_norm is not None and (not isinstance(max_grad_norm, (int, float)) or max_grad_norm <= 0):
+            raise ValueError(f"max_grad_norm must be a positive number or None, got {max_grad_norm!r}.")
+        if not hidden_sizes or any(not isinstance(h, int) or h <= 0 for h in hidden_sizes):
+            raise ValueError(f"hidden_sizes must be a non-empty list of positive integers, got {hidden_sizes!r}.")
+        self.save_hyperparameters(ignore=["actor", "critic"])
+        self._actor, self._critic = actor, critic
+        self._train_terms: list[torch.Tensor] = []
+
+    def build_policy(self, observation_space: gym.Space, action_space: gym.Space) -> ActorCritic:
+        """An :class:`ActorCritic` for these spaces (with the user's networks, if given)."""
+        hp = self.hparams
+        return ActorCritic(
+            observation_space, action_space, hidden_sizes=tuple(hp.hidden_sizes), actor=self._actor,
+            critic=self._critic, normalize_obs=hp.normalize_obs, init_log_std=hp.init_log_std,
+        )
+
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        return torch.optim.Adam(self.policy.parameters(), lr=self.hparams.lr, eps=1e-5)
+
+    def configure_gradient_clipping(self, optimizer, gradient_clip_val=None, gradient_clip_algorithm=None) -> None:
+        """Clip to ``max_grad_norm`` unless the Trainer was given its own clipping value."""
+        if gradient_clip_val is None and self.hparams.max_grad_norm is not None:
+            gradient_clip_val, gradient_clip_algorithm = self.hparams.max_grad_norm, "norm"
+        self.clip_gradients(optimizer, gradient_clip_val, gradient_clip_algorithm)
+
+    def on_train_epoch_start(self) -> None:
+        # Linear annealing by the fraction of the env-step budget spent (CleanRL's detail 4),
+        # computed from the counter so a resumed run continues the schedule.
+        if self.hparams.anneal_lr:
+            frac = max(0.0, 1.0 - self.env_steps / self.total_timesteps)
+            for group in self.optimizers().param_groups:
+                group["lr"] = frac * self.hparams.lr
+
+    def training_step(self, batch: TensorDict, batch_idx: int) -> torch.Tensor:
+        """The PPO loss on one minibatch of the rollout."""
+        hp = self.hparams
+        log_prob, entropy, value = self.policy.evaluate_actions(batch["obs"], batch["action"])
+        terms = ppo_loss(
+            log_prob, entropy, value, batch["log_prob"], batch["value"], batch["advantage"], batch["return"],
+            clip_coef=hp.clip_coef, ent_coef=hp.ent_coef, vf_coef=hp.vf_coef, norm_adv=hp.norm_adv,
+            clip_vloss=hp.clip_vloss,
+        )
+        # Logged once per epoch from these (self.log on every step costs ~1 ms each).
+        self._train_terms.append(torch.stack([getattr(terms, name) for name in _TRAIN_METRICS]))
+        return terms.loss
+
+    def on_train_epoch_end(self) -> None:
+        if self._train_terms:
+            means = torch.stack(self._train_terms).mean(0)
+            self._train_terms = []
+            metrics = {f"train/{name}": means[i] for i, name in enumerate(_TRAIN_METRICS)}
+            metrics["train/lr"] = torch.tensor(self.optimizers().param_groups[0]["lr"])
+            self.log_dict(metrics, on_step=False, on_epoch=True, sync_dist=True, batch_size=1)
+        self.log_rollout_metrics()

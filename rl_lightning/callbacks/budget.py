@@ -1,0 +1,42 @@
+"""Stop training when the environment-step budget is spent."""
+
+from __future__ import annotations
+
+import lightning.pytorch as pl
+from lightning.pytorch.utilities import rank_zero_warn
+
+
+class EnvStepBudget(pl.Callback):
+    """Stops ``fit`` once ``total_timesteps`` environment steps (over all ranks) are taken.
+
+    Works with any ``Trainer``: it reads ``pl_module.env_steps`` after each epoch and sets
+    ``trainer.should_stop``. A resumed run counts on from its checkpointed steps, and a run
+    resumed after its budget was spent stops before collecting anything.
+
+    Args:
+        total_timesteps: The budget in environment steps.
+    """
+
+    def __init__(self, total_timesteps: int):
+        self.total_timesteps = total_timesteps
+
+    def _spent(self, pl_module: pl.LightningModule) -> bool:
+        return pl_module.env_steps >= self.total_timesteps
+
+    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if self._spent(pl_module):
+            trainer.should_stop = True
+            return
+        steps_per_epoch = pl_module.steps_per_epoch
+        max_epochs = trainer.max_epochs
+        if max_epochs is not None and max_epochs >= 0 and steps_per_epoch:
+            reachable = max_epochs * steps_per_epoch
+            if reachable < self.total_timesteps:
+                rank_zero_warn(
+                    f"Trainer(max_epochs={max_epochs}) stops after {reachable} env steps, before "
+                    f"total_timesteps={self.total_timesteps}. Pass max_epochs=-1 to let the budget decide."
+                )
+
+    def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if self._spent(pl_module):
+            trainer.should_stop = True

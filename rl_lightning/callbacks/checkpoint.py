@@ -1,0 +1,36 @@
+"""Interval checkpoints plus a ``last.ckpt`` that always holds the final state."""
+
+from __future__ import annotations
+
+import os
+
+import lightning.pytorch as pl
+from lightning.pytorch.callbacks import ModelCheckpoint
+
+
+class IntervalCheckpoint(ModelCheckpoint):
+    """``ModelCheckpoint`` every ``save_interval`` epochs, keeping ``last.ckpt`` current.
+
+    Lightning writes ``last.ckpt`` only when an interval checkpoint is due, so a run whose
+    budget ends between intervals would leave a stale ``last.ckpt``. This callback also
+    writes it when training ends, so ``fit(ckpt_path="last")`` and the final evaluation
+    always see the final weights, optimizer state and counters.
+
+    Args:
+        save_interval: Epochs between numbered checkpoints.
+        dirpath: Directory; ``None`` uses ``<log_dir>/checkpoints`` as ``ModelCheckpoint`` does.
+        **kwargs: Passed to ``ModelCheckpoint``.
+    """
+
+    def __init__(self, save_interval: int = 1, dirpath: str | None = None, **kwargs):
+        kwargs.setdefault("save_top_k", -1)
+        super().__init__(dirpath=dirpath, every_n_epochs=save_interval, save_last=True, **kwargs)
+
+    def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if trainer.fast_dev_run or trainer.sanity_checking or self.dirpath is None:
+            return
+        last = os.path.join(self.dirpath, self.CHECKPOINT_NAME_LAST + self.FILE_EXTENSION)
+        if self._last_global_step_saved != trainer.global_step or not os.path.exists(last):
+            trainer.save_checkpoint(last)
+            self.last_model_path = last
+            self._last_global_step_saved = trainer.global_step

@@ -1,0 +1,28 @@
+"""Data: rollout-backed datasets and evaluation. Reaches the policy only through ``RolloutPolicy``."""
+
+from rl_lightning.data.datamodule import RolloutDataModule, eval_prefix
+from rl_lightning.data.evaluation import EvaluationDataset, episodes_per_env, evaluate
+from rl_lightning.data.protocol import RolloutPolicy
+from rl_lightning.data.rollout import (
+    RolloutCounters,
+    RolloutDataset,
+    RolloutMetrics,
+    compute_gae,
+    explained_variance,
+    to_env_action,
+)
+
+__all__ = [
+    "EvaluationDataset",
+    "RolloutCounters",
+    "RolloutDataModule",
+    "RolloutDataset",
+    "RolloutMetrics",
+    "RolloutPolicy",
+    "compute_gae",
+    "episodes_per_env",
+    "eval_prefix",
+    "evaluate",
+    "explained_variance",
+    "to_env_action",
+]

@@ -1,0 +1,112 @@
+"""Evaluation: run a fixed number of episodes on one object set and report their statistics.
+
+Every evaluation resets its envs with the same seed, so successive evaluations of a run
+(and of runs with the same seed) see the same episodes: differences in the metric come
+from the policy, not from luck of the draw.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+import torch
+from torch.utils.data import IterableDataset
+
+from rl_lightning.data.protocol import RolloutPolicy
+from rl_lightning.data.rollout import to_env_action
+from rl_lightning.envs import EnvGroup, EpisodeStats
+
+
+def episodes_per_env(episodes: int, num_envs: int) -> np.ndarray:
+    """Split ``episodes`` over envs as evenly as possible.
+
+    Counting the first ``episodes`` episodes to finish would favour short episodes; giving
+    each env a fixed quota removes that bias (as Stable-Baselines3's ``evaluate_policy``).
+    """
+    return np.array([episodes // num_envs + (i < episodes % num_envs) for i in range(num_envs)])
+
+
+@torch.no_grad()
+def evaluate(
+    policy: RolloutPolicy, envs: EnvGroup, episodes: int, deterministic: bool = True, seed: int = 0
+) -> EpisodeStats:
+    """Run ``episodes`` complete episodes with ``policy`` on ``envs``.
+
+    Args:
+        policy: Acting policy.
+        envs: Evaluation envs (their own group, never the training envs).
+        episodes: Episodes to complete.
+        deterministic: Act with the mode of the policy (argmax / mean) instead of sampling.
+        seed: Reset seed; the same seed gives the same episodes.
+
+    Returns:
+        Statistics of exactly ``episodes`` episodes.
+    """
+    device = next(policy.parameters()).device
+    quota = episodes_per_env(episodes, envs.num_envs)
+    done_count = np.zeros(envs.num_envs, dtype=np.int64)
+    obs = envs.reset(seed=seed)
+    envs.pop_stats()
+    result = EpisodeStats()
+    while (done_count < quota).any():
+        action = policy.act(torch.as_tensor(obs, dtype=torch.float32, device=device), deterministic)[0]
+        step = envs.step(to_env_action(action, envs.action_space))
+        obs = step.obs
+        finished = envs.pop_stats()
+        for k, i in enumerate(finished.envs):
+            if done_count[i] < quota[i]:
+                done_count[i] += 1
+                result.returns.append(finished.returns[k])
+                result.lengths.append(finished.lengths[k])
+                result.successes.append(finished.successes[k])
+                result.envs.append(i)
+    return result
+
+
+class EvaluationDataset(IterableDataset):
+    """Yields one batch: the statistics of an evaluation on one object set.
+
+    Args:
+        envs: Evaluation envs of the object set.
+        policy: Called to get the acting policy at evaluation time.
+        episodes: Episodes to run (this rank's share).
+        prefix: Metric prefix (``eval`` for the training set, ``eval_ood`` for ``test``).
+        deterministic: Act deterministically.
+        seed: Reset seed for every evaluation.
+        should_run: Called before each evaluation; when it returns False nothing is
+            yielded (used to evaluate only every ``eval_interval`` epochs).
+    """
+
+    def __init__(
+        self,
+        envs: EnvGroup,
+        policy: Callable[[], RolloutPolicy],
+        episodes: int,
+        prefix: str,
+        deterministic: bool = True,
+        seed: int = 0,
+        should_run: Callable[[], bool] = lambda: True,
+    ):
+        super().__init__()
+        self.envs = envs
+        self.policy = policy
+        self.episodes = episodes
+        self.prefix = prefix
+        self.deterministic = deterministic
+        self.seed = seed
+        self.should_run = should_run
+
+    def __iter__(self):
+        if not self.should_run() or self.episodes == 0:
+            return
+        stats = evaluate(self.policy(), self.envs, self.episodes, self.deterministic, self.seed)
+        batch = {
+            "prefix": self.prefix,
+            "obj_set": self.envs.obj_set,
+            "return": torch.tensor(stats.returns, dtype=torch.float32),
+            "length": torch.tensor(stats.lengths, dtype=torch.float32),
+        }
+        if not np.isnan(stats.successes).all():
+            batch["success"] = torch.tensor(stats.successes, dtype=torch.float32)
+        yield batch

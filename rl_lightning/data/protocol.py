@@ -1,0 +1,26 @@
+"""The small protocol through which the data layer reaches a policy."""
+
+from __future__ import annotations
+
+from typing import Protocol, runtime_checkable
+
+import torch
+
+
+@runtime_checkable
+class RolloutPolicy(Protocol):
+    """What rollouts and evaluation need from a policy (e.g. ``ActorCritic``)."""
+
+    def act(
+        self, obs: torch.Tensor, deterministic: bool = False
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Return ``(action, log_prob, value)`` for raw observations ``[B, *obs_shape]``."""
+
+    def value(self, obs: torch.Tensor) -> torch.Tensor:
+        """Return state values ``[B]`` for raw observations."""
+
+    def update_normalizer(self, obs: torch.Tensor) -> None:
+        """Merge raw observations into the policy's observation statistics."""
+
+    def parameters(self):
+        """The policy's parameters (their device is where observations are sent)."""

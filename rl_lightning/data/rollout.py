@@ -1,0 +1,228 @@
+"""The rollout loop: collect on-policy experience, compute GAE, yield PPO minibatches.
+
+One iteration of :class:`RolloutDataset` is one Trainer epoch: a rollout of
+``rollout_steps x num_envs`` transitions with the current policy, then exactly
+``update_epochs x num_minibatches`` shuffled minibatches, the same count on every rank so
+DDP never waits on a rank that ran out of batches.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+
+import gymnasium as gym
+import numpy as np
+import torch
+from tensordict import TensorDict
+from torch.utils.data import IterableDataset
+from torchrl.objectives.value.functional import generalized_advantage_estimate
+
+from rl_lightning.data.protocol import RolloutPolicy
+from rl_lightning.envs import EnvGroup, EpisodeStats
+
+
+def compute_gae(
+    reward: torch.Tensor,
+    value: torch.Tensor,
+    next_value: torch.Tensor,
+    terminated: torch.Tensor,
+    truncated: torch.Tensor,
+    gamma: float,
+    gae_lambda: float,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Generalized advantage estimation (Schulman et al., 2016, eq. 16) through torchrl.
+
+    ``next_value[t]`` must be the value of the true next state of step ``t``: for a
+    truncated step, the value of the final observation the time limit cut off (so the
+    return bootstraps from it); for a terminated step it is ignored (no bootstrap). The
+    advantage recursion stops at either kind of episode end.
+
+    Args:
+        reward: Shape ``[T, N]``.
+        value: ``V(s_t)``, shape ``[T, N]``.
+        next_value: ``V(s_{t+1})``, shape ``[T, N]``.
+        terminated: Shape ``[T, N]``, bool.
+        truncated: Shape ``[T, N]``, bool.
+        gamma: Discount factor.
+        gae_lambda: GAE's lambda.
+
+    Returns:
+        ``(advantage, return)``, each ``[T, N]``, with ``return = advantage + value``.
+    """
+    advantage, returns = generalized_advantage_estimate(
+        gamma,
+        gae_lambda,
+        value.unsqueeze(-1),
+        next_value.unsqueeze(-1),
+        reward.unsqueeze(-1),
+        (terminated | truncated).unsqueeze(-1),
+        terminated.unsqueeze(-1),
+        time_dim=0,
+    )
+    return advantage.squeeze(-1), returns.squeeze(-1)
+
+
+def explained_variance(value: torch.Tensor, returns: torch.Tensor) -> float:
+    """``1 - Var[return - value] / Var[return]``: 1 is a perfect critic, <= 0 a useless one."""
+    var = returns.var()
+    return float("nan") if var == 0 else float(1 - (returns - value).var() / var)
+
+
+def to_env_action(action: torch.Tensor, action_space: gym.Space) -> np.ndarray:
+    """Convert policy actions to what ``env.step`` takes; Box actions are clipped to bounds."""
+    action = action.cpu().numpy()
+    if isinstance(action_space, gym.spaces.Box):
+        return np.clip(action, action_space.low, action_space.high)
+    return action
+
+
+@dataclasses.dataclass
+class RolloutCounters:
+    """Progress counters of the training data stream, saved in checkpoints.
+
+    Attributes:
+        env_steps: Environment steps taken so far, summed over all ranks.
+        iterations: Rollouts collected so far.
+    """
+
+    env_steps: int = 0
+    iterations: int = 0
+
+
+@dataclasses.dataclass
+class RolloutMetrics:
+    """What one rollout reports to the module for logging."""
+
+    episodes: EpisodeStats
+    explained_variance: float
+    env_steps: int
+    rollout_seconds: float
+
+
+class RolloutDataset(IterableDataset):
+    """Rollout-backed dataset: each ``iter()`` collects a rollout and yields its minibatches.
+
+    Args:
+        envs: The training ``EnvGroup``.
+        policy: The acting policy (see :class:`RolloutPolicy`).
+        rollout_steps: Steps per env per rollout.
+        update_epochs: Passes over the rollout.
+        num_minibatches: Minibatches per pass.
+        gamma: Discount factor.
+        gae_lambda: GAE's lambda.
+        counters: Shared progress counters (owned by the data module).
+        generator: Torch generator for minibatch shuffling (saved in checkpoints).
+        reset_seed: Called with the counters to seed the first reset of the envs.
+        world_size: Number of ranks stepping their own envs; scales the step count.
+    """
+
+    def __init__(
+        self,
+        envs: EnvGroup,
+        policy: RolloutPolicy,
+        rollout_steps: int,
+        update_epochs: int,
+        num_minibatches: int,
+        gamma: float,
+        gae_lambda: float,
+        counters: RolloutCounters,
+        generator: torch.Generator,
+        reset_seed: int,
+        world_size: int = 1,
+    ):
+        super().__init__()
+        self.envs = envs
+        self.policy = policy
+        self.rollout_steps = rollout_steps
+        self.update_epochs = update_epochs
+        self.num_minibatches = num_minibatches
+        self.gamma = gamma
+        self.gae_lambda = gae_lambda
+        self.counters = counters
+        self.generator = generator
+        self.reset_seed = reset_seed
+        self.world_size = world_size
+        self.pending_obs: torch.Tensor | None = None
+        self.last_metrics: RolloutMetrics | None = None
+
+    def __len__(self) -> int:
+        return self.update_epochs * self.num_minibatches
+
+    def __iter__(self):
+        batch = self.collect()
+        size = batch.shape[0]
+        minibatch_size = size // self.num_minibatches
+        for _ in range(self.update_epochs):
+            order = torch.randperm(size, generator=self.generator)
+            for start in range(0, size, minibatch_size):
+                yield batch[order[start : start + minibatch_size]]
+
+    @torch.no_grad()  # no_grad, not inference_mode: the rollout tensors are training inputs
+    def collect(self) -> TensorDict:
+        """Step the envs ``rollout_steps`` times with the policy and compute advantages.
+
+        Returns:
+            A flat ``TensorDict`` of ``rollout_steps * num_envs`` transitions with keys
+            ``obs``, ``action``, ``log_prob``, ``value``, ``advantage``, ``return``.
+        """
+        start = time.perf_counter()
+        policy, envs, T, N = self.policy, self.envs, self.rollout_steps, self.envs.num_envs
+        # Observation statistics move once per rollout, after the update that used the
+        # previous rollout: acting and learning on a rollout see the same normalization.
+        if self.pending_obs is not None:
+            policy.update_normalizer(self.pending_obs)
+            self.pending_obs = None
+        device = next(policy.parameters()).device
+        if envs.obs is None:
+            envs.reset(seed=self.reset_seed)
+        obs = torch.as_tensor(envs.obs, dtype=torch.float32)
+        obs_buf = torch.empty((T, *obs.shape), dtype=torch.float32)
+        reward = torch.empty((T, N))
+        terminated = torch.empty((T, N), dtype=torch.bool)
+        truncated = torch.empty((T, N), dtype=torch.bool)
+        value = torch.empty((T, N))
+        log_prob = torch.empty((T, N))
+        bootstrap = torch.zeros((T, N))  # V(final obs) where an episode was truncated
+        actions = []
+        for t in range(T):
+            obs_buf[t] = obs
+            action, log_prob_t, value_t = policy.act(obs.to(device))
+            step = envs.step(to_env_action(action, envs.action_space))
+            actions.append(action)
+            log_prob[t] = log_prob_t
+            value[t] = value_t
+            reward[t] = torch.from_numpy(step.reward)
+            terminated[t] = torch.from_numpy(step.terminated)
+            truncated[t] = torch.from_numpy(step.truncated)
+            if step.truncated.any():
+                idx = np.flatnonzero(step.truncated)
+                final = torch.as_tensor(np.stack([step.final_obs[i] for i in idx]), dtype=torch.float32)
+                bootstrap[t, idx] = policy.value(final.to(device)).cpu()
+            obs = torch.as_tensor(step.obs, dtype=torch.float32)
+        last_value = policy.value(obs.to(device)).cpu()
+        next_value = torch.cat([value[1:], last_value.unsqueeze(0)])
+        next_value = torch.where(truncated, bootstrap, next_value)
+        advantage, returns = compute_gae(reward, value, next_value, terminated, truncated, self.gamma, self.gae_lambda)
+        self.pending_obs = obs_buf.reshape(T * N, -1)
+        steps = T * N * self.world_size
+        self.counters.env_steps += steps
+        self.counters.iterations += 1
+        self.last_metrics = RolloutMetrics(
+            episodes=envs.pop_stats(),
+            explained_variance=explained_variance(value.flatten(), returns.flatten()),
+            env_steps=steps,
+            rollout_seconds=time.perf_counter() - start,
+        )
+        batch = TensorDict(
+            {
+                "obs": obs_buf,
+                "action": torch.stack(actions).cpu(),
+                "log_prob": log_prob,
+                "value": value,
+                "advantage": advantage,
+                "return": returns,
+            },
+            batch_size=[T, N],
+        )
+        return batch.reshape(T * N)

@@ -1,0 +1,15 @@
+"""Environments: object sets of variations and vectorized groups. Knows nothing of learning."""
+
+from rl_lightning.envs.env_group import EnvGroup, EpisodeStats, StepResult, check_env_id
+from rl_lightning.envs.object_sets import SHIPPED_OBJECT_SETS, ObjectSetWrapper, Variation, resolve_object_sets
+
+__all__ = [
+    "EnvGroup",
+    "EpisodeStats",
+    "ObjectSetWrapper",
+    "SHIPPED_OBJECT_SETS",
+    "StepResult",
+    "Variation",
+    "check_env_id",
+    "resolve_object_sets",
+]

@@ -1,0 +1,267 @@
+"""Object sets: named lists of environment variations, and the wrapper that draws from them.
+
+An *object set* is a named list of :class:`Variation` s. A variation names an env id,
+keyword arguments for ``gymnasium.make``, attribute overrides applied to the unwrapped env
+(e.g. CartPole's pole ``length``) and a range of episode seeds. Training draws episodes
+from the ``train`` set; evaluation also runs the held-out ``test`` set, so every run
+measures its generalization gap.
+
+Derived physical quantities are kept consistent: CartPole computes ``polemass_length`` and
+``total_mass`` in its constructor, so overriding ``length`` alone would change nothing in
+the dynamics (see ``_refresh_derived``).
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import warnings
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+# Special attribute keys that are not plain ``setattr`` on the unwrapped env.
+BODY_MASS_SCALE = "body_mass_scale"  # MuJoCo: {body name: factor on its default mass}
+
+
+@dataclasses.dataclass(frozen=True)
+class Variation:
+    """One variation of an environment.
+
+    Args:
+        env_id: Gymnasium id; ``None`` means the id of the group using the set.
+        make_kwargs: Keyword arguments for ``gymnasium.make``.
+        attrs: Attribute overrides on the unwrapped env, applied before each reset of an
+            episode drawn from this variation. ``body_mass_scale`` maps MuJoCo body names to
+            a factor on their default mass.
+        seeds: Half-open range ``(low, high)`` of episode seeds, or ``None`` to seed the env
+            once and let it run on.
+        name: A label for logs.
+    """
+
+    env_id: str | None = None
+    make_kwargs: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    attrs: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    seeds: tuple[int, int] | None = None
+    name: str = ""
+
+    @classmethod
+    def from_any(cls, value: Variation | Mapping[str, Any]) -> Variation:
+        """Build a variation from itself or a mapping (as written in a config file)."""
+        if isinstance(value, Variation):
+            return value
+        if not isinstance(value, Mapping):
+            raise TypeError(
+                f"An object-set variation must be a mapping or a Variation, got {type(value).__name__}: "
+                f"{value!r}. Write it as e.g. {{'attrs': {{'length': 0.6}}, 'seeds': [0, 1000]}}."
+            )
+        unknown = set(value) - {f.name for f in dataclasses.fields(cls)}
+        if unknown:
+            raise ValueError(
+                f"Unknown key(s) {sorted(unknown)} in object-set variation {dict(value)!r}; "
+                "allowed keys are env_id, make_kwargs, attrs, seeds, name."
+            )
+        seeds = value.get("seeds")
+        if seeds is not None:
+            seeds = tuple(int(s) for s in seeds)
+            if len(seeds) != 2 or seeds[0] >= seeds[1]:
+                raise ValueError(f"Variation seeds must be a range [low, high) with low < high, got {seeds}.")
+        return cls(
+            env_id=value.get("env_id"),
+            make_kwargs=dict(value.get("make_kwargs") or {}),
+            attrs=dict(value.get("attrs") or {}),
+            seeds=seeds,
+            name=str(value.get("name", "")),
+        )
+
+
+ObjectSets = dict[str, list[Variation]]
+
+# Shipped train / held-out test sets. Train sets vary the physics mildly around the default;
+# test sets go beyond that range, so the test return measures out-of-distribution behaviour.
+SHIPPED_OBJECT_SETS: dict[str, dict[str, list[dict[str, Any]]]] = {
+    "CartPole-v1": {
+        "train": [
+            {"name": "default", "attrs": {"length": 0.5, "masspole": 0.1}, "seeds": (0, 100_000)},
+            {"name": "short", "attrs": {"length": 0.4, "masspole": 0.08}, "seeds": (0, 100_000)},
+            {"name": "long", "attrs": {"length": 0.6, "masspole": 0.12}, "seeds": (0, 100_000)},
+        ],
+        "test": [
+            {"name": "very_short_light", "attrs": {"length": 0.25, "masspole": 0.05}, "seeds": (100_000, 200_000)},
+            {"name": "very_long_heavy", "attrs": {"length": 1.0, "masspole": 0.2}, "seeds": (100_000, 200_000)},
+            {"name": "heavy_cart", "attrs": {"masscart": 2.0}, "seeds": (100_000, 200_000)},
+        ],
+    },
+    "InvertedPendulum-v5": {
+        "train": [
+            {"name": "default", "attrs": {BODY_MASS_SCALE: {"pole": 1.0}}, "seeds": (0, 100_000)},
+            {"name": "light_pole", "attrs": {BODY_MASS_SCALE: {"pole": 0.8}}, "seeds": (0, 100_000)},
+            {"name": "heavy_pole", "attrs": {BODY_MASS_SCALE: {"pole": 1.2}}, "seeds": (0, 100_000)},
+        ],
+        "test": [
+            {"name": "very_light_pole", "attrs": {BODY_MASS_SCALE: {"pole": 0.5}}, "seeds": (100_000, 200_000)},
+            {"name": "very_heavy_pole", "attrs": {BODY_MASS_SCALE: {"pole": 2.0}}, "seeds": (100_000, 200_000)},
+            {"name": "heavy_cart", "attrs": {BODY_MASS_SCALE: {"cart": 2.0}}, "seeds": (100_000, 200_000)},
+        ],
+    },
+}
+
+
+def resolve_object_sets(
+    env_id: str, obj_sets: Mapping[str, Sequence[Variation | Mapping[str, Any]]] | None
+) -> ObjectSets:
+    """Return the object sets for ``env_id``: the given ones, the shipped ones, or itself.
+
+    Args:
+        env_id: The group's gymnasium id; fills variations that name no id.
+        obj_sets: User sets; ``None`` takes the shipped sets for ``env_id``.
+
+    Returns:
+        A mapping from set name to a non-empty list of variations.
+    """
+    if obj_sets is None:
+        if env_id in SHIPPED_OBJECT_SETS:
+            obj_sets = SHIPPED_OBJECT_SETS[env_id]
+        else:
+            warnings.warn(
+                f"No object sets are shipped for '{env_id}': train = test = the env itself, so no "
+                "out-of-distribution evaluation takes place. Pass obj_sets={'train': [...], "
+                "'test': [...]} to measure the generalization gap.",
+                UserWarning,
+                stacklevel=3,
+            )
+            obj_sets = {"train": [{}], "test": [{}]}
+    if not isinstance(obj_sets, Mapping) or not obj_sets:
+        raise ValueError(f"obj_sets must be a non-empty mapping of set name -> variations, got {obj_sets!r}.")
+    resolved: ObjectSets = {}
+    for name, variations in obj_sets.items():
+        if isinstance(variations, (str, bytes, Mapping)) or not isinstance(variations, Sequence) or not variations:
+            raise ValueError(
+                f"Object set '{name}' must be a non-empty list of variations, got {variations!r}."
+            )
+        resolved[str(name)] = [
+            dataclasses.replace(v, env_id=v.env_id or env_id) for v in map(Variation.from_any, variations)
+        ]
+    return resolved
+
+
+def _refresh_derived(unwrapped: gym.Env) -> None:
+    """Recompute quantities an env derives from overridable attributes in its constructor."""
+    # gymnasium/envs/classic_control/cartpole.py: total_mass and polemass_length are set in
+    # __init__ from masspole, masscart and length, and step() only reads the derived values.
+    if type(unwrapped).__name__ == "CartPoleEnv":
+        unwrapped.total_mass = unwrapped.masspole + unwrapped.masscart
+        unwrapped.polemass_length = unwrapped.masspole * unwrapped.length
+
+
+class ObjectSetWrapper(gym.Wrapper):
+    """Draws each episode's variation from an object set and applies it before reset.
+
+    The active set is chosen at construction and can be switched with
+    ``reset(options={"obj_set": name})``; the switch persists across autoresets. Variation
+    draws and episode seeds come from the wrapper's own generator, seeded by the first
+    ``reset(seed=...)``, so a seeded run is reproducible.
+
+    Args:
+        obj_sets: All object sets this env may draw from.
+        obj_set: The active set's name.
+        max_episode_steps: Passed to ``gymnasium.make`` (``None`` keeps the registered limit).
+        render_mode: Passed to ``gymnasium.make``.
+    """
+
+    def __init__(
+        self,
+        obj_sets: ObjectSets,
+        obj_set: str,
+        max_episode_steps: int | None = None,
+        render_mode: str | None = None,
+    ):
+        if obj_set not in obj_sets:
+            raise KeyError(f"Unknown object set '{obj_set}'; available: {sorted(obj_sets)}.")
+        self.obj_sets = obj_sets
+        self.obj_set = obj_set
+        self._make_args = {"max_episode_steps": max_episode_steps, "render_mode": render_mode}
+        self._make_key: tuple | None = None
+        self._rng = np.random.default_rng()
+        self._seeded_once = False
+        self.variation = obj_sets[obj_set][0]
+        super().__init__(self._make(self.variation))
+
+    def _make(self, variation: Variation) -> gym.Env:
+        kwargs = {k: v for k, v in self._make_args.items() if v is not None}
+        env = gym.make(variation.env_id, **kwargs, **variation.make_kwargs)
+        self._make_key = (variation.env_id, repr(sorted(variation.make_kwargs.items())))
+        # Defaults of every attribute that any variation overrides, to restore between draws.
+        self._defaults: dict[str, Any] = {}
+        unwrapped = env.unwrapped
+        for variations in self.obj_sets.values():
+            for var in variations:
+                for key in var.attrs:
+                    if key in self._defaults:
+                        continue
+                    if key == BODY_MASS_SCALE:
+                        if not hasattr(unwrapped, "model"):
+                            raise ValueError(
+                                f"'{BODY_MASS_SCALE}' needs a MuJoCo env, but {variation.env_id} has no model."
+                            )
+                        self._defaults[key] = unwrapped.model.body_mass.copy()
+                    elif hasattr(unwrapped, key):
+                        self._defaults[key] = copy.deepcopy(getattr(unwrapped, key))
+                    else:
+                        raise ValueError(
+                            f"A variation overrides attribute '{key}', which {type(unwrapped).__name__} "
+                            f"({variation.env_id}) does not have. Check the spelling in the object set."
+                        )
+        return env
+
+    def _apply(self, variation: Variation) -> None:
+        key = (variation.env_id, repr(sorted(variation.make_kwargs.items())))
+        if key != self._make_key:
+            old = self.env
+            self.env = self._make(variation)
+            if self.env.observation_space != old.observation_space or self.env.action_space != old.action_space:
+                raise ValueError(
+                    f"Variation '{variation.name or variation.env_id}' changes the observation or action "
+                    "space; all variations of an object group must share their spaces."
+                )
+            old.close()
+            self._seeded_once = False
+        unwrapped = self.env.unwrapped
+        for attr, default in self._defaults.items():
+            value = variation.attrs.get(attr)
+            if attr == BODY_MASS_SCALE:
+                masses = default.copy()
+                for body, factor in (value or {}).items():
+                    masses[unwrapped.model.body(body).id] *= float(factor)
+                unwrapped.model.body_mass[:] = masses
+            else:
+                setattr(unwrapped, attr, copy.deepcopy(default) if value is None else value)
+        _refresh_derived(unwrapped)
+        self.variation = variation
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        """Draw a variation from the active set, apply it and reset the inner env."""
+        options = dict(options or {})
+        obj_set = options.pop("obj_set", None)
+        if obj_set is not None:
+            if obj_set not in self.obj_sets:
+                raise KeyError(f"Unknown object set '{obj_set}'; available: {sorted(self.obj_sets)}.")
+            self.obj_set = obj_set
+        if seed is not None:
+            self._rng = np.random.default_rng(seed)
+            self._seeded_once = False
+        variations = self.obj_sets[self.obj_set]
+        variation = variations[int(self._rng.integers(len(variations)))] if len(variations) > 1 else variations[0]
+        self._apply(variation)
+        if variation.seeds is not None:
+            episode_seed = int(self._rng.integers(*variation.seeds))
+        elif not self._seeded_once:
+            episode_seed = int(self._rng.integers(2**31 - 1))
+        else:
+            episode_seed = None
+        self._seeded_once = True
+        obs, info = self.env.reset(seed=episode_seed, options=options or None)
+        info["variation"] = variation.name
+        return obs, info

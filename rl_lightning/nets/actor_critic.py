@@ -1,0 +1,133 @@
+"""Actor-critic for discrete (Categorical) and continuous (diagonal Gaussian) actions.
+
+A plain ``nn.Module``: usable without Lightning, e.g. after ``PPO.load_from_checkpoint``.
+Observations are normalized by a :class:`RunningNormalizer` inside the module, so raw
+observations go in everywhere (rollout, training, evaluation, deployment).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import gymnasium as gym
+import numpy as np
+import torch
+from torch import nn
+from torch.distributions import Categorical, Distribution, Normal
+
+from rl_lightning.nets.mlp import mlp
+from rl_lightning.nets.normalizer import RunningNormalizer
+
+
+def check_spaces(observation_space: gym.Space, action_space: gym.Space) -> None:
+    """Raise a clear error for spaces the actor-critic cannot handle."""
+    if not isinstance(observation_space, gym.spaces.Box):
+        raise TypeError(
+            f"The actor-critic needs a Box observation space, got {observation_space}. Flatten "
+            "dict or tuple observations with gymnasium.wrappers.FlattenObservation."
+        )
+    if isinstance(action_space, gym.spaces.Discrete):
+        return
+    if isinstance(action_space, gym.spaces.Box) and len(action_space.shape) == 1:
+        return
+    raise TypeError(
+        f"The actor-critic supports Discrete or 1-D Box action spaces, got {action_space}."
+    )
+
+
+class ActorCritic(nn.Module):
+    """Policy and value networks over a shared observation normalizer.
+
+    Args:
+        observation_space: A ``Box`` space; observations are flattened.
+        action_space: ``Discrete`` (Categorical policy) or a 1-D ``Box`` (Gaussian policy
+            with a state-independent log standard deviation, as in CleanRL's
+            ``ppo_continuous_action.py``).
+        hidden_sizes: Hidden widths of the default MLPs.
+        actor: Optional network mapping normalized observations ``[B, obs_dim]`` to logits
+            ``[B, n]`` or means ``[B, act_dim]``; replaces the default MLP.
+        critic: Optional network mapping normalized observations to values ``[B, 1]``.
+        normalize_obs: Keep running observation statistics and normalize with them.
+        init_log_std: Initial log standard deviation (continuous actions).
+    """
+
+    def __init__(
+        self,
+        observation_space: gym.spaces.Box,
+        action_space: gym.Space,
+        hidden_sizes: Sequence[int] = (64, 64),
+        actor: nn.Module | None = None,
+        critic: nn.Module | None = None,
+        normalize_obs: bool = True,
+        init_log_std: float = 0.0,
+    ):
+        super().__init__()
+        check_spaces(observation_space, action_space)
+        self.obs_dim = int(np.prod(observation_space.shape))
+        self.discrete = isinstance(action_space, gym.spaces.Discrete)
+        act_dim = int(action_space.n) if self.discrete else int(action_space.shape[0])
+        self.normalizer = RunningNormalizer((self.obs_dim,)) if normalize_obs else nn.Identity()
+        self.actor = actor if actor is not None else mlp(self.obs_dim, hidden_sizes, act_dim, out_gain=0.01)
+        self.critic = critic if critic is not None else mlp(self.obs_dim, hidden_sizes, 1, out_gain=1.0)
+        self.log_std = None if self.discrete else nn.Parameter(torch.full((act_dim,), float(init_log_std)))
+
+    def _features(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.normalizer(obs.reshape(obs.shape[0], self.obs_dim).float())
+
+    def _dist(self, x: torch.Tensor) -> Distribution:
+        out = self.actor(x)
+        if self.discrete:
+            return Categorical(logits=out, validate_args=False)
+        return Normal(out, self.log_std.exp().expand_as(out), validate_args=False)
+
+    def _log_prob(self, dist: Distribution, action: torch.Tensor) -> torch.Tensor:
+        log_prob = dist.log_prob(action)
+        return log_prob if self.discrete else log_prob.sum(-1)
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        """Deterministic action (argmax or mean) for raw observations ``[B, *obs_shape]``."""
+        return self.act(obs, deterministic=True)[0]
+
+    def act(
+        self, obs: torch.Tensor, deterministic: bool = False
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Choose actions for raw observations.
+
+        Args:
+            obs: Raw observations, shape ``[B, *obs_shape]``.
+            deterministic: Take the mode (argmax / mean) instead of sampling.
+
+        Returns:
+            ``(action, log_prob, value)`` with shapes ``[B]`` or ``[B, act_dim]``, ``[B]``, ``[B]``.
+            Continuous actions are not clipped: the log-probability refers to the sample,
+            and the env side clips to the action bounds.
+        """
+        x = self._features(obs)
+        dist = self._dist(x)
+        if deterministic:
+            action = dist.probs.argmax(-1) if self.discrete else dist.mean
+        else:
+            action = dist.sample()
+        return action, self._log_prob(dist, action), self.critic(x).squeeze(-1)
+
+    def value(self, obs: torch.Tensor) -> torch.Tensor:
+        """State values ``[B]`` of raw observations ``[B, *obs_shape]``."""
+        return self.critic(self._features(obs)).squeeze(-1)
+
+    def evaluate_actions(
+        self, obs: torch.Tensor, action: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Log-probability, entropy and value of given actions, for the PPO loss.
+
+        Returns:
+            ``(log_prob, entropy, value)``, each of shape ``[B]``.
+        """
+        x = self._features(obs)
+        dist = self._dist(x)
+        entropy = dist.entropy() if self.discrete else dist.entropy().sum(-1)
+        return self._log_prob(dist, action), entropy, self.critic(x).squeeze(-1)
+
+    def update_normalizer(self, obs: torch.Tensor) -> None:
+        """Merge raw observations ``[B, *obs_shape]`` into the normalizer's statistics."""
+        if isinstance(self.normalizer, RunningNormalizer):
+            self.normalizer.update(obs.reshape(-1, self.obs_dim))

@@ -1,0 +1,88 @@
+"""Tests for GAE and the rollout dataset."""
+
+import pytest
+import torch
+
+from rl_lightning.data import RolloutCounters, RolloutDataset, compute_gae, explained_variance
+from rl_lightning.envs import EnvGroup
+from tests.conftest import SCRIPTED_ID, SCRIPTED_SETS, ObsValuePolicy
+
+
+def test_gae_hand_computed_terminated_and_truncated():
+    """Test GAE against hand-computed values: env 0 terminates at t=1, env 1 is truncated at t=2."""
+    gamma, lam = 0.9, 0.8  # gamma * lambda = 0.72
+    reward = torch.ones(4, 2)
+    value = torch.tensor([[0.5, 0.5], [0.6, 0.6], [0.7, 0.7], [0.8, 0.8]])
+    # next_value[t] = V(s_{t+1}); 99 after termination must be ignored; 2.0 is V(final obs)
+    # of the truncated episode; 0.9 is the value after the rollout.
+    next_value = torch.tensor([[0.6, 0.6], [99.0, 0.7], [0.8, 2.0], [0.9, 0.9]])
+    terminated = torch.tensor([[0, 0], [1, 0], [0, 0], [0, 0]], dtype=torch.bool)
+    truncated = torch.tensor([[0, 0], [0, 0], [0, 1], [0, 0]], dtype=torch.bool)
+    adv, ret = compute_gae(reward, value, next_value, terminated, truncated, gamma, lam)
+    # Env 0: deltas 1.04, 0.4, 1.02, 1.01; the recursion stops at t=1.
+    # A3 = 1.01, A2 = 1.02 + 0.72 * 1.01, A1 = 0.4, A0 = 1.04 + 0.72 * 0.4
+    expected_0 = [1.04 + 0.72 * 0.4, 0.4, 1.02 + 0.72 * 1.01, 1.01]
+    # Env 1: deltas 1.04, 1.03, 1 + 0.9 * 2.0 - 0.7 = 2.1, 1.01; the recursion stops at t=2.
+    a1 = 1.03 + 0.72 * 2.1
+    expected_1 = [1.04 + 0.72 * a1, a1, 2.1, 1.01]
+    torch.testing.assert_close(adv, torch.tensor([expected_0, expected_1]).T)
+    torch.testing.assert_close(ret, adv + value)
+
+
+def _dataset(rollout_steps=6, num_envs=2, update_epochs=3, num_minibatches=4, max_episode_steps=None, gamma=1.0):
+    envs = EnvGroup(SCRIPTED_ID, num_envs, obj_sets=SCRIPTED_SETS, max_episode_steps=max_episode_steps)
+    policy = ObsValuePolicy()
+    dataset = RolloutDataset(
+        envs, policy, rollout_steps, update_epochs, num_minibatches, gamma=gamma, gae_lambda=1.0,
+        counters=RolloutCounters(), generator=torch.Generator().manual_seed(0), reset_seed=0,
+    )
+    return dataset, policy
+
+
+def test_dataset_yields_exact_minibatch_count_and_shapes():
+    """Test that one iteration yields update_epochs x num_minibatches minibatches of the right shape."""
+    dataset, _ = _dataset(rollout_steps=6, num_envs=2, update_epochs=3, num_minibatches=4)
+    batches = list(dataset)
+    assert len(batches) == len(dataset) == 12
+    for batch in batches:
+        assert batch.batch_size == torch.Size([3])
+        assert batch["obs"].shape == (3, 1)
+        assert set(batch.keys()) == {"obs", "action", "log_prob", "value", "advantage", "return"}
+    # Each update epoch is a permutation of the whole rollout.
+    epoch = torch.cat([b["obs"][:, 0] for b in batches[:4]]).sort().values
+    assert epoch.tolist() == sorted([0.0, 1.0, 2.0, 3.0, 4.0, 0.0] * 2)
+    assert dataset.counters.env_steps == 12 and dataset.counters.iterations == 1
+
+
+def test_dataset_bootstraps_truncation_not_termination():
+    """Test that a truncated step bootstraps from V(final obs) and a terminated step does not."""
+    # Episodes terminate after 5 steps; the time limit truncates at 3 (scripted value = obs).
+    dataset, _ = _dataset(rollout_steps=3, num_envs=1, update_epochs=1, num_minibatches=1, max_episode_steps=3)
+    batch = dataset.collect()
+    obs = batch["obs"][:, 0].tolist()
+    assert obs == [0.0, 1.0, 2.0]
+    # Last step: obs 2 -> reward 3, truncated; V(final obs=3) = 3, so A = 3 + 3 - 2 = 4.
+    # Bootstrapping from the reset obs (value 0) or treating it as terminal would give 1.
+    assert batch["advantage"][2].item() == pytest.approx(4.0)
+    assert batch["return"][0].item() == pytest.approx(1 + 2 + 3 + 3)
+
+    dataset, _ = _dataset(rollout_steps=5, num_envs=1, update_epochs=1, num_minibatches=1)
+    batch = dataset.collect()
+    # Step 4 terminates (obs 4 -> reward 5): no bootstrap, A = 5 - 4 = 1.
+    assert batch["advantage"][4].item() == pytest.approx(1.0)
+
+
+def test_normalizer_updates_once_per_rollout_after_its_update():
+    """Test that the policy's observation statistics move at the start of the next rollout only."""
+    dataset, policy = _dataset()
+    list(dataset)
+    assert policy.normalizer_updates == 0 and dataset.pending_obs.shape == (12, 1)
+    list(dataset)
+    assert policy.normalizer_updates == 1
+
+
+def test_explained_variance():
+    """Test explained variance: 1 for a perfect critic, 0 for a constant at the mean."""
+    returns = torch.tensor([1.0, 2.0, 3.0, 4.0])
+    assert explained_variance(returns, returns) == pytest.approx(1.0)
+    assert explained_variance(torch.full((4,), 2.5), returns) == pytest.approx(0.0)

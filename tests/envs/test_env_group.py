@@ -1,0 +1,74 @@
+"""Tests for EnvGroup: vector stepping, final observations and episode statistics."""
+
+import numpy as np
+import pytest
+
+from rl_lightning.envs import EnvGroup
+from tests.conftest import SCRIPTED_ID, SCRIPTED_SETS
+
+
+def test_episode_statistics_on_scripted_env():
+    """Test that returns, lengths and success of completed episodes are exact."""
+    group = EnvGroup(SCRIPTED_ID, 2, obj_sets=SCRIPTED_SETS)
+    group.reset()
+    for _ in range(10):
+        group.step(np.zeros(2, dtype=np.int64))
+    stats = group.pop_stats()
+    # Episodes of 5 steps with rewards 1..5: return 15; two per env in 10 steps.
+    assert stats.returns == [15.0] * 4
+    assert stats.lengths == [5] * 4
+    assert stats.successes == [0.0] * 4  # length 5 is odd: reported, not successful
+    assert sorted(stats.envs) == [0, 0, 1, 1]
+    assert len(group.pop_stats()) == 0
+
+
+def test_truncation_keeps_final_observation():
+    """Test that a truncated episode reports truncated and its true final observation."""
+    group = EnvGroup(SCRIPTED_ID, 1, obj_sets=SCRIPTED_SETS, max_episode_steps=3)
+    group.reset()
+    for _ in range(2):
+        step = group.step(np.zeros(1, dtype=np.int64))
+        assert not step.truncated[0] and not step.final_obs
+    step = group.step(np.zeros(1, dtype=np.int64))
+    assert step.truncated[0] and not step.terminated[0]
+    assert step.final_obs[0][0] == 3.0  # the state the time limit cut off
+    assert step.obs[0][0] == 0.0  # same-step autoreset: the next episode's first state
+    assert group.pop_stats().lengths == [3]
+
+
+def test_test_set_is_applied_to_envs():
+    """Test that a group on the test set runs the test variation (4-step, successful episodes)."""
+    group = EnvGroup(SCRIPTED_ID, 1, obj_set="test", obj_sets=SCRIPTED_SETS)
+    group.reset()
+    for _ in range(4):
+        group.step(np.zeros(1, dtype=np.int64))
+    stats = group.pop_stats()
+    assert stats.lengths == [4] and stats.successes == [1.0]
+
+
+def test_async_vectorization_matches_sync():
+    """Test that async vectorization gives the same observations as sync."""
+    results = []
+    for mode in ("sync", "async"):
+        group = EnvGroup("CartPole-v1", 2, vectorization=mode, seed=3)
+        obs = [group.reset()]
+        for _ in range(5):
+            obs.append(group.step(np.array([0, 1])).obs)
+        group.close()
+        results.append(np.stack(obs))
+    np.testing.assert_array_equal(results[0], results[1])
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        ({"env_id": "CartPol-v1"}, "Unknown environment id 'CartPol-v1'.*CartPole-v1"),
+        ({"env_id": "CartPole-v1", "num_envs": 0}, "num_envs must be a positive integer"),
+        ({"env_id": "CartPole-v1", "obj_set": "valid"}, "Unknown object set 'valid'"),
+        ({"env_id": "CartPole-v1", "vectorization": "threads"}, "vectorization must be one of"),
+    ],
+)
+def test_bad_input_rejected(kwargs, match):
+    """Test that bad EnvGroup arguments raise before any env is built."""
+    with pytest.raises(ValueError, match=match):
+        EnvGroup(**kwargs)

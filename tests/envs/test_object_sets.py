@@ -1,0 +1,121 @@
+"""Tests for object sets and the variation wrapper."""
+
+import numpy as np
+import pytest
+
+from rl_lightning.envs import SHIPPED_OBJECT_SETS, EnvGroup, ObjectSetWrapper, Variation, resolve_object_sets
+
+
+def _cartpole(attrs):
+    sets = resolve_object_sets("CartPole-v1", {"only": [{"attrs": attrs}]})
+    env = ObjectSetWrapper(sets, "only")
+    env.reset(seed=0)
+    return env
+
+
+def test_cartpole_variation_attributes_read_back():
+    """Test that a CartPole variation's attributes are set on the unwrapped env, derived ones too."""
+    env = _cartpole({"length": 1.0, "masspole": 0.2})
+    u = env.unwrapped
+    assert u.length == 1.0 and u.masspole == 0.2
+    assert u.polemass_length == pytest.approx(0.2 * 1.0)
+    assert u.total_mass == pytest.approx(0.2 + u.masscart)
+
+
+def test_cartpole_variation_changes_dynamics():
+    """Test that a longer pole really changes the next state from the same state and action."""
+    nexts = []
+    for length in (0.25, 1.0):
+        env = _cartpole({"length": length})
+        env.unwrapped.state = np.array([0.0, 0.0, 0.1, 0.0])
+        nexts.append(env.step(1)[0])
+    # Angular acceleration scales with 1/length: the pole's angular velocity must differ.
+    assert abs(nexts[0][3] - nexts[1][3]) > 1e-3
+
+
+def test_mujoco_mass_scale_applied_and_restored():
+    """Test that body_mass_scale scales one body's mass and other variations restore it."""
+    sets = resolve_object_sets(
+        "InvertedPendulum-v5",
+        {"s": [{"attrs": {"body_mass_scale": {"pole": 2.0}}}, {"name": "default"}]},
+    )
+    env = ObjectSetWrapper(sets, "s")
+    model = env.unwrapped.model
+    pole = model.body("pole").id
+    default = float(env._defaults["body_mass_scale"][pole])
+    seen = set()
+    env.reset(seed=0)
+    for _ in range(20):
+        seen.add(round(float(model.body_mass[pole]) / default, 6))
+        env.reset()
+    assert seen == {1.0, 2.0}
+
+
+def test_mujoco_mass_scale_changes_dynamics():
+    """Test that a heavier pole changes InvertedPendulum's next state."""
+    nexts = []
+    for scale in (0.5, 2.0):
+        sets = resolve_object_sets("InvertedPendulum-v5", {"s": [{"attrs": {"body_mass_scale": {"pole": scale}}}]})
+        env = ObjectSetWrapper(sets, "s")
+        env.reset(seed=0)
+        u = env.unwrapped
+        u.set_state(np.array([0.0, 0.1]), np.zeros(2))
+        nexts.append(env.step(np.array([0.5], dtype=np.float32))[0])
+    assert not np.allclose(nexts[0], nexts[1])
+
+
+def test_reset_option_switches_object_set():
+    """Test that reset(options={'obj_set': ...}) draws from that set and persists."""
+    sets = resolve_object_sets("CartPole-v1", None)
+    env = ObjectSetWrapper(sets, "train")
+    env.reset(seed=0)
+    test_names = {v.name for v in sets["test"]}
+    _, info = env.reset(options={"obj_set": "test"})
+    assert info["variation"] in test_names
+    for _ in range(5):
+        _, info = env.reset()
+        assert info["variation"] in test_names
+
+
+def test_seed_range_is_respected():
+    """Test that episode seeds are drawn from the variation's seed range, reproducibly."""
+    sets = resolve_object_sets("CartPole-v1", {"s": [{"seeds": [7, 8]}]})
+    env = ObjectSetWrapper(sets, "s")
+    first = env.reset(seed=0)[0]
+    again = env.reset()[0]
+    np.testing.assert_array_equal(first, again)  # only seed 7 can be drawn
+
+
+def test_shipped_sets_cover_train_and_test():
+    """Test that every shipped env has distinct non-empty train and test sets."""
+    for env_id, sets in SHIPPED_OBJECT_SETS.items():
+        assert sets["train"] and sets["test"], env_id
+        assert {v["name"] for v in sets["train"]}.isdisjoint({v["name"] for v in sets["test"]})
+
+
+def test_unregistered_sets_warn_and_fall_back():
+    """Test that an env without shipped sets gets train = test = itself with a warning."""
+    with pytest.warns(UserWarning, match="no out-of-distribution"):
+        sets = resolve_object_sets("Acrobot-v1", None)
+    assert sets["train"] == sets["test"] == [Variation(env_id="Acrobot-v1")]
+
+
+@pytest.mark.parametrize(
+    "obj_sets, match",
+    [
+        ({"train": []}, "non-empty list"),
+        ({"train": [{"atrs": {}}]}, "Unknown key"),
+        ({"train": [{"seeds": [5, 1]}]}, "low < high"),
+        ({"train": ["length"]}, "mapping or a Variation"),
+    ],
+)
+def test_bad_object_sets_rejected(obj_sets, match):
+    """Test that malformed object sets raise errors that name the problem."""
+    with pytest.raises((ValueError, TypeError), match=match):
+        resolve_object_sets("CartPole-v1", obj_sets)
+
+
+def test_unknown_attribute_rejected():
+    """Test that overriding an attribute the env lacks fails with its name."""
+    with pytest.raises(ValueError, match="lenght"):
+        EnvGroup("CartPole-v1", 1, obj_sets={"train": [{"attrs": {"lenght": 1.0}}]})
