@@ -1,0 +1,218 @@
+"""Integration tests: PPO fits, evaluates, checkpoints, resumes and is reproducible."""
+
+import glob
+import os
+
+import lightning.pytorch as pl
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from rl_lightning import PPO, RolloutDataModule
+from rl_lightning.data import evaluation
+from tests.conftest import SCRIPTED_ID
+
+ROLLOUT = 4 * 16  # num_envs x rollout_steps in these tests
+
+
+def small_data(env="CartPole-v1", **kwargs):
+    kwargs = {
+        "env": env, "num_envs": 4, "rollout_steps": 16, "update_epochs": 2, "num_minibatches": 2,
+        "eval_episodes": 2, "eval_max_episode_steps": 30, **kwargs,
+    }
+    return RolloutDataModule(**kwargs)
+
+
+def trainer(tmp_path=None, **kwargs):
+    kwargs = {
+        "max_epochs": 2, "logger": False, "enable_progress_bar": False, "enable_model_summary": False,
+        "enable_checkpointing": tmp_path is not None, "default_root_dir": tmp_path, **kwargs,
+    }
+    return pl.Trainer(**kwargs)
+
+
+def fit(env="CartPole-v1", seed=0, tmp_path=None, model_kwargs=None, data_kwargs=None, **trainer_kwargs):
+    pl.seed_everything(seed)
+    data = small_data(env, seed=seed, **(data_kwargs or {}))
+    model = PPO(**{"total_timesteps": 10_000, **(model_kwargs or {})})
+    t = trainer(tmp_path, **trainer_kwargs)
+    t.fit(model, data)
+    return model, data, t
+
+
+@pytest.mark.parametrize("env", ["CartPole-v1", "InvertedPendulum-v5"])
+def test_two_epoch_fit_logs_every_metric(env):
+    """Test that a 2-epoch fit (discrete and continuous) takes 2 rollouts and logs all metrics."""
+    model, data, t = fit(env)
+    assert data.env_steps == 2 * ROLLOUT and t.global_step == 2 * 2 * 2
+    metrics = t.callback_metrics
+    for name in ["policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction", "explained_variance"]:
+        assert torch.isfinite(metrics[f"train/{name}"]), name
+    assert metrics["time/env_steps"] == 2 * ROLLOUT and metrics["time/sps"] > 0
+    for prefix in ("eval", "eval_ood"):
+        assert f"{prefix}/return_mean" in metrics and f"{prefix}/length_mean" in metrics
+    gap = metrics["eval/return_mean"] - metrics["eval_ood/return_mean"]
+    assert metrics["eval_ood/generalization_gap"] == pytest.approx(float(gap))
+
+
+def test_rollout_episode_metrics_are_logged():
+    """Test that completed training episodes are logged as rollout/ metrics."""
+    _, _, t = fit(data_kwargs={"max_episode_steps": 8})
+    assert t.callback_metrics["rollout/episode_length"] <= 8
+    assert t.callback_metrics["rollout/episode_return"] > 0
+
+
+def test_test_stage_evaluates_both_object_sets():
+    """Test that trainer.test reports eval/ and eval_ood/ metrics with exact episode counts."""
+    model, data, t = fit(max_epochs=1)
+    results = t.test(model, data, verbose=False)
+    assert len(results) == 2
+    assert "eval/return_mean" in results[0] and "eval_ood/return_mean" in results[1]
+    assert results[0]["eval/length_mean"] <= 30
+
+
+def test_eval_interval_gates_validation(monkeypatch):
+    """Test that validation evaluates only every eval_interval epochs (and not in the sanity check)."""
+    calls = []
+    original = evaluation.evaluate
+    monkeypatch.setattr(evaluation, "evaluate", lambda *a, **k: calls.append(1) or original(*a, **k))
+    fit(max_epochs=5, data_kwargs={"eval_interval": 2})
+    assert len(calls) == 2 * 2  # epochs 2 and 4, two object sets each
+
+
+def test_checkpoint_loads_to_identical_deterministic_actions(tmp_path):
+    """Test that load_from_checkpoint gives a policy that acts like the trained one, without envs."""
+    model, data, t = fit("InvertedPendulum-v5", tmp_path=tmp_path, model_kwargs={"save_interval": 1})
+    last = os.path.join(tmp_path, "checkpoints", "last.ckpt")
+    assert os.path.exists(last)
+    loaded = PPO.load_from_checkpoint(last)
+    obs = np.random.default_rng(0).normal(size=(100, 4)).astype(np.float32)
+    np.testing.assert_array_equal(model.predict(obs), loaded.predict(obs))
+    assert loaded.predict(obs[0]).shape == (1,)
+    torch.testing.assert_close(model.policy.normalizer.mean, loaded.policy.normalizer.mean)
+    assert loaded.policy.normalizer.count > 1  # statistics were learned and saved
+
+
+def test_interval_checkpoints_and_final_last(tmp_path):
+    """Test that checkpoints are written every save_interval epochs and last.ckpt holds the end."""
+    fit(tmp_path=tmp_path, max_epochs=5, model_kwargs={"save_interval": 2})
+    names = sorted(os.path.basename(p) for p in glob.glob(os.path.join(tmp_path, "checkpoints", "*.ckpt")))
+    assert names == ["epoch=1-step=8.ckpt", "epoch=3-step=16.ckpt", "last.ckpt"]
+    last = torch.load(os.path.join(tmp_path, "checkpoints", "last.ckpt"), weights_only=True)
+    assert last["global_step"] == 20 and last["RolloutDataModule"]["env_steps"] == 5 * ROLLOUT
+
+
+class _OptimizerSpy(pl.Callback):
+    def on_train_start(self, trainer, pl_module):
+        state = trainer.optimizers[0].state_dict()["state"]
+        self.steps = {k: float(v["step"]) for k, v in state.items()}
+        self.exp_avg = {k: v["exp_avg"].clone() for k, v in state.items()}
+        self.env_steps = pl_module.env_steps
+
+
+def test_resume_restores_counters_optimizer_and_budget(tmp_path):
+    """Test that fit(ckpt_path='last') continues env steps, optimizer state and the budget."""
+    model_kwargs = {"save_interval": 1, "total_timesteps": 4 * ROLLOUT}
+    fit(tmp_path=tmp_path, max_epochs=2, model_kwargs=model_kwargs)
+    saved = torch.load(os.path.join(tmp_path, "checkpoints", "last.ckpt"), weights_only=True)
+
+    data, model, spy = small_data(), PPO(**model_kwargs), _OptimizerSpy()
+    t = trainer(tmp_path, max_epochs=-1, callbacks=[spy])
+    t.fit(model, data, ckpt_path="last")
+    assert spy.env_steps == 2 * ROLLOUT
+    for k, v in saved["optimizer_states"][0]["state"].items():
+        assert spy.steps[k] == float(v["step"]) == 8
+        torch.testing.assert_close(spy.exp_avg[k], v["exp_avg"])
+    # The budget of 4 rollouts counts on from 2: exactly 2 more epochs ran.
+    assert data.env_steps == 4 * ROLLOUT and t.current_epoch == 4
+
+    # Resuming a finished run collects nothing more.
+    data2 = small_data()
+    trainer(tmp_path, max_epochs=-1).fit(PPO(**model_kwargs), data2, ckpt_path="last")
+    assert data2.env_steps == 4 * ROLLOUT
+
+
+def test_budget_stops_training():
+    """Test that training stops after the epoch that reaches total_timesteps."""
+    _, data, t = fit(max_epochs=-1, model_kwargs={"total_timesteps": 2 * ROLLOUT + 1})
+    assert data.env_steps == 3 * ROLLOUT and t.current_epoch == 3
+
+
+def test_same_seed_gives_identical_parameters():
+    """Test that two runs with the same seed end with identical weights; another seed differs."""
+    params = [fit(seed=s, max_epochs=2)[0].policy.state_dict() for s in (0, 0, 1)]
+    for key in params[0]:
+        torch.testing.assert_close(params[0][key], params[1][key], rtol=0, atol=0)
+    assert any(not torch.equal(params[0][k], params[2][k]) for k in params[0])
+
+
+def test_user_networks_are_used():
+    """Test that user-supplied actor and critic modules are trained in place of the MLPs."""
+    actor, critic = nn.Linear(4, 2), nn.Linear(4, 1)
+    before = actor.weight.detach().clone()
+    model, _, _ = fit(model_kwargs={"actor": actor, "critic": critic}, max_epochs=1)
+    assert model.policy.actor is actor and model.policy.critic is critic
+    assert not torch.equal(before, actor.weight)
+
+
+def test_user_env_without_object_sets_trains_with_warning():
+    """Test that a registered env with no object sets trains with train = test = itself."""
+    with pytest.warns(UserWarning, match="no out-of-distribution"):
+        data = small_data(SCRIPTED_ID)
+    model = PPO(total_timesteps=10_000)
+    t = trainer(max_epochs=1)
+    t.fit(model, data)
+    assert t.callback_metrics["eval/return_mean"] == t.callback_metrics["eval_ood/return_mean"]
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        ({"env": "CartPol-v1"}, "Unknown environment id 'CartPol-v1'.*CartPole-v1"),
+        ({"eval_obj_sets": ["train", "ood"]}, "Unknown object set 'ood'"),
+        ({"train_obj_set": "tset"}, "Unknown object set 'tset'"),
+        ({"num_minibatches": 3}, "num_minibatches=3 does not divide.*64"),
+        ({"num_envs": 0}, "num_envs must be a positive integer"),
+        ({"rollout_steps": -5}, "rollout_steps must be a positive integer"),
+        ({"update_epochs": 1.5}, "update_epochs must be a positive integer"),
+        ({"eval_episodes": 0}, "eval_episodes must be a positive integer"),
+        ({"gamma": 1.5}, r"gamma must be a number in \[0, 1\]"),
+        ({"vectorization": "threads"}, "vectorization must be one of"),
+    ],
+)
+def test_bad_data_input_fails_before_work(kwargs, match):
+    """Test that bad data-module arguments raise a clear error at construction."""
+    with pytest.raises(ValueError, match=match):
+        small_data(**kwargs)
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        ({"total_timesteps": 0}, "total_timesteps must be a positive integer"),
+        ({"lr": -1.0}, "lr must be a positive number"),
+        ({"ent_coef": -0.1}, "ent_coef must be a non-negative number"),
+        ({"hidden_sizes": []}, "hidden_sizes must be a non-empty list"),
+        ({"save_interval": 0}, "save_interval must be a positive integer"),
+    ],
+)
+def test_bad_model_input_fails_before_work(kwargs, match):
+    """Test that bad PPO arguments raise a clear error at construction."""
+    with pytest.raises(ValueError, match=match):
+        PPO(**kwargs)
+
+
+def test_unsupported_space_is_rejected():
+    """Test that an action space PPO cannot handle fails at setup with its name."""
+    data = small_data("Blackjack-v1", obj_sets={"train": [{}], "test": [{}]})
+    with pytest.raises(TypeError, match="Box observation space"):
+        trainer(max_epochs=1).fit(PPO(total_timesteps=100), data)
+
+
+def test_checkpoint_of_other_kind_is_rejected(tmp_path):
+    """Test that a checkpoint without rl_lightning metadata fails with a clear message."""
+    path = tmp_path / "foreign.ckpt"
+    torch.save({"state_dict": {}, "hyper_parameters": {}, "pytorch-lightning_version": "2.6.6"}, path)
+    with pytest.raises(ValueError, match="not written by rl_lightning"):
+        PPO.load_from_checkpoint(path)
