@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import warnings
-
 import gymnasium as gym
 import numpy as np
 import pytest
@@ -71,11 +69,3 @@ class ObsValuePolicy(nn.Module):
 @pytest.fixture
 def scripted_sets():
     return SCRIPTED_SETS
-
-
-@pytest.fixture(autouse=True)
-def _quiet_lightning():
-    warnings.filterwarnings("ignore", ".*does not have many workers.*")
-    warnings.filterwarnings("ignore", ".*IterableDataset.*has.*__len__.*")
-    warnings.filterwarnings("ignore", ".*isinstance.*LeafSpec.*")
-    yield

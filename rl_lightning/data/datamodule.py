@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import random
+import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -16,6 +17,11 @@ from rl_lightning.data.evaluation import EvaluationDataset
 from rl_lightning.data.rollout import RolloutCounters, RolloutDataset
 from rl_lightning.envs import EnvGroup, check_env_id, resolve_object_sets
 from rl_lightning.envs.env_group import VECTORIZATION
+
+# The rollout must run in the trainer's process, next to the policy it acts with, and its
+# length is exact: Lightning's advice to add dataloader workers does not apply here.
+warnings.filterwarnings("ignore", ".*does not have many workers.*")
+warnings.filterwarnings("ignore", ".*IterableDataset.*has .__len__. defined.*")
 
 
 def _identity(batch):

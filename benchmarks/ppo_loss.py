@@ -1,0 +1,117 @@
+"""Cost of one PPO update step: the plain loss (``ppo_loss``) against torchrl's ``ClipPPOLoss``.
+
+    python -m benchmarks.ppo_loss [--repeats 5] [--steps 300] [--batch 128] [--threads 1]
+
+Both variants compute the same loss (``tests/algos/test_ppo_loss.py``) on the same
+CartPole-sized actor-critic and batch, and each step includes backward and an Adam step.
+Repeats alternate the two variants; the table reports medians and the ratio.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+import warnings
+
+import gymnasium as gym
+import numpy as np
+import torch
+from tensordict import TensorDict
+from tensordict.nn import TensorDictModule
+from torch.distributions import Categorical
+
+from rl_lightning.algos import ppo_loss
+from rl_lightning.nets import ActorCritic
+
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore")
+    from torchrl.modules import ProbabilisticActor, ValueOperator
+    from torchrl.objectives import ClipPPOLoss
+
+
+def make_batch(policy: ActorCritic, n: int) -> TensorDict:
+    obs = torch.randn(n, 4)
+    with torch.no_grad():
+        action, log_prob, value = policy.act(obs)
+    return TensorDict(
+        {"obs": obs, "action": action, "log_prob": log_prob, "value": value,
+         "advantage": torch.randn(n), "return": value + torch.randn(n)},
+        batch_size=[n],
+    )
+
+
+def plain_step(policy, optimizer, batch):
+    log_prob, entropy, value = policy.evaluate_actions(batch["obs"], batch["action"])
+    terms = ppo_loss(log_prob, entropy, value, batch["log_prob"], batch["value"], batch["advantage"],
+                     batch["return"], clip_coef=0.2, ent_coef=0.01, vf_coef=0.5)
+    optimizer.zero_grad()
+    terms.loss.backward()
+    optimizer.step()
+
+
+def make_torchrl(policy):
+    actor = ProbabilisticActor(
+        TensorDictModule(policy.actor, in_keys=["obs"], out_keys=["logits"]),
+        in_keys=["logits"], distribution_class=Categorical, return_log_prob=True,
+    )
+    loss = ClipPPOLoss(actor, ValueOperator(policy.critic, in_keys=["obs"]), clip_epsilon=0.2,
+                       entropy_coeff=0.01, critic_coeff=0.25, loss_critic_type="l2", normalize_advantage=True)
+    return loss
+
+
+def torchrl_step(loss_module, optimizer, td):
+    out = loss_module(td)
+    total = out["loss_objective"] + out["loss_critic"] + out["loss_entropy"]
+    optimizer.zero_grad()
+    total.backward()
+    optimizer.step()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--steps", type=int, default=300)
+    parser.add_argument("--batch", type=int, default=128)
+    parser.add_argument("--threads", type=int, default=1)
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(0)
+    policy = ActorCritic(gym.spaces.Box(-np.inf, np.inf, (4,)), gym.spaces.Discrete(2), normalize_obs=False)
+    optimizer = torch.optim.Adam(policy.parameters(), lr=1e-4, eps=1e-5)
+    batch = make_batch(policy, args.batch)
+    loss_module = make_torchrl(policy)
+    td = TensorDict(
+        {"obs": batch["obs"], "action": batch["action"], loss_module.tensor_keys.sample_log_prob: batch["log_prob"],
+         "advantage": batch["advantage"].unsqueeze(-1), "value_target": batch["return"].unsqueeze(-1),
+         "state_value": batch["value"].unsqueeze(-1)},
+        batch_size=[args.batch],
+    )
+    variants = {
+        "plain ppo_loss": lambda: plain_step(policy, optimizer, batch),
+        "torchrl ClipPPOLoss": lambda: torchrl_step(loss_module, optimizer, td),
+    }
+    times: dict[str, list[float]] = {name: [] for name in variants}
+    for name, step in variants.items():  # warm-up
+        for _ in range(20):
+            step()
+    for _ in range(args.repeats):
+        for name, step in variants.items():
+            start = time.perf_counter()
+            for _ in range(args.steps):
+                step()
+            times[name].append((time.perf_counter() - start) / args.steps * 1e3)
+    medians = {name: statistics.median(t) for name, t in times.items()}
+    print(f"torch {torch.__version__}, threads {args.threads}, batch {args.batch}, "
+          f"{args.repeats} alternating repeats of {args.steps} steps")
+    print("| variant | median ms/step | range |\n| --- | --- | --- |")
+    for name, t in times.items():
+        print(f"| {name} | {medians[name]:.3f} | {min(t):.3f}-{max(t):.3f} |")
+    ratio = medians["torchrl ClipPPOLoss"] / medians["plain ppo_loss"]
+    print(f"ClipPPOLoss / plain: {ratio:.2f}x")
+    print(json.dumps({"medians_ms": medians, "ratio": ratio}))
+
+
+if __name__ == "__main__":
+    main()

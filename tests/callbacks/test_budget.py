@@ -1,0 +1,38 @@
+"""Tests for the env-step budget callback."""
+
+from types import SimpleNamespace
+
+import pytest
+
+from rl_lightning.callbacks import EnvStepBudget
+
+
+def _state(env_steps, max_epochs=-1, steps_per_epoch=100):
+    trainer = SimpleNamespace(should_stop=False, max_epochs=max_epochs)
+    module = SimpleNamespace(env_steps=env_steps, steps_per_epoch=steps_per_epoch)
+    return trainer, module
+
+
+def test_stops_only_when_budget_is_reached():
+    """Test that should_stop is set at epoch end once env_steps >= total_timesteps."""
+    budget = EnvStepBudget(1000)
+    trainer, module = _state(999)
+    budget.on_train_epoch_end(trainer, module)
+    assert not trainer.should_stop
+    module.env_steps = 1000
+    budget.on_train_epoch_end(trainer, module)
+    assert trainer.should_stop
+
+
+def test_spent_budget_stops_before_training():
+    """Test that a run resumed with its budget spent stops at train start."""
+    trainer, module = _state(5000)
+    EnvStepBudget(1000).on_train_start(trainer, module)
+    assert trainer.should_stop
+
+
+def test_warns_when_max_epochs_cuts_the_budget():
+    """Test that a Trainer max_epochs too small for the budget triggers a warning naming the fix."""
+    trainer, module = _state(0, max_epochs=5)
+    with pytest.warns(UserWarning, match="max_epochs=-1"):
+        EnvStepBudget(1000).on_train_start(trainer, module)
