@@ -36,16 +36,32 @@ def make_batch(policy: ActorCritic, n: int) -> TensorDict:
     with torch.no_grad():
         action, log_prob, value = policy.act(obs)
     return TensorDict(
-        {"obs": obs, "action": action, "log_prob": log_prob, "value": value,
-         "advantage": torch.randn(n), "return": value + torch.randn(n)},
+        {
+            "obs": obs,
+            "action": action,
+            "log_prob": log_prob,
+            "value": value,
+            "advantage": torch.randn(n),
+            "return": value + torch.randn(n),
+        },
         batch_size=[n],
     )
 
 
 def plain_step(policy, optimizer, batch):
     log_prob, entropy, value = policy.evaluate_actions(batch["obs"], batch["action"])
-    terms = ppo_loss(log_prob, entropy, value, batch["log_prob"], batch["value"], batch["advantage"],
-                     batch["return"], clip_coef=0.2, ent_coef=0.01, vf_coef=0.5)
+    terms = ppo_loss(
+        log_prob,
+        entropy,
+        value,
+        batch["log_prob"],
+        batch["value"],
+        batch["advantage"],
+        batch["return"],
+        clip_coef=0.2,
+        ent_coef=0.01,
+        vf_coef=0.5,
+    )
     optimizer.zero_grad()
     terms.loss.backward()
     optimizer.step()
@@ -54,10 +70,19 @@ def plain_step(policy, optimizer, batch):
 def make_torchrl(policy):
     actor = ProbabilisticActor(
         TensorDictModule(policy.actor, in_keys=["obs"], out_keys=["logits"]),
-        in_keys=["logits"], distribution_class=Categorical, return_log_prob=True,
+        in_keys=["logits"],
+        distribution_class=Categorical,
+        return_log_prob=True,
     )
-    loss = ClipPPOLoss(actor, ValueOperator(policy.critic, in_keys=["obs"]), clip_epsilon=0.2,
-                       entropy_coeff=0.01, critic_coeff=0.25, loss_critic_type="l2", normalize_advantage=True)
+    loss = ClipPPOLoss(
+        actor,
+        ValueOperator(policy.critic, in_keys=["obs"]),
+        clip_epsilon=0.2,
+        entropy_coeff=0.01,
+        critic_coeff=0.25,
+        loss_critic_type="l2",
+        normalize_advantage=True,
+    )
     return loss
 
 
@@ -83,9 +108,14 @@ def main() -> None:
     batch = make_batch(policy, args.batch)
     loss_module = make_torchrl(policy)
     td = TensorDict(
-        {"obs": batch["obs"], "action": batch["action"], loss_module.tensor_keys.sample_log_prob: batch["log_prob"],
-         "advantage": batch["advantage"].unsqueeze(-1), "value_target": batch["return"].unsqueeze(-1),
-         "state_value": batch["value"].unsqueeze(-1)},
+        {
+            "obs": batch["obs"],
+            "action": batch["action"],
+            loss_module.tensor_keys.sample_log_prob: batch["log_prob"],
+            "advantage": batch["advantage"].unsqueeze(-1),
+            "value_target": batch["return"].unsqueeze(-1),
+            "state_value": batch["value"].unsqueeze(-1),
+        },
         batch_size=[args.batch],
     )
     variants = {
@@ -93,7 +123,7 @@ def main() -> None:
         "torchrl ClipPPOLoss": lambda: torchrl_step(loss_module, optimizer, td),
     }
     times: dict[str, list[float]] = {name: [] for name in variants}
-    for name, step in variants.items():  # warm-up
+    for step in variants.values():  # warm-up
         for _ in range(20):
             step()
     for _ in range(args.repeats):
@@ -103,8 +133,10 @@ def main() -> None:
                 step()
             times[name].append((time.perf_counter() - start) / args.steps * 1e3)
     medians = {name: statistics.median(t) for name, t in times.items()}
-    print(f"torch {torch.__version__}, threads {args.threads}, batch {args.batch}, "
-          f"{args.repeats} alternating repeats of {args.steps} steps")
+    print(
+        f"torch {torch.__version__}, threads {args.threads}, batch {args.batch}, "
+        f"{args.repeats} alternating repeats of {args.steps} steps"
+    )
     print("| variant | median ms/step | range |\n| --- | --- | --- |")
     for name, t in times.items():
         print(f"| {name} | {medians[name]:.3f} | {min(t):.3f}-{max(t):.3f} |")

@@ -37,24 +37,32 @@ def main() -> None:
     data = RolloutDataModule(seed=args.seed, **preset["data"])
     model = PPO(**model_kwargs)
     trainer = pl.Trainer(
-        max_epochs=-1, default_root_dir=out, logger=pl.loggers.CSVLogger(out),
-        enable_progress_bar=False, enable_model_summary=False,
+        max_epochs=-1,
+        default_root_dir=out,
+        logger=pl.loggers.CSVLogger(out),
+        enable_progress_bar=False,
+        enable_model_summary=False,
     )
     start = time.perf_counter()
     trainer.fit(model, data)
     wall = time.perf_counter() - start
     final = {k: float(v) for r in trainer.test(model, data, verbose=False) for k, v in r.items()}
-    print(json.dumps({
-        "preset": args.preset,
-        "seed": args.seed,
-        "env_steps": data.env_steps,
-        "wall_seconds": round(wall, 1),
-        "env_steps_per_second": round(data.env_steps / wall),
-        "eval/return_mean": final.get("eval/return_mean"),
-        "eval_ood/return_mean": final.get("eval_ood/return_mean"),
-        "eval_ood/generalization_gap": final.get("eval_ood/generalization_gap"),
-        "last_checkpoint": trainer.checkpoint_callback.last_model_path,
-    }, indent=2))
+    print(
+        json.dumps(
+            {
+                "preset": args.preset,
+                "seed": args.seed,
+                "env_steps": data.env_steps,
+                "wall_seconds": round(wall, 1),
+                "env_steps_per_second": round(data.env_steps / wall),
+                "eval/return_mean": final.get("eval/return_mean"),
+                "eval_ood/return_mean": final.get("eval_ood/return_mean"),
+                "eval_ood/generalization_gap": final.get("eval_ood/generalization_gap"),
+                "last_checkpoint": trainer.checkpoint_callback.last_model_path,
+            },
+            indent=2,
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -86,8 +86,13 @@ class PPO(RLModule):
         """An :class:`ActorCritic` for these spaces (with the user's networks, if given)."""
         hp = self.hparams
         return ActorCritic(
-            observation_space, action_space, hidden_sizes=tuple(hp.hidden_sizes), actor=self._actor,
-            critic=self._critic, normalize_obs=hp.normalize_obs, init_log_std=hp.init_log_std,
+            observation_space,
+            action_space,
+            hidden_sizes=tuple(hp.hidden_sizes),
+            actor=self._actor,
+            critic=self._critic,
+            normalize_obs=hp.normalize_obs,
+            init_log_std=hp.init_log_std,
         )
 
     def configure_optimizers(self) -> torch.optim.Optimizer:
@@ -112,8 +117,17 @@ class PPO(RLModule):
         hp = self.hparams
         log_prob, entropy, value = self.policy.evaluate_actions(batch["obs"], batch["action"])
         terms = ppo_loss(
-            log_prob, entropy, value, batch["log_prob"], batch["value"], batch["advantage"], batch["return"],
-            clip_coef=hp.clip_coef, ent_coef=hp.ent_coef, vf_coef=hp.vf_coef, norm_adv=hp.norm_adv,
+            log_prob,
+            entropy,
+            value,
+            batch["log_prob"],
+            batch["value"],
+            batch["advantage"],
+            batch["return"],
+            clip_coef=hp.clip_coef,
+            ent_coef=hp.ent_coef,
+            vf_coef=hp.vf_coef,
+            norm_adv=hp.norm_adv,
             clip_vloss=hp.clip_vloss,
         )
         # Logged once per epoch from these (self.log on every step costs ~1 ms each).

@@ -144,8 +144,13 @@ class RolloutDataModule(pl.LightningDataModule):
     def _env_group(self, obj_set: str, num_envs: int, seed: int, max_episode_steps: int | None) -> EnvGroup:
         hp = self.hparams
         return EnvGroup(
-            hp.env, num_envs, obj_set=obj_set, obj_sets=self.obj_sets, max_episode_steps=max_episode_steps,
-            vectorization=hp.vectorization, seed=seed,
+            hp.env,
+            num_envs,
+            obj_set=obj_set,
+            obj_sets=self.obj_sets,
+            max_episode_steps=max_episode_steps,
+            vectorization=hp.vectorization,
+            seed=seed,
         )
 
     def setup(self, stage: str) -> None:
@@ -210,8 +215,15 @@ class RolloutDataModule(pl.LightningDataModule):
         hp = self.hparams
         if self._train_dataset is None:
             self._train_dataset = RolloutDataset(
-                self.train_envs, self._policy(), hp.rollout_steps, hp.update_epochs, hp.num_minibatches,
-                hp.gamma, hp.gae_lambda, self.counters, self.generator,
+                self.train_envs,
+                self._policy(),
+                hp.rollout_steps,
+                hp.update_epochs,
+                hp.num_minibatches,
+                hp.gamma,
+                hp.gae_lambda,
+                self.counters,
+                self.generator,
                 # A resumed run restarts its episodes with fresh seeds (offset by the steps done).
                 reset_seed=hp.seed + self.rank * hp.num_envs + self.counters.env_steps,
                 world_size=self.world_size,
@@ -234,8 +246,13 @@ class RolloutDataModule(pl.LightningDataModule):
         loaders = []
         for obj_set, envs in self.eval_envs.items():
             dataset = EvaluationDataset(
-                envs, self._policy, share, eval_prefix(obj_set, hp.train_obj_set),
-                deterministic=hp.eval_deterministic, seed=envs.seed, should_run=should_run,
+                envs,
+                self._policy,
+                share,
+                eval_prefix(obj_set, hp.train_obj_set),
+                deterministic=hp.eval_deterministic,
+                seed=envs.seed,
+                should_run=should_run,
             )
             loaders.append(DataLoader(dataset, batch_size=None, collate_fn=_identity))
         return loaders

@@ -11,9 +11,7 @@ import torch
 class RolloutPolicy(Protocol):
     """What rollouts and evaluation need from a policy (e.g. ``ActorCritic``)."""
 
-    def act(
-        self, obs: torch.Tensor, deterministic: bool = False
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def act(self, obs: torch.Tensor, deterministic: bool = False) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Return ``(action, log_prob, value)`` for raw observations ``[B, *obs_shape]``."""
 
     def value(self, obs: torch.Tensor) -> torch.Tensor:

@@ -138,9 +138,7 @@ def resolve_object_sets(
     resolved: ObjectSets = {}
     for name, variations in obj_sets.items():
         if isinstance(variations, (str, bytes, Mapping)) or not isinstance(variations, Sequence) or not variations:
-            raise ValueError(
-                f"Object set '{name}' must be a non-empty list of variations, got {variations!r}."
-            )
+            raise ValueError(f"Object set '{name}' must be a non-empty list of variations, got {variations!r}.")
         resolved[str(name)] = [
             dataclasses.replace(v, env_id=v.env_id or env_id) for v in map(Variation.from_any, variations)
         ]

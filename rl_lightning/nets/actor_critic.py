@@ -30,9 +30,7 @@ def check_spaces(observation_space: gym.Space, action_space: gym.Space) -> None:
         return
     if isinstance(action_space, gym.spaces.Box) and len(action_space.shape) == 1:
         return
-    raise TypeError(
-        f"The actor-critic supports Discrete or 1-D Box action spaces, got {action_space}."
-    )
+    raise TypeError(f"The actor-critic supports Discrete or 1-D Box action spaces, got {action_space}.")
 
 
 class ActorCritic(nn.Module):
@@ -88,9 +86,7 @@ class ActorCritic(nn.Module):
         """Deterministic action (argmax or mean) for raw observations ``[B, *obs_shape]``."""
         return self.act(obs, deterministic=True)[0]
 
-    def act(
-        self, obs: torch.Tensor, deterministic: bool = False
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def act(self, obs: torch.Tensor, deterministic: bool = False) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Choose actions for raw observations.
 
         Args:

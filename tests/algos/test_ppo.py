@@ -18,16 +18,27 @@ ROLLOUT = 4 * 16  # num_envs x rollout_steps in these tests
 
 def small_data(env="CartPole-v1", **kwargs):
     kwargs = {
-        "env": env, "num_envs": 4, "rollout_steps": 16, "update_epochs": 2, "num_minibatches": 2,
-        "eval_episodes": 2, "eval_max_episode_steps": 30, **kwargs,
+        "env": env,
+        "num_envs": 4,
+        "rollout_steps": 16,
+        "update_epochs": 2,
+        "num_minibatches": 2,
+        "eval_episodes": 2,
+        "eval_max_episode_steps": 30,
+        **kwargs,
     }
     return RolloutDataModule(**kwargs)
 
 
 def trainer(tmp_path=None, **kwargs):
     kwargs = {
-        "max_epochs": 2, "logger": False, "enable_progress_bar": False, "enable_model_summary": False,
-        "enable_checkpointing": tmp_path is not None, "default_root_dir": tmp_path, **kwargs,
+        "max_epochs": 2,
+        "logger": False,
+        "enable_progress_bar": False,
+        "enable_model_summary": False,
+        "enable_checkpointing": tmp_path is not None,
+        "default_root_dir": tmp_path,
+        **kwargs,
     }
     return pl.Trainer(**kwargs)
 

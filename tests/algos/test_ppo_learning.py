@@ -17,8 +17,9 @@ def _train_and_test(preset: str, seed: int) -> dict[str, float]:
     pl.seed_everything(seed)
     data = RolloutDataModule(seed=seed, **settings["data"])
     model = PPO(**settings["model"])
-    trainer = pl.Trainer(max_epochs=-1, logger=False, enable_checkpointing=False, enable_progress_bar=False,
-                         enable_model_summary=False)
+    trainer = pl.Trainer(
+        max_epochs=-1, logger=False, enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False
+    )
     trainer.fit(model, data)
     assert data.env_steps <= settings["model"]["total_timesteps"] + data.steps_per_epoch
     return {k: float(v) for r in trainer.test(model, data, verbose=False) for k, v in r.items()}

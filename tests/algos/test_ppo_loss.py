@@ -39,26 +39,47 @@ def test_ppo_loss_matches_torchrl_clip_ppo_loss(ent_coef, vf_coef):
     obs, action, old_log_prob, old_value, advantage, returns = _batch(policy)
 
     log_prob, entropy, value = policy.evaluate_actions(obs, action)
-    ours = ppo_loss(log_prob, entropy, value, old_log_prob, old_value, advantage, returns,
-                    clip_coef=0.2, ent_coef=ent_coef, vf_coef=vf_coef, norm_adv=True)
+    ours = ppo_loss(
+        log_prob,
+        entropy,
+        value,
+        old_log_prob,
+        old_value,
+        advantage,
+        returns,
+        clip_coef=0.2,
+        ent_coef=ent_coef,
+        vf_coef=vf_coef,
+        norm_adv=True,
+    )
     ours.loss.backward()
     ours_grads = [p.grad.clone() for p in policy.parameters()]
     policy.zero_grad()
 
     actor = ProbabilisticActor(
         TensorDictModule(policy.actor, in_keys=["obs"], out_keys=["logits"]),
-        in_keys=["logits"], distribution_class=Categorical, return_log_prob=True,
+        in_keys=["logits"],
+        distribution_class=Categorical,
+        return_log_prob=True,
     )
     critic = ValueOperator(policy.critic, in_keys=["obs"])
     reference = ClipPPOLoss(
-        actor, critic, clip_epsilon=0.2, entropy_coeff=ent_coef, critic_coeff=vf_coef / 2,
-        loss_critic_type="l2", normalize_advantage=True,
+        actor,
+        critic,
+        clip_epsilon=0.2,
+        entropy_coeff=ent_coef,
+        critic_coeff=vf_coef / 2,
+        loss_critic_type="l2",
+        normalize_advantage=True,
     )
     keys = reference.tensor_keys
     td = TensorDict(
         {
-            "obs": obs, "action": action, keys.sample_log_prob: old_log_prob,
-            "advantage": advantage.unsqueeze(-1), "value_target": returns.unsqueeze(-1),
+            "obs": obs,
+            "action": action,
+            keys.sample_log_prob: old_log_prob,
+            "advantage": advantage.unsqueeze(-1),
+            "value_target": returns.unsqueeze(-1),
             "state_value": old_value.unsqueeze(-1),
         },
         batch_size=[obs.shape[0]],
@@ -73,14 +94,24 @@ def test_ppo_loss_matches_torchrl_clip_ppo_loss(ent_coef, vf_coef):
     torch.testing.assert_close(ours.loss.detach(), total.detach(), rtol=1e-4, atol=1e-5)
     torch.testing.assert_close(ours.clip_fraction, out["clip_fraction"], rtol=0, atol=1e-6)
     assert 0.0 < ours.clip_fraction < 1.0
-    for a, b in zip(ours_grads, ref_grads):
+    for a, b in zip(ours_grads, ref_grads, strict=True):
         torch.testing.assert_close(a, b, rtol=1e-3, atol=1e-5)
 
 
 def test_value_clipping_limits_the_update():
     """Test that clip_vloss takes the larger of clipped and unclipped value errors."""
     zeros = torch.zeros(1)
-    terms = ppo_loss(zeros, zeros, torch.tensor([1.0]), zeros, zeros, torch.ones(1), torch.tensor([2.0]),
-                     clip_coef=0.2, norm_adv=False, clip_vloss=True)
+    terms = ppo_loss(
+        zeros,
+        zeros,
+        torch.tensor([1.0]),
+        zeros,
+        zeros,
+        torch.ones(1),
+        torch.tensor([2.0]),
+        clip_coef=0.2,
+        norm_adv=False,
+        clip_vloss=True,
+    )
     # unclipped error (1 - 2)^2 = 1; clipped value 0.2 -> (0.2 - 2)^2 = 3.24; max -> 0.5 * 3.24
     assert terms.value_loss.item() == pytest.approx(0.5 * 3.24)

@@ -33,8 +33,16 @@ def _dataset(rollout_steps=6, num_envs=2, update_epochs=3, num_minibatches=4, ma
     envs = EnvGroup(SCRIPTED_ID, num_envs, obj_sets=SCRIPTED_SETS, max_episode_steps=max_episode_steps)
     policy = ObsValuePolicy()
     dataset = RolloutDataset(
-        envs, policy, rollout_steps, update_epochs, num_minibatches, gamma=gamma, gae_lambda=1.0,
-        counters=RolloutCounters(), generator=torch.Generator().manual_seed(0), reset_seed=0,
+        envs,
+        policy,
+        rollout_steps,
+        update_epochs,
+        num_minibatches,
+        gamma=gamma,
+        gae_lambda=1.0,
+        counters=RolloutCounters(),
+        generator=torch.Generator().manual_seed(0),
+        reset_seed=0,
     )
     return dataset, policy
 
