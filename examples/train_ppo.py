@@ -46,6 +46,7 @@ def main() -> None:
     start = time.perf_counter()
     trainer.fit(model, data)
     wall = time.perf_counter() - start
+    last_checkpoint = trainer.checkpoint_callback.last_model_path
     final = {k: float(v) for r in trainer.test(model, data, verbose=False) for k, v in r.items()}
     print(
         json.dumps(
@@ -58,7 +59,7 @@ def main() -> None:
                 "eval/return_mean": final.get("eval/return_mean"),
                 "eval_ood/return_mean": final.get("eval_ood/return_mean"),
                 "eval_ood/generalization_gap": final.get("eval_ood/generalization_gap"),
-                "last_checkpoint": trainer.checkpoint_callback.last_model_path,
+                "last_checkpoint": last_checkpoint,
             },
             indent=2,
         )

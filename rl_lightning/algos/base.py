@@ -16,6 +16,7 @@ import gymnasium as gym
 import lightning.pytorch as pl
 import numpy as np
 import torch
+from lightning.pytorch.trainer.states import TrainerFn
 from torch import nn
 
 from rl_lightning.callbacks import EnvStepBudget, IntervalCheckpoint
@@ -111,7 +112,9 @@ class RLModule(pl.LightningModule):
         return int(getattr(datamodule, "steps_per_epoch", 0))
 
     def configure_callbacks(self) -> Sequence[pl.Callback]:
-        """The budget always; interval checkpoints when ``save_interval`` is set."""
+        """When fitting: the budget, and interval checkpoints when ``save_interval`` is set."""
+        if self._trainer is None or self.trainer.state.fn != TrainerFn.FITTING:
+            return []
         callbacks: list[pl.Callback] = [EnvStepBudget(self.total_timesteps)]
         if self.save_interval is not None:
             callbacks.append(IntervalCheckpoint(self.save_interval))

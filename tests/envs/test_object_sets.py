@@ -119,3 +119,19 @@ def test_unknown_attribute_rejected():
     """Test that overriding an attribute the env lacks fails with its name."""
     with pytest.raises(ValueError, match="lenght"):
         EnvGroup("CartPole-v1", 1, obj_sets={"train": [{"attrs": {"lenght": 1.0}}]})
+
+
+def test_dotted_path_overrides_mujoco_arrays_in_place():
+    """Test that a dotted-path attribute writes a MuJoCo model field and is restored by other variations."""
+    sets = resolve_object_sets(
+        "InvertedPendulum-v5",
+        {"s": [{"name": "g", "attrs": {"model.opt.gravity": [0.0, 0.0, -20.0]}}, {"name": "default"}]},
+    )
+    env = ObjectSetWrapper(sets, "s")
+    gravity = env.unwrapped.model.opt.gravity
+    seen = set()
+    env.reset(seed=0)
+    for _ in range(20):
+        seen.add((env.variation.name, float(gravity[2])))
+        env.reset()
+    assert seen == {("g", -20.0), ("default", -9.81)}
