@@ -82,38 +82,39 @@ ObjectSets = dict[str, list[Variation]]
 
 # Shipped train / held-out test sets. Train sets vary the physics mildly around the default;
 # test sets go beyond that range, so the test return measures out-of-distribution behaviour.
+TRAIN_SEEDS, TEST_SEEDS = (0, 100_000), (100_000, 200_000)  # held-out sets use unseen seeds too
 SHIPPED_OBJECT_SETS: dict[str, dict[str, list[dict[str, Any]]]] = {
     "CartPole-v1": {
         "train": [
-            {"name": "default", "attrs": {"length": 0.5, "masspole": 0.1}, "seeds": (0, 100_000)},
-            {"name": "short", "attrs": {"length": 0.4, "masspole": 0.08}, "seeds": (0, 100_000)},
-            {"name": "long", "attrs": {"length": 0.6, "masspole": 0.12}, "seeds": (0, 100_000)},
+            {"name": "default", "attrs": {"length": 0.5, "masspole": 0.1}, "seeds": TRAIN_SEEDS},
+            {"name": "short", "attrs": {"length": 0.4, "masspole": 0.08}, "seeds": TRAIN_SEEDS},
+            {"name": "long", "attrs": {"length": 0.6, "masspole": 0.12}, "seeds": TRAIN_SEEDS},
         ],
         "test": [
-            {"name": "very_short_light", "attrs": {"length": 0.25, "masspole": 0.05}, "seeds": (100_000, 200_000)},
-            {"name": "very_long_heavy", "attrs": {"length": 1.0, "masspole": 0.2}, "seeds": (100_000, 200_000)},
-            {"name": "heavy_cart", "attrs": {"masscart": 2.0}, "seeds": (100_000, 200_000)},
+            {"name": "very_short_light", "attrs": {"length": 0.25, "masspole": 0.05}, "seeds": TEST_SEEDS},
+            {"name": "very_long_heavy", "attrs": {"length": 1.0, "masspole": 0.2}, "seeds": TEST_SEEDS},
+            {"name": "heavy_cart", "attrs": {"masscart": 2.0}, "seeds": TEST_SEEDS},
         ],
     },
     "InvertedPendulum-v5": {
         "train": [
-            {"name": "default", "attrs": {BODY_MASS_SCALE: {"pole": 1.0}}, "seeds": (0, 100_000)},
-            {"name": "light_pole", "attrs": {BODY_MASS_SCALE: {"pole": 0.8}}, "seeds": (0, 100_000)},
-            {"name": "heavy_pole", "attrs": {BODY_MASS_SCALE: {"pole": 1.2}}, "seeds": (0, 100_000)},
+            {"name": "default", "attrs": {BODY_MASS_SCALE: {"pole": 1.0}}, "seeds": TRAIN_SEEDS},
+            {"name": "light_pole", "attrs": {BODY_MASS_SCALE: {"pole": 0.8}}, "seeds": TRAIN_SEEDS},
+            {"name": "heavy_pole", "attrs": {BODY_MASS_SCALE: {"pole": 1.2}}, "seeds": TRAIN_SEEDS},
         ],
         # Mass changes alone barely move a trained policy here; a weak motor (gear 100 -> 8)
         # and strong gravity (11 g) are where it breaks, so the test set measures a real gap.
         "test": [
-            {"name": "very_heavy_pole", "attrs": {BODY_MASS_SCALE: {"pole": 2.0}}, "seeds": (100_000, 200_000)},
+            {"name": "very_heavy_pole", "attrs": {BODY_MASS_SCALE: {"pole": 2.0}}, "seeds": TEST_SEEDS},
             {
                 "name": "weak_motor",
                 "attrs": {"model.actuator_gear": [[8.0, 0, 0, 0, 0, 0]]},
-                "seeds": (100_000, 200_000),
+                "seeds": TEST_SEEDS,
             },
             {
                 "name": "strong_gravity",
                 "attrs": {"model.opt.gravity": [0.0, 0.0, -107.91]},
-                "seeds": (100_000, 200_000),
+                "seeds": TEST_SEEDS,
             },
         ],
     },
