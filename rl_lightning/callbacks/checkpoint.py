@@ -31,6 +31,6 @@ class IntervalCheckpoint(ModelCheckpoint):
             return
         last = os.path.join(self.dirpath, self.CHECKPOINT_NAME_LAST + self.FILE_EXTENSION)
         if self._last_global_step_saved != trainer.global_step or not os.path.exists(last):
-            trainer.save_checkpoint(last)
+            trainer.save_checkpoint(last, weights_only=self.save_weights_only)
             self.last_model_path = last
             self._last_global_step_saved = trainer.global_step

@@ -240,7 +240,7 @@ class RolloutDataModule(pl.LightningDataModule):
                 return True
             if trainer.sanity_checking:
                 return False
-            return (trainer.current_epoch + 1) % hp.eval_interval == 0 or trainer.should_stop
+            return (trainer.current_epoch + 1) % hp.eval_interval == 0
 
         share = hp.eval_episodes // self.world_size + (self.rank < hp.eval_episodes % self.world_size)
         loaders = []

@@ -105,6 +105,17 @@ def test_checkpoint_loads_to_identical_deterministic_actions(tmp_path):
     assert loaded.policy.normalizer.count > 1  # statistics were learned and saved
 
 
+def test_loaded_checkpoint_evaluates_on_both_object_sets(tmp_path):
+    """Test that trainer.test on a loaded checkpoint evaluates train and test sets with its weights."""
+    model, _, _ = fit(tmp_path=tmp_path, model_kwargs={"save_interval": 1})
+    loaded = PPO.load_from_checkpoint(os.path.join(tmp_path, "checkpoints", "last.ckpt"))
+    data = small_data()
+    results = trainer(max_epochs=1).test(loaded, data, verbose=False)
+    assert "eval/return_mean" in results[0] and "eval_ood/return_mean" in results[1]
+    reference = trainer(max_epochs=1).test(model, small_data(), verbose=False)
+    assert results == reference  # same weights, same evaluation seeds
+
+
 def test_interval_checkpoints_and_final_last(tmp_path):
     """Test that checkpoints are written every save_interval epochs and last.ckpt holds the end."""
     fit(tmp_path=tmp_path, max_epochs=5, model_kwargs={"save_interval": 2})
@@ -175,6 +186,7 @@ def test_user_env_without_object_sets_trains_with_warning():
     t = trainer(max_epochs=1)
     t.fit(model, data)
     assert t.callback_metrics["eval/return_mean"] == t.callback_metrics["eval_ood/return_mean"]
+    assert t.callback_metrics["eval/success_rate"] == 0.0  # 5-step episodes report is_success=False
 
 
 @pytest.mark.parametrize(
