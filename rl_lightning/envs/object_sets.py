@@ -93,7 +93,7 @@ SHIPPED_OBJECT_SETS: dict[str, dict[str, list[dict[str, Any]]]] = {
         "test": [
             {"name": "very_short_light", "attrs": {"length": 0.25, "masspole": 0.05}, "seeds": TEST_SEEDS},
             {"name": "very_long_heavy", "attrs": {"length": 1.0, "masspole": 0.2}, "seeds": TEST_SEEDS},
-            {"name": "heavy_cart", "attrs": {"masscart": 2.0}, "seeds": TEST_SEEDS},
+            {"name": "heavy_cart", "attrs": {"masscart": 5.0}, "seeds": TEST_SEEDS},
         ],
     },
     "InvertedPendulum-v5": {

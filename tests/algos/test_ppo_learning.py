@@ -35,6 +35,7 @@ def test_ppo_solves_cartpole_within_150k_steps(seed):
 
 
 @pytest.mark.slow
+@pytest.mark.ci
 def test_ppo_solves_inverted_pendulum_within_200k_steps():
     """Test that PPO reaches a deterministic train-set return >= 900 on InvertedPendulum within 200k steps."""
     metrics = _train_and_test("inverted_pendulum", 0)
