@@ -8,7 +8,9 @@ and adds the env-step budget and interval checkpoints to whatever ``Trainer`` ru
 from __future__ import annotations
 
 import math
+import os
 import time
+import zipfile
 from collections.abc import Sequence
 from typing import Any
 
@@ -175,6 +177,26 @@ class RLModule(pl.LightningModule):
         self._log_generalization_gap()
 
     # ---------------------------------------------------------------- checkpoints
+    @classmethod
+    def load_from_checkpoint(cls, checkpoint_path, *args, **kwargs):
+        """Load a model from a checkpoint; a corrupt or truncated file gets a clear error.
+
+        Args:
+            checkpoint_path: Path of a checkpoint written by this library.
+            *args: Passed to ``LightningModule.load_from_checkpoint``.
+            **kwargs: Passed on too (e.g. ``map_location``, or ``actor``/``critic`` modules
+                that were not saved in the hyperparameters).
+        """
+        path = os.fspath(checkpoint_path) if isinstance(checkpoint_path, (str, os.PathLike)) else None
+        if path is not None and os.path.isfile(path) and not zipfile.is_zipfile(path):
+            # torch.save writes a zip archive; anything else is a partial write or another file.
+            raise ValueError(
+                f"Cannot read checkpoint '{path}': it is not a complete checkpoint archive (a write "
+                "may have been interrupted, or it is another kind of file). Load an earlier checkpoint "
+                "from the same directory instead."
+            )
+        return super().load_from_checkpoint(checkpoint_path, *args, **kwargs)
+
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         """Store the algorithm and env spaces so the policy can be rebuilt without envs."""
         checkpoint[CHECKPOINT_KEY] = {

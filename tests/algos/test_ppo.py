@@ -239,3 +239,14 @@ def test_checkpoint_of_other_kind_is_rejected(tmp_path):
     torch.save({"state_dict": {}, "hyper_parameters": {}, "pytorch-lightning_version": "2.6.6"}, path)
     with pytest.raises(ValueError, match="not written by rl_lightning"):
         PPO.load_from_checkpoint(path)
+
+
+def test_corrupt_checkpoint_gets_clear_error(tmp_path):
+    """Test that a truncated checkpoint file fails with a message naming the file and the fix."""
+    fit(tmp_path=tmp_path, model_kwargs={"save_interval": 1}, max_epochs=1)
+    good = tmp_path / "checkpoints" / "last.ckpt"
+    broken = tmp_path / "broken.ckpt"
+    broken.write_bytes(good.read_bytes()[:1000])
+    with pytest.raises(ValueError, match="broken.ckpt.*not a complete checkpoint.*earlier checkpoint"):
+        PPO.load_from_checkpoint(broken)
+    assert PPO.load_from_checkpoint(good).policy is not None  # the good one still loads
