@@ -53,6 +53,8 @@ def evaluate(
         action = policy.act(torch.as_tensor(obs, dtype=torch.float32, device=device), deterministic)[0]
         step = envs.step(to_env_action(action, envs.action_space))
         obs = step.obs
+        if not step.final_obs:  # no episode ended this step
+            continue
         finished = envs.pop_stats()
         for k, i in enumerate(finished.envs):
             if done_count[i] < quota[i]:
