@@ -22,7 +22,7 @@ from tensordict import TensorDict
 from tensordict.nn import TensorDictModule
 from torch.distributions import Categorical
 
-from rl_lightning.algos import ppo_loss
+from rl_lightning.algos.ppo_loss import minibatch_loss
 from rl_lightning.nets import ActorCritic
 
 with warnings.catch_warnings():
@@ -49,19 +49,7 @@ def make_batch(policy: ActorCritic, n: int) -> TensorDict:
 
 
 def plain_step(policy, optimizer, batch):
-    log_prob, entropy, value = policy.evaluate_actions(batch["obs"], batch["action"])
-    terms = ppo_loss(
-        log_prob,
-        entropy,
-        value,
-        batch["log_prob"],
-        batch["value"],
-        batch["advantage"],
-        batch["return"],
-        clip_coef=0.2,
-        ent_coef=0.01,
-        vf_coef=0.5,
-    )
+    terms = minibatch_loss(policy, batch, clip_coef=0.2, ent_coef=0.01, vf_coef=0.5)
     optimizer.zero_grad()
     terms.loss.backward()
     optimizer.step()

@@ -101,17 +101,19 @@ class RLModule(pl.LightningModule):
         return action[0] if single else action
 
     # ---------------------------------------------------------------- progress
+    def _data_counter(self, name: str) -> int:
+        datamodule = getattr(self._trainer, "datamodule", None) if self._trainer else None
+        return int(getattr(datamodule, name, 0))
+
     @property
     def env_steps(self) -> int:
         """Environment steps taken so far over all ranks (0 without a data module)."""
-        datamodule = getattr(self._trainer, "datamodule", None) if self._trainer else None
-        return int(getattr(datamodule, "env_steps", 0))
+        return self._data_counter("env_steps")
 
     @property
     def steps_per_epoch(self) -> int:
         """Environment steps per epoch over all ranks (0 without a data module)."""
-        datamodule = getattr(self._trainer, "datamodule", None) if self._trainer else None
-        return int(getattr(datamodule, "steps_per_epoch", 0))
+        return self._data_counter("steps_per_epoch")
 
     def configure_callbacks(self) -> Sequence[pl.Callback]:
         """When fitting: the budget, and interval checkpoints when ``save_interval`` is set."""

@@ -17,7 +17,7 @@ from tensordict import TensorDict
 from torch import nn
 
 from rl_lightning.algos.base import RLModule
-from rl_lightning.algos.ppo_loss import ppo_loss
+from rl_lightning.algos.ppo_loss import minibatch_loss
 from rl_lightning.nets import ActorCritic
 
 _TRAIN_METRICS = ("policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction")
@@ -115,15 +115,9 @@ class PPO(RLModule):
     def training_step(self, batch: TensorDict, batch_idx: int) -> torch.Tensor:
         """The PPO loss on one minibatch of the rollout."""
         hp = self.hparams
-        log_prob, entropy, value = self.policy.evaluate_actions(batch["obs"], batch["action"])
-        terms = ppo_loss(
-            log_prob,
-            entropy,
-            value,
-            batch["log_prob"],
-            batch["value"],
-            batch["advantage"],
-            batch["return"],
+        terms = minibatch_loss(
+            self.policy,
+            batch,
             clip_coef=hp.clip_coef,
             ent_coef=hp.ent_coef,
             vf_coef=hp.vf_coef,

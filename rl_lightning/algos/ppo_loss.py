@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 
 import torch
+from tensordict import TensorDict
 
 
 @dataclasses.dataclass
@@ -85,4 +86,19 @@ def ppo_loss(
         entropy=entropy_mean.detach(),
         approx_kl=approx_kl,
         clip_fraction=clip_fraction,
+    )
+
+
+def minibatch_loss(policy, batch: TensorDict, **coefs) -> PPOLossTerms:
+    """Evaluate a rollout minibatch under ``policy`` and return its PPO loss terms.
+
+    Args:
+        policy: Has ``evaluate_actions(obs, action) -> (log_prob, entropy, value)``.
+        batch: Rollout minibatch with keys ``obs``, ``action``, ``log_prob``, ``value``,
+            ``advantage``, ``return`` (as yielded by ``RolloutDataset``).
+        **coefs: ``clip_coef``, ``ent_coef``, ``vf_coef``, ``norm_adv``, ``clip_vloss``.
+    """
+    log_prob, entropy, value = policy.evaluate_actions(batch["obs"], batch["action"])
+    return ppo_loss(
+        log_prob, entropy, value, batch["log_prob"], batch["value"], batch["advantage"], batch["return"], **coefs
     )
