@@ -132,7 +132,7 @@ class RLModule(pl.LightningModule):
         rollout = getattr(self.trainer.datamodule, "last_rollout", None)
         if rollout is None:
             return
-        metrics = {"time/env_steps": float(self.env_steps), "train/explained_variance": rollout.explained_variance}
+        metrics = {**self._env_step_axis(), "train/explained_variance": rollout.explained_variance}
         if self._fit_start is not None:
             elapsed = time.perf_counter() - self._fit_start[0]
             metrics["time/sps"] = (self.env_steps - self._fit_start[1]) / max(elapsed, 1e-9)
@@ -143,6 +143,11 @@ class RLModule(pl.LightningModule):
         metrics = {k: v for k, v in metrics.items() if not math.isnan(v)}
         # Episode statistics are per rank: average them; counters are already global.
         self.log_dict(metrics, on_step=False, on_epoch=True, sync_dist=True, batch_size=1)
+
+    def _env_step_axis(self) -> dict[str, float]:
+        # A logged "step" becomes the x-axis of every Lightning logger (LoggerConnector.log_metrics),
+        # so curves are drawn against env steps; time/env_steps keeps the value as a metric too.
+        return {"time/env_steps": float(self.env_steps), "step": float(self.env_steps)}
 
     # ---------------------------------------------------------------- evaluation
     def _eval_step(self, batch: dict[str, Any]) -> None:
@@ -158,10 +163,14 @@ class RLModule(pl.LightningModule):
         self.log_dict(metrics, sync_dist=True, add_dataloader_idx=False, batch_size=n)
         self._eval_returns[prefix] = returns
 
-    def _log_generalization_gap(self) -> None:
+    def _end_evaluation(self) -> None:
+        if not self._eval_returns:  # evaluation was not due this epoch
+            return
+        metrics = self._env_step_axis()
         if "eval" in self._eval_returns and "eval_ood" in self._eval_returns:
             gap = self._eval_returns["eval"].mean() - self._eval_returns["eval_ood"].mean()
-            self.log("eval_ood/generalization_gap", gap, sync_dist=True, batch_size=1)
+            metrics["eval_ood/generalization_gap"] = float(gap)
+        self.log_dict(metrics, sync_dist=True, batch_size=1)
         self._eval_returns = {}
 
     def validation_step(self, batch: dict[str, Any], batch_idx: int, dataloader_idx: int = 0) -> None:
@@ -173,10 +182,10 @@ class RLModule(pl.LightningModule):
         self._eval_step(batch)
 
     def on_validation_epoch_end(self) -> None:
-        self._log_generalization_gap()
+        self._end_evaluation()
 
     def on_test_epoch_end(self) -> None:
-        self._log_generalization_gap()
+        self._end_evaluation()
 
     # ---------------------------------------------------------------- checkpoints
     @classmethod

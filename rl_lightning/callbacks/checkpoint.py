@@ -16,6 +16,9 @@ class IntervalCheckpoint(ModelCheckpoint):
     writes it when training ends, so ``fit(ckpt_path="last")`` and the final evaluation
     always see the final weights, optimizer state and counters.
 
+    Files are named ``epoch=E-env_steps=S.ckpt``: the modules log ``step`` as the env-step
+    count (the x-axis of every logger), which ``ModelCheckpoint`` reads for ``{step}``.
+
     Args:
         save_interval: Epochs between numbered checkpoints.
         dirpath: Directory; ``None`` uses ``<log_dir>/checkpoints`` as ``ModelCheckpoint`` does.
@@ -24,6 +27,8 @@ class IntervalCheckpoint(ModelCheckpoint):
 
     def __init__(self, save_interval: int = 1, dirpath: str | None = None, **kwargs):
         kwargs.setdefault("save_top_k", -1)
+        kwargs.setdefault("filename", "epoch={epoch}-env_steps={step}")
+        kwargs.setdefault("auto_insert_metric_name", False)
         super().__init__(dirpath=dirpath, every_n_epochs=save_interval, save_last=True, **kwargs)
 
     def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:

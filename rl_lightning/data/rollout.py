@@ -92,12 +92,22 @@ class RolloutCounters:
 
 @dataclasses.dataclass
 class RolloutMetrics:
-    """What one rollout reports to the module for logging."""
+    """What one rollout reports to the module for logging.
+
+    The ``*_seconds`` fields split ``rollout_seconds`` into its phases (what is left is
+    buffer bookkeeping): stepping the envs, policy inference (actions, values and the
+    bootstrap values of truncated episodes), advantage computation, and bringing the acting
+    policy up to date (the observation-normalizer update with its cross-rank all-reduce).
+    """
 
     episodes: EpisodeStats
     explained_variance: float
     env_steps: int
     rollout_seconds: float
+    env_seconds: float = 0.0
+    inference_seconds: float = 0.0
+    advantage_seconds: float = 0.0
+    sync_seconds: float = 0.0
 
 
 class RolloutDataset(IterableDataset):
@@ -166,13 +176,16 @@ class RolloutDataset(IterableDataset):
             A flat ``TensorDict`` of ``rollout_steps * num_envs`` transitions with keys
             ``obs``, ``action``, ``log_prob``, ``value``, ``advantage``, ``return``.
         """
-        start = time.perf_counter()
+        clock = time.perf_counter
+        start = clock()
         policy, envs, T, N = self.policy, self.envs, self.rollout_steps, self.envs.num_envs
         # Observation statistics move once per rollout, after the update that used the
         # previous rollout: acting and learning on a rollout see the same normalization.
         if self.pending_obs is not None:
             policy.update_normalizer(self.pending_obs)
             self.pending_obs = None
+        sync_seconds = clock() - start
+        env_seconds = inference_seconds = 0.0
         device = next(policy.parameters()).device
         if envs.obs is None:
             envs.reset(seed=self.reset_seed)
@@ -187,8 +200,13 @@ class RolloutDataset(IterableDataset):
         actions = []
         for t in range(T):
             obs_buf[t] = obs
+            t0 = clock()
             action, log_prob_t, value_t = policy.act(obs.to(device))
+            t1 = clock()
             step = envs.step(to_env_action(action, envs.action_space))
+            t2 = clock()
+            inference_seconds += t1 - t0
+            env_seconds += t2 - t1
             actions.append(action)
             log_prob[t] = log_prob_t
             value[t] = value_t
@@ -198,12 +216,18 @@ class RolloutDataset(IterableDataset):
             if step.truncated.any():
                 idx = np.flatnonzero(step.truncated)
                 final = torch.as_tensor(np.stack([step.final_obs[i] for i in idx]), dtype=torch.float32)
+                t3 = clock()
                 bootstrap[t, idx] = policy.value(final.to(device)).cpu()
+                inference_seconds += clock() - t3
             obs = torch.as_tensor(step.obs, dtype=torch.float32)
+        t0 = clock()
         last_value = policy.value(obs.to(device)).cpu()
+        t1 = clock()
+        inference_seconds += t1 - t0
         next_value = torch.cat([value[1:], last_value.unsqueeze(0)])
         next_value = torch.where(truncated, bootstrap, next_value)
         advantage, returns = compute_gae(reward, value, next_value, terminated, truncated, self.gamma, self.gae_lambda)
+        advantage_seconds = clock() - t1
         self.pending_obs = obs_buf.reshape(T * N, -1)
         steps = T * N * self.world_size
         self.counters.env_steps += steps
@@ -212,7 +236,11 @@ class RolloutDataset(IterableDataset):
             episodes=envs.pop_stats(),
             explained_variance=explained_variance(value.flatten(), returns.flatten()),
             env_steps=steps,
-            rollout_seconds=time.perf_counter() - start,
+            rollout_seconds=clock() - start,
+            env_seconds=env_seconds,
+            inference_seconds=inference_seconds,
+            advantage_seconds=advantage_seconds,
+            sync_seconds=sync_seconds,
         )
         batch = TensorDict(
             {

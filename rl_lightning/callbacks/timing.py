@@ -1,0 +1,100 @@
+"""The timing profiler: where each epoch's wall time goes."""
+
+from __future__ import annotations
+
+import time
+
+import lightning.pytorch as pl
+from lightning.pytorch.utilities import rank_zero_info
+
+# Phase -> (metric suffix, row label). Rollout phases come from ``RolloutMetrics``; the
+# optimization and evaluation phases are timed here around Lightning's own loops.
+PHASES = {
+    "env": "env stepping",
+    "inference": "policy inference",
+    "advantage": "advantage computation",
+    "optimization": "optimization",
+    "evaluation": "evaluation",
+    "sync": "weight sync",
+}
+
+
+class PhaseTimer(pl.Callback):
+    """Splits every training epoch into phases, logs them under ``time/`` and prints a table.
+
+    Per epoch it logs ``time/<phase>_seconds`` for ``env`` (stepping the envs),
+    ``inference`` (policy calls while collecting), ``advantage`` (GAE), ``optimization``
+    (``training_step``, backward, clipping and optimizer steps, gradient all-reduce
+    included), ``evaluation`` (the validation loop on every object set) and ``sync``
+    (bringing the acting policy up to date before a rollout), plus ``time/epoch_seconds``.
+    At the end of ``fit`` it prints each phase's total and share of the wall time.
+
+    The rollout phases are read from the data module's ``last_rollout``
+    (:class:`~rl_lightning.data.rollout.RolloutMetrics`); with another data module only
+    the optimization and evaluation phases are filled.
+
+    Args:
+        print_summary: Print the table when ``fit`` ends (rank zero only).
+    """
+
+    def __init__(self, print_summary: bool = True):
+        self.print_summary = print_summary
+        self.totals = dict.fromkeys(PHASES, 0.0)
+        self.epochs = 0
+        self._epoch = dict.fromkeys(PHASES, 0.0)
+        self._batch_start = self._val_start = self._epoch_start = self._fit_start = 0.0
+        self.fit_seconds = 0.0
+
+    def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._fit_start = time.perf_counter()
+
+    def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._epoch = dict.fromkeys(PHASES, 0.0)
+        self._epoch_start = time.perf_counter()
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        self._batch_start = time.perf_counter()
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        self._epoch["optimization"] += time.perf_counter() - self._batch_start
+
+    def on_validation_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._val_start = time.perf_counter()
+
+    def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if not trainer.sanity_checking:
+            self._epoch["evaluation"] += time.perf_counter() - self._val_start
+
+    def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        # Validation of this epoch has already run: Lightning calls it before this hook.
+        rollout = getattr(trainer.datamodule, "last_rollout", None) if trainer.datamodule else None
+        if rollout is not None:
+            for phase in ("env", "inference", "advantage", "sync"):
+                self._epoch[phase] = getattr(rollout, f"{phase}_seconds")
+        for phase, seconds in self._epoch.items():
+            self.totals[phase] += seconds
+        self.epochs += 1
+        metrics = {f"time/{phase}_seconds": seconds for phase, seconds in self._epoch.items()}
+        metrics["time/epoch_seconds"] = time.perf_counter() - self._epoch_start
+        pl_module.log_dict(metrics, on_step=False, on_epoch=True, sync_dist=True, batch_size=1)
+
+    def on_fit_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self.fit_seconds = time.perf_counter() - self._fit_start
+        if self.print_summary and self.epochs:
+            rank_zero_info(self.summary())
+
+    def summary(self) -> str:
+        """The table printed at the end of ``fit``: seconds, share of wall time, per epoch."""
+        wall = max(self.fit_seconds, 1e-9)
+        rows = [(PHASES[p], s) for p, s in self.totals.items()]
+        rows.append(("other (Lightning, logging, checkpoints)", max(0.0, wall - sum(self.totals.values()))))
+        width = max(len(label) for label, _ in rows)
+        lines = [
+            f"Timing over {self.epochs} epochs, {wall:.1f} s of fit:",
+            f"  {'phase':<{width}}  {'seconds':>9}  {'share':>6}  {'per epoch':>10}",
+        ]
+        for label, seconds in rows:
+            lines.append(
+                f"  {label:<{width}}  {seconds:>9.2f}  {seconds / wall:>6.1%}  {seconds / self.epochs * 1e3:>7.1f} ms"
+            )
+        return "\n".join(lines)
