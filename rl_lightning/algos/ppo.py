@@ -76,7 +76,11 @@ class PPO(RLModule):
                 raise ValueError(f"{name} must be a non-negative number, got {value!r}.")
         if max_grad_norm is not None and (not isinstance(max_grad_norm, (int, float)) or max_grad_norm <= 0):
             raise ValueError(f"max_grad_norm must be a positive number or None, got {max_grad_norm!r}.")
-        if not hidden_sizes or any(not isinstance(h, int) or h <= 0 for h in hidden_sizes):
+        if (
+            not isinstance(hidden_sizes, Sequence)
+            or not hidden_sizes
+            or any(not isinstance(h, int) or isinstance(h, bool) or h <= 0 for h in hidden_sizes)
+        ):
             raise ValueError(f"hidden_sizes must be a non-empty list of positive integers, got {hidden_sizes!r}.")
         self.save_hyperparameters(ignore=["actor", "critic"])
         self._actor, self._critic = actor, critic

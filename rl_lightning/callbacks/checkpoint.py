@@ -21,7 +21,8 @@ class IntervalCheckpoint(ModelCheckpoint):
 
     Args:
         save_interval: Epochs between numbered checkpoints.
-        dirpath: Directory; ``None`` uses ``<log_dir>/checkpoints`` as ``ModelCheckpoint`` does.
+        dirpath: Directory; ``None`` uses ``<trainer.log_dir>/checkpoints``: the first
+            logger's directory (a W&B logger's ``save_dir``), or ``default_root_dir``.
         **kwargs: Passed to ``ModelCheckpoint``.
     """
 
@@ -30,6 +31,13 @@ class IntervalCheckpoint(ModelCheckpoint):
         kwargs.setdefault("filename", "epoch={epoch}-env_steps={step}")
         kwargs.setdefault("auto_insert_metric_name", False)
         super().__init__(dirpath=dirpath, every_n_epochs=save_interval, save_last=True, **kwargs)
+
+    def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        # trainer.log_dir is the same for every logger kind (ModelCheckpoint's own default
+        # nests a W&B run under project/run-id), so runs keep their checkpoints in one place.
+        if self.dirpath is None:
+            self.dirpath = os.path.join(trainer.log_dir or trainer.default_root_dir, "checkpoints")
+        super().setup(trainer, pl_module, stage)
 
     def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if trainer.fast_dev_run or trainer.sanity_checking or self.dirpath is None:

@@ -1,0 +1,160 @@
+"""The Hydra app behind ``python train.py``: build a run from a composed config and run it.
+
+``build_*`` turn the config groups into objects (``algo`` -> the algorithm, ``data`` +
+``env`` -> the data module, ``trainer``, ``logger``, ``callbacks``); :func:`train` runs
+the warm-up (``debug=true``), ``fit``, the final test on every object set, and the summary.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+import lightning.pytorch as pl
+from hydra.utils import instantiate
+from lightning.pytorch.utilities import rank_zero_only
+from omegaconf import DictConfig, OmegaConf
+
+from rl_lightning.launch.errors import ConfigError, explain_build_error
+from rl_lightning.launch.summary import RunSummary
+
+# env-group key -> RolloutDataModule argument (the group says `id`, the data module `env`).
+ENV_KEY_TO_ARG = {"id": "env"}
+
+
+def _plain(node: Any) -> Any:
+    return OmegaConf.to_container(node, resolve=True) if isinstance(node, DictConfig) else dict(node)
+
+
+def build_data(cfg: DictConfig, **overrides: Any) -> pl.LightningDataModule:
+    """The data module from the ``data`` group plus the ``env`` group and the top-level ``seed``."""
+    env = {ENV_KEY_TO_ARG.get(k, k): v for k, v in _plain(cfg.env).items()}
+    return instantiate(cfg.data, **env, seed=cfg.seed, **overrides, _convert_="all")
+
+
+def build_model(cfg: DictConfig, **overrides: Any) -> pl.LightningModule:
+    """The algorithm from the ``algo`` group (its keys are the constructor's arguments)."""
+    return instantiate(cfg.algo, **overrides, _convert_="all")
+
+
+def build_loggers(cfg: DictConfig) -> list[pl.loggers.Logger]:
+    """Every logger selected in the ``logger`` group (``logger=[wandb,csv]`` for several)."""
+    return [instantiate(node, _convert_="all") for node in (cfg.get("logger") or {}).values()]
+
+
+def build_callbacks(cfg: DictConfig) -> list[pl.Callback]:
+    """The ``callbacks`` group's callbacks."""
+    return [instantiate(node, _convert_="all") for node in (cfg.get("callbacks") or {}).values()]
+
+
+def build_trainer(cfg: DictConfig, loggers: list, callbacks: list) -> pl.Trainer:
+    """The ``Trainer`` with its root, logs and checkpoints in ``run_dir``."""
+    return instantiate(
+        cfg.trainer, default_root_dir=cfg.run_dir, logger=loggers or False, callbacks=callbacks, _convert_="all"
+    )
+
+
+def _explained(build, cfg: DictConfig):
+    """Run ``build()``; a config mistake becomes a :class:`ConfigError` naming the key and the fix."""
+    try:
+        return build()
+    except Exception as err:
+        message = explain_build_error(err, cfg)
+        if message is None:
+            raise
+        raise ConfigError(message) from None
+
+
+def warm_up(cfg: DictConfig) -> None:
+    """A few-second dry run: one short rollout, one update and one evaluation of each object set.
+
+    It builds its own small data module and model from the same config on one device,
+    surfacing dataflow errors (shapes, dtypes, env settings) before the real run starts.
+    Nothing is logged or saved; the real run then starts from fresh objects and seeds.
+    """
+    small = dict(rollout_steps=8, update_epochs=1, num_minibatches=1, eval_interval=1, eval_episodes=1, eval_num_envs=1)
+    data = _explained(lambda: build_data(cfg, **small), cfg)
+    model = _explained(lambda: build_model(cfg, save_interval=None), cfg)
+    trainer = pl.Trainer(
+        accelerator=cfg.trainer.get("accelerator", "auto"),
+        devices=1,
+        max_epochs=1,
+        limit_train_batches=1,
+        num_sanity_val_steps=0,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        default_root_dir=cfg.run_dir,
+    )
+    start = time.perf_counter()
+    try:
+        trainer.fit(model, data)
+    finally:
+        data.close()
+    _print(f"Warm-up passed in {time.perf_counter() - start:.1f} s (one rollout, one update, one evaluation per set).")
+
+
+@rank_zero_only
+def _print(text: str) -> None:
+    print(text, flush=True)
+
+
+def _finish_loggers(loggers: list) -> None:
+    # A W&B run stays open until finished; a multirun's next job must not reuse it.
+    for logger in loggers:
+        run = getattr(logger, "_experiment", None)
+        if isinstance(logger, pl.loggers.WandbLogger) and run is not None and hasattr(run, "finish"):
+            run.finish()
+
+
+def train(cfg: DictConfig) -> RunSummary | None:
+    """Run one experiment: optional warm-up, ``fit``, the final test, and the summary.
+
+    Returns:
+        The run's summary on rank zero (also printed and written to ``summary.json``).
+
+    Raises:
+        ConfigError: A config value cannot build its object (the message names the key).
+    """
+    os.makedirs(cfg.run_dir, exist_ok=True)
+    if cfg.get("debug"):
+        pl.seed_everything(cfg.seed, verbose=False)
+        warm_up(cfg)
+    pl.seed_everything(cfg.seed, verbose=False)
+    data, model = _explained(lambda: build_data(cfg), cfg), _explained(lambda: build_model(cfg), cfg)
+    loggers, callbacks = _explained(lambda: build_loggers(cfg), cfg), _explained(lambda: build_callbacks(cfg), cfg)
+    trainer = _explained(lambda: build_trainer(cfg, loggers, callbacks), cfg)
+    resolved = OmegaConf.to_container(cfg, resolve=True)
+    if trainer.is_global_zero:
+        OmegaConf.save(OmegaConf.create(resolved), os.path.join(cfg.run_dir, "config.yaml"))
+    for logger in loggers:
+        logger.log_hyperparams({"config": resolved})
+    try:
+        start = time.perf_counter()
+        trainer.fit(model, data)
+        wall = time.perf_counter() - start
+        if cfg.get("test_after_fit", True):
+            results = trainer.test(model, data, verbose=False)
+            metrics = {k: v for r in results for k, v in r.items()}
+        else:
+            metrics = dict(trainer.callback_metrics)
+        checkpoint = trainer.checkpoint_callback.last_model_path if trainer.checkpoint_callback else None
+        summary = RunSummary.from_metrics(
+            metrics,
+            env_steps=data.env_steps,
+            wall_seconds=wall,
+            env_steps_per_second=data.env_steps / max(wall, 1e-9),
+            checkpoint=checkpoint or None,
+            run_dir=os.path.abspath(cfg.run_dir),
+            seed=cfg.seed,
+        )
+    finally:
+        data.close()
+        _finish_loggers(loggers)
+    if not trainer.is_global_zero:
+        return None
+    summary.write()
+    _print(str(summary))
+    return summary

@@ -1,0 +1,133 @@
+"""Config errors as one paragraph that names the key and the fix, not a deep traceback.
+
+Two moments can fail: composing the config (a typo'd key, an unknown group option, bad
+override syntax; checked by :func:`check_overrides` before Hydra starts the job) and
+building the objects from it (a wrong type or an impossible value, an unknown env;
+explained by :func:`explain_build_error`).
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from collections.abc import Sequence
+
+from hydra import compose, initialize_config_dir
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.errors import HydraException, InstantiationException
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+
+class ConfigError(Exception):
+    """A configuration mistake, explained for the user."""
+
+
+def _did_you_mean(word: str, options: Sequence[str]) -> str:
+    close = difflib.get_close_matches(word, list(options), n=3, cutoff=0.6)
+    return f" Did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
+
+
+def _single_run_overrides(overrides: Sequence[str]) -> list[str]:
+    """Command-line overrides with every sweep (``seed=1,2,3``) replaced by its first value."""
+    parsed = OverridesParser.create().parse_overrides(list(overrides))
+    result = []
+    for override in parsed:
+        if override.key_or_group.startswith("hydra"):
+            continue
+        if override.is_sweep_override():
+            first = next(iter(override.sweep_string_iterator()))
+            result.append(f"{override.get_key_element()}={first}")
+        else:
+            result.append(override.input_line)
+    return result
+
+
+def check_overrides(config_dir: str, config_name: str, overrides: Sequence[str]) -> None:
+    """Compose the config once to catch composition mistakes before Hydra runs the job.
+
+    Raises:
+        ConfigError: With the key, what is wrong, and the fix.
+    """
+    try:
+        single = _single_run_overrides(overrides)
+    except HydraException as err:
+        raise ConfigError(
+            f"Cannot parse the command-line overrides {list(overrides)}: {str(err).splitlines()[0]}. "
+            "Write overrides as key=value (e.g. algo.lr=1e-3 env.num_envs=16), lists as [a,b], sweeps "
+            "with -m key=a,b."
+        ) from None
+    try:
+        with initialize_config_dir(config_dir=config_dir, version_base="1.3"):
+            compose(config_name, overrides=single)
+    except HydraException as err:
+        raise ConfigError(_explain_composition(str(err), config_dir, config_name, single)) from None
+
+
+def _explain_composition(message: str, config_dir: str, config_name: str, overrides: list[str]) -> str:
+    missing = re.search(r"Could not find '([\w/]+)/([\w.-]+)'", message)
+    if missing:
+        group, option = missing.groups()
+        options = re.findall(r"^\t(\S+)$", message.split("Config search path")[0], flags=re.M)
+        return (
+            f"Unknown {group} '{option}'.{_did_you_mean(option, options)} Choose one of: {', '.join(options)} "
+            f"(e.g. {'+' if group == 'experiment' else ''}{group}={options[0] if options else '...'}"
+            + (", or several: logger=[wandb,csv])." if group == "logger" else ").")
+        )
+    override = re.search(r"Could not override '([\w.]+)'", message)
+    if override:
+        key = override.group(1)
+        parent, _, leaf = key.rpartition(".")
+        keys = _keys_at(config_dir, config_name, overrides, key, parent)
+        where = f"'{parent}'" if parent else "the top level"
+        return (
+            f"Unknown config key '{key}'.{_did_you_mean(leaf, keys)} Keys of {where}: {', '.join(keys)}. "
+            f"Fix the spelling; to add a new key on purpose, write +{key}=..."
+        )
+    return f"The config could not be composed: {' '.join(message.split())}"
+
+
+def _keys_at(config_dir: str, config_name: str, overrides: list[str], bad: str, parent: str) -> list[str]:
+    """Keys under ``parent`` in the config composed without the offending override."""
+    rest = [o for o in overrides if not o.lstrip("+~").startswith(bad + "=")]
+    try:
+        with initialize_config_dir(config_dir=config_dir, version_base="1.3"):
+            cfg = compose(config_name, overrides=rest)
+        node = OmegaConf.select(cfg, parent) if parent else cfg
+        return sorted(node.keys()) if isinstance(node, DictConfig) else []
+    except HydraException:
+        return []
+
+
+def explain_build_error(err: Exception, cfg: DictConfig) -> str | None:
+    """Explain an error raised while building the run's objects; ``None`` if it is not a config mistake."""
+    group = None
+    if isinstance(err, InstantiationException):
+        found = re.search(r"full_key: ([\w.]+)", str(err))
+        group = found.group(1).split(".")[0] if found else None
+        err = err.__cause__ or err
+    if isinstance(err, OmegaConfBaseException):
+        key = getattr(err, "full_key", None) or "?"
+        return f"Config key '{key}' has no usable value ({err.msg if hasattr(err, 'msg') else err}). Set it: {key}=..."
+    if not isinstance(err, (ValueError, TypeError)):
+        return None
+    text = str(err).strip()
+    key = _key_named_in(text, cfg, group)
+    fix = f" Fix it on the command line ({key}=...) or in the config file." if key else ""
+    where = f" in '{key}'" if key else (f" in group '{group}'" if group else "")
+    return f"Invalid config value{where}: {text}{fix}"
+
+
+def _key_named_in(text: str, cfg: DictConfig, group: str | None) -> str | None:
+    """The config key an error message starts with or quotes (``lr must be ...`` -> ``algo.lr``)."""
+    words = re.findall(r"[A-Za-z_][\w]*", text)
+    candidates = [group] if group else []
+    candidates += [g for g in ("algo", "data", "env", "trainer", "logger", "callbacks") if g not in candidates]
+    for word in words[:12]:
+        for name in candidates:
+            node = cfg.get(name)
+            if isinstance(node, DictConfig) and word in node:
+                return f"{name}.{word}"
+            if name == "env" and word == "env" and isinstance(node, DictConfig):
+                return "env.id"
+    return None

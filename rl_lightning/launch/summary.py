@@ -1,0 +1,76 @@
+"""The summary that ends every run: what was learned, how fast, and where it was saved."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from typing import Any
+
+SUMMARY_FILE = "summary.json"
+
+
+@dataclasses.dataclass
+class RunSummary:
+    """Final figures of one run (written to ``<run_dir>/summary.json`` and printed).
+
+    Attributes:
+        eval_return: Final ``eval/return_mean`` (training object set); ``None`` if not evaluated.
+        eval_ood_return: Final ``eval_ood/return_mean`` (held-out ``test`` set).
+        generalization_gap: ``eval_return - eval_ood_return``.
+        env_steps: Environment steps taken over all ranks.
+        wall_seconds: Wall time of ``fit``.
+        env_steps_per_second: ``env_steps / wall_seconds`` for the steps taken in this fit.
+        checkpoint: Path of the last checkpoint (``None`` when checkpointing is off).
+        run_dir: The run directory.
+        seed: The run's seed.
+    """
+
+    eval_return: float | None
+    eval_ood_return: float | None
+    generalization_gap: float | None
+    env_steps: int
+    wall_seconds: float
+    env_steps_per_second: float
+    checkpoint: str | None
+    run_dir: str
+    seed: int | None = None
+
+    @classmethod
+    def from_metrics(cls, metrics: dict[str, Any], **fields: Any) -> RunSummary:
+        """Build from final evaluation metrics (``trainer.test`` results or callback metrics)."""
+
+        def get(key: str) -> float | None:
+            value = metrics.get(key)
+            return None if value is None else float(value)
+
+        return cls(
+            eval_return=get("eval/return_mean"),
+            eval_ood_return=get("eval_ood/return_mean"),
+            generalization_gap=get("eval_ood/generalization_gap"),
+            **fields,
+        )
+
+    def write(self) -> str:
+        """Write ``summary.json`` into the run directory; returns its path."""
+        path = os.path.join(self.run_dir, SUMMARY_FILE)
+        with open(path, "w") as f:
+            json.dump(dataclasses.asdict(self), f, indent=2)
+        return path
+
+    def __str__(self) -> str:
+        def num(value: float | None) -> str:
+            return "not evaluated" if value is None else f"{value:.2f}"
+
+        rows = [
+            ("eval/return_mean (train set)", num(self.eval_return)),
+            ("eval_ood/return_mean (test set)", num(self.eval_ood_return)),
+            ("generalization gap", num(self.generalization_gap)),
+            ("env steps", f"{self.env_steps:,}"),
+            ("wall time", f"{self.wall_seconds:.1f} s"),
+            ("env steps/s", f"{self.env_steps_per_second:,.0f}"),
+            ("checkpoint", self.checkpoint or "none"),
+            ("run dir", self.run_dir),
+        ]
+        width = max(len(k) for k, _ in rows)
+        return "\n".join(["Run summary:", *(f"  {k:<{width}}  {v}" for k, v in rows)])

@@ -1,0 +1,47 @@
+"""Train from a config: the Hydra front door (configs in ``conf/``).
+
+    python train.py +experiment=ppo                      # PPO on CartPole-v1, tuned
+    python train.py +experiment=ppo_continuous           # PPO on InvertedPendulum-v5 (MuJoCo)
+    python train.py +experiment=ppo algo.lr=1e-3 env.num_envs=16 logger=[tensorboard,csv] seed=3
+    python train.py +experiment=ppo trainer=ddp trainer.devices=2
+    python train.py -m +experiment=ppo seed=1,2,3         # a sweep: one run per seed under multirun/
+    python train.py +experiment=ppo debug=true           # a few-second warm-up first
+
+Each run writes checkpoints, logs, ``config.yaml`` and ``summary.json`` under its run
+directory (``runs/<date_time>``) and ends with a printed summary.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import hydra
+from omegaconf import DictConfig
+
+from rl_lightning.launch.app import train
+from rl_lightning.launch.errors import ConfigError, check_overrides
+
+CONFIG_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "conf")
+
+
+@hydra.main(config_path="conf", config_name="config", version_base="1.3")
+def main(cfg: DictConfig) -> float | None:
+    try:
+        summary = train(cfg)
+    except ConfigError as err:
+        sys.exit(f"Config error: {err}")
+    # The return value is what Hydra's sweepers optimize.
+    return None if summary is None else summary.eval_return
+
+
+if __name__ == "__main__":
+    # Hydra's own messages for a typo'd key or an unknown option are terse; compose once
+    # first and explain. (Skipped inside DDP child processes, which rerun this script.)
+    if "LOCAL_RANK" not in os.environ or os.environ.get("LOCAL_RANK") == "0":
+        overrides = [a for a in sys.argv[1:] if not a.startswith("-")]
+        try:
+            check_overrides(CONFIG_DIR, "config", overrides)
+        except ConfigError as err:
+            sys.exit(f"Config error: {err}")
+    main()
