@@ -210,8 +210,10 @@ class RLModule(pl.LightningModule):
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         """Store the algorithm and env spaces so the policy can be rebuilt without envs."""
+        datamodule = getattr(self._trainer, "datamodule", None) if self._trainer else None
         checkpoint[CHECKPOINT_KEY] = {
             "algorithm": type(self).__name__,
+            "datamodule": f"{type(datamodule).__module__}.{type(datamodule).__name__}" if datamodule else None,
             "observation_space": space_to_dict(self._spaces[0]),
             "action_space": space_to_dict(self._spaces[1]),
         }

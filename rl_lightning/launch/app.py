@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import time
+import warnings
 from typing import Any
 
 import lightning.pytorch as pl
@@ -18,6 +19,9 @@ from omegaconf import DictConfig, OmegaConf
 
 from rl_lightning.launch.errors import ConfigError, explain_build_error
 from rl_lightning.launch.summary import RunSummary
+
+# Loggers share the run directory with Hydra's files; nothing of theirs is deleted.
+warnings.filterwarnings("ignore", ".*Experiment logs directory .* exists and is not empty.*")
 
 # env-group key -> RolloutDataModule argument (the group says `id`, the data module `env`).
 ENV_KEY_TO_ARG = {"id": "env"}

@@ -1,0 +1,142 @@
+"""``rl-lightning plot``: learning curves of runs, train and test object sets side by side.
+
+    rl-lightning plot runs/2026-11-30_10-00-00                 # one run
+    rl-lightning plot multirun/2026-11-30_10-00-00 --out ppo.png  # a sweep: mean and range over seeds
+    rl-lightning plot multirun/ppo_a multirun/ppo_b             # two groups compared
+
+Each positional path is one curve: every run found under it (a directory holding a
+``metrics.csv`` from the CSV logger or TensorBoard event files) counts as one seed. The
+x-axis is environment steps; the panels are ``eval/return_mean`` (training object set)
+and ``eval_ood/return_mean`` (held-out ``test`` set).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import os
+from collections.abc import Sequence
+
+import numpy as np
+
+PANELS = (("eval/return_mean", "train object set (eval/)"), ("eval_ood/return_mean", "test object set (eval_ood/)"))
+Curve = tuple[np.ndarray, np.ndarray]  # (env steps, values), sorted by steps
+
+
+def find_runs(path: str) -> list[str]:
+    """Run directories under ``path`` (itself included): those with ``metrics.csv`` or TensorBoard events."""
+    runs = []
+    for root, dirs, files in os.walk(path):
+        dirs[:] = sorted(d for d in dirs if d not in ("checkpoints", "wandb", ".hydra"))
+        if "metrics.csv" in files or any(f.startswith("events.out.tfevents") for f in files):
+            runs.append(root)
+    return runs
+
+
+def _dedupe(steps: list[float], values: list[float]) -> Curve:
+    # The final test repeats the last evaluation's step: keep the last value per step.
+    last = dict(zip(steps, values))
+    order = sorted(last)
+    return np.asarray(order, dtype=float), np.asarray([last[s] for s in order], dtype=float)
+
+
+def read_curves(run_dir: str, keys: Sequence[str] = tuple(k for k, _ in PANELS)) -> dict[str, Curve]:
+    """Curves of ``keys`` against env steps from one run's CSV metrics or TensorBoard events."""
+    found: dict[str, tuple[list[float], list[float]]] = {k: ([], []) for k in keys}
+    csv_path = os.path.join(run_dir, "metrics.csv")
+    if os.path.exists(csv_path):
+        with open(csv_path, newline="") as f:
+            for row in csv.DictReader(f):
+                step = row.get("time/env_steps") or row.get("step")
+                for key in keys:
+                    if row.get(key) not in (None, "") and step not in (None, ""):
+                        found[key][0].append(float(step))
+                        found[key][1].append(float(row[key]))
+    else:
+        from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+        events = EventAccumulator(run_dir, size_guidance={"scalars": 0})
+        events.Reload()
+        tags = set(events.Tags().get("scalars", []))
+        for key in keys:
+            if key in tags:  # the modules log `step` = env steps, so TensorBoard's step is env steps
+                for event in events.Scalars(key):
+                    found[key][0].append(float(event.step))
+                    found[key][1].append(float(event.value))
+    return {k: _dedupe(*v) for k, v in found.items() if v[0]}
+
+
+def aggregate(curves: Sequence[Curve]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Mean, min and max over seeds on a shared grid of env steps (where every seed has data).
+
+    Returns:
+        ``(steps, mean, low, high)``.
+    """
+    end = min(c[0][-1] for c in curves)
+    grid = np.unique(np.concatenate([c[0][c[0] <= end] for c in curves]))
+    values = np.stack([np.interp(grid, steps, vals) for steps, vals in curves])
+    return grid, values.mean(0), values.min(0), values.max(0)
+
+
+def plot_runs(paths: Sequence[str], out: str, title: str | None = None) -> dict[str, int]:
+    """Write a PNG of the learning curves of ``paths`` (one curve per path); returns seeds per path.
+
+    Raises:
+        FileNotFoundError: A path holds no run with readable metrics (the message says which
+            loggers write what this command reads).
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(PANELS), figsize=(11, 4), sharey=True)
+    seeds = {}
+    for path in paths:
+        runs = [read_curves(r) for r in find_runs(path)]
+        runs = [r for r in runs if r]
+        if not runs:
+            raise FileNotFoundError(
+                f"No evaluation curves under '{path}': plotting reads metrics.csv (logger=csv) or TensorBoard "
+                "events (logger=tensorboard); W&B-only runs are read by W&B. Rerun with logger=[wandb,csv]."
+            )
+        seeds[path] = len(runs)
+        label = os.path.basename(os.path.normpath(path))
+        for ax, (key, _) in zip(axes, PANELS):
+            curves = [r[key] for r in runs if key in r]
+            if not curves:
+                continue
+            steps, mean, low, high = aggregate(curves)
+            line = ax.plot(steps, mean, label=f"{label} ({len(curves)} seed{'s' * (len(curves) > 1)})")[0]
+            if len(curves) > 1:
+                ax.fill_between(steps, low, high, color=line.get_color(), alpha=0.2, linewidth=0)
+    for ax, (_, name) in zip(axes, PANELS):
+        ax.set_title(name)
+        ax.set_xlabel("environment steps")
+        ax.grid(alpha=0.3)
+    axes[0].set_ylabel("evaluation return (mean; band: min-max over seeds)")
+    axes[0].legend(loc="lower right", fontsize="small")
+    if title:
+        fig.suptitle(title)
+    fig.tight_layout()
+    os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
+    fig.savefig(out, dpi=120)
+    plt.close(fig)
+    return seeds
+
+
+def main(args: Sequence[str] | None = None) -> None:
+    """``rl-lightning plot RUN_DIR [RUN_DIR ...] [--out FILE] [--title TEXT]``."""
+    parser = argparse.ArgumentParser(prog="rl-lightning plot", description=__doc__.splitlines()[0])
+    parser.add_argument("paths", nargs="+", help="run or sweep directories; each is one curve")
+    parser.add_argument("--out", default=None, help="PNG to write (default: <first path>/curves.png)")
+    parser.add_argument("--title", default=None)
+    ns = parser.parse_args(args)
+    out = ns.out or os.path.join(ns.paths[0], "curves.png")
+    try:
+        seeds = plot_runs(ns.paths, out, ns.title)
+    except FileNotFoundError as err:
+        parser.exit(2, f"rl-lightning plot: {err}\n")
+    print(f"Wrote {out} ({', '.join(f'{p}: {n} run(s)' for p, n in seeds.items())})")
+
+
