@@ -17,7 +17,8 @@ class EnvStepProgressBar(ProgressBar):
     Replaces Lightning's batch-counting bar (a PPO epoch is a rollout plus many
     minibatches; counting batches says little about progress). Updated once per epoch
     with the latest training episodic return and, once evaluated, the latest ``eval`` and
-    ``eval_ood`` returns. Rank zero only; ``Trainer(enable_progress_bar=False)`` hides it.
+    ``eval_ood`` returns. Rank zero only; ``disable()`` hides it (Lightning refuses a
+    progress-bar callback together with ``Trainer(enable_progress_bar=False)``).
 
     Args:
         leave: Keep the finished bar on screen.
@@ -30,6 +31,7 @@ class EnvStepProgressBar(ProgressBar):
         self.bar: tqdm | None = None
         self._start: tuple[float, int] = (0.0, 0)
         self._episode_return = math.nan
+        self.shown: dict[str, str] = {}
 
     def disable(self) -> None:
         self._enabled = False
@@ -70,7 +72,8 @@ class EnvStepProgressBar(ProgressBar):
         if self.bar is None:
             return
         self.bar.n = int(getattr(pl_module, "env_steps", 0))
-        self.bar.set_postfix(self.postfix(trainer, pl_module), refresh=False)
+        self.shown = self.postfix(trainer, pl_module)
+        self.bar.set_postfix(self.shown, refresh=False)
         self.bar.refresh()
 
     def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:

@@ -34,7 +34,7 @@ def _plain(node: Any) -> Any:
 def build_data(cfg: DictConfig, **overrides: Any) -> pl.LightningDataModule:
     """The data module from the ``data`` group plus the ``env`` group and the top-level ``seed``."""
     env = {ENV_KEY_TO_ARG.get(k, k): v for k, v in _plain(cfg.env).items()}
-    return instantiate(cfg.data, **env, seed=cfg.seed, **overrides, _convert_="all")
+    return instantiate(cfg.data, **{**env, "seed": cfg.seed, **overrides}, _convert_="all")
 
 
 def build_model(cfg: DictConfig, **overrides: Any) -> pl.LightningModule:

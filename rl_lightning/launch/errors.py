@@ -109,7 +109,10 @@ def explain_build_error(err: Exception, cfg: DictConfig) -> str | None:
     if isinstance(err, OmegaConfBaseException):
         key = getattr(err, "full_key", None) or "?"
         return f"Config key '{key}' has no usable value ({err.msg if hasattr(err, 'msg') else err}). Set it: {key}=..."
-    if not isinstance(err, (ValueError, TypeError)):
+    # ValueErrors are the constructors' argument checks; of TypeErrors only a wrong or
+    # missing keyword is the config's doing (anything else is a bug and keeps its traceback).
+    config_type_error = isinstance(err, TypeError) and re.search(r"unexpected keyword|missing \d+ required", str(err))
+    if not (isinstance(err, ValueError) or config_type_error):
         return None
     text = str(err).strip()
     key = _key_named_in(text, cfg, group)

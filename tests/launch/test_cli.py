@@ -1,0 +1,76 @@
+"""``rl-lightning``: the Lightning CLI (fit, then test from the checkpoint) and its configs."""
+
+from __future__ import annotations
+
+import csv
+import glob
+import os
+
+import pytest
+from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
+
+from rl_lightning.launch.cli import RLCLI, checkpoint_config
+from tests.launch.conftest import REPO, run
+
+
+def _rows(path: str) -> list[dict[str, str]]:
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def test_cli_fit_then_test_from_checkpoint(tmp_path):
+    """Test that `rl-lightning fit` trains and checkpoints, and `test --ckpt_path` evaluates both object sets from it."""
+    fit = run(
+        ["-m", "rl_lightning.launch.cli", "fit", "--model", "PPO", "--data.env", "CartPole-v1",
+         "--data.num_envs", "2", "--data.rollout_steps", "16", "--model.clip_coef", "0.1", "--trainer.max_epochs", "2",
+         "--data.eval_episodes", "2", "--seed_everything", "5", "--trainer.default_root_dir", "fit",
+         "--trainer.logger", "CSVLogger", "--trainer.logger.save_dir", "fit"],
+        tmp_path,
+    )
+    assert fit.returncode == 0, fit.stderr[-3000:]
+    ckpts = glob.glob(str(tmp_path / "fit" / "**" / "checkpoints" / "*.ckpt"), recursive=True)
+    assert len(ckpts) == 1
+    config = checkpoint_config(ckpts[0])
+    assert config["model"]["init_args"]["clip_coef"] == 0.1 and config["data"]["init_args"]["num_envs"] == 2
+    assert config["seed_everything"] == 5  # the data module's seed came from --seed_everything
+
+    test = run(
+        ["-m", "rl_lightning.launch.cli", "test", "--ckpt_path", ckpts[0],
+         "--trainer.logger", "CSVLogger", "--trainer.logger.save_dir", "test"],
+        tmp_path,
+    )
+    assert test.returncode == 0, test.stderr[-3000:]
+    (metrics,) = glob.glob(str(tmp_path / "test" / "**" / "metrics.csv"), recursive=True)
+    (row,) = _rows(metrics)
+    assert row["eval/return_mean"] and row["eval_ood/return_mean"] and row["eval_ood/generalization_gap"]
+    # 2 epochs x 2 envs x 16 steps: the test reports the checkpoint's env-step count.
+    assert float(row["time/env_steps"]) == 64
+
+
+def test_cli_test_refuses_a_corrupt_checkpoint_with_the_fix(tmp_path):
+    """Test that `rl-lightning test --ckpt_path` on a truncated file names the file and what to do."""
+    bad = tmp_path / "last.ckpt"
+    bad.write_bytes(b"PK\x03\x04 truncated")
+    proc = run(["-m", "rl_lightning.launch.cli", "test", "--ckpt_path", str(bad)], tmp_path)
+    assert proc.returncode != 0 and "Traceback" not in proc.stderr
+    assert str(bad) in proc.stderr and "earlier checkpoint" in proc.stderr
+
+
+@pytest.mark.parametrize("name", ["ppo", "ppo_continuous"])
+def test_cli_configs_parse_and_match_the_hydra_experiments(name, tmp_path, monkeypatch):
+    """Test that conf/cli/<name>.yaml parses into the same model and data settings as experiment/<name>.yaml."""
+    monkeypatch.chdir(tmp_path)
+    cli = RLCLI(args=["--config", os.path.join(REPO, "conf", "cli", f"{name}.yaml")], run=False)
+    with initialize_config_dir(config_dir=os.path.join(REPO, "conf"), version_base="1.3"):
+        cfg = compose("config", overrides=[f"+experiment={name}", f"run_dir={tmp_path}"])
+    algo = OmegaConf.to_container(cfg.algo)
+    for key, value in cli.model.hparams.items():
+        if key.startswith("_"):  # the CLI's own bookkeeping (_class_path, _instantiator)
+            continue
+        assert algo[key] == (list(value) if isinstance(value, tuple) else value), key
+    env = {("env" if k == "id" else k): v for k, v in OmegaConf.to_container(cfg.env).items()}
+    expected = {**env, **OmegaConf.to_container(cfg.data), "seed": cfg.seed}
+    for key, value in cli.datamodule.hparams.items():
+        if key != "obj_sets" and not key.startswith("_"):
+            assert expected[key] == (list(value) if isinstance(value, tuple) else value), key

@@ -1,0 +1,53 @@
+"""``rl-lightning plot``'s reading and aggregation of learning curves."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from rl_lightning.launch.curves import aggregate, find_runs, plot_runs, read_curves
+
+
+def _write_csv(path, rows):
+    path.mkdir(parents=True, exist_ok=True)
+    keys = ["step", "time/env_steps", "eval/return_mean", "eval_ood/return_mean", "train/policy_loss"]
+    lines = [",".join(keys)] + [",".join("" if r.get(k) is None else str(r[k]) for k in keys) for r in rows]
+    (path / "metrics.csv").write_text("\n".join(lines) + "\n")
+
+
+def test_read_curves_takes_env_steps_and_the_last_value_per_step(tmp_path):
+    """Test that curves come from rows that have the metric, keyed by env steps, the final test overriding a repeat."""
+    _write_csv(tmp_path, [
+        {"step": 100, "time/env_steps": 100, "train/policy_loss": 0.1},
+        {"step": 100, "time/env_steps": 100, "eval/return_mean": 10, "eval_ood/return_mean": 5},
+        {"step": 200, "time/env_steps": 200, "eval/return_mean": 20, "eval_ood/return_mean": 8},
+        {"step": 200, "time/env_steps": 200, "eval/return_mean": 22, "eval_ood/return_mean": 9},
+    ])
+    curves = read_curves(str(tmp_path))
+    np.testing.assert_array_equal(curves["eval/return_mean"][0], [100, 200])
+    np.testing.assert_array_equal(curves["eval/return_mean"][1], [10, 22])
+    np.testing.assert_array_equal(curves["eval_ood/return_mean"][1], [5, 9])
+
+
+def test_aggregate_interpolates_seeds_onto_shared_steps():
+    """Test that mean/min/max are taken on the union of steps up to the shortest seed's end."""
+    a = (np.array([0.0, 100.0, 200.0]), np.array([0.0, 10.0, 20.0]))
+    b = (np.array([0.0, 150.0]), np.array([0.0, 30.0]))
+    steps, mean, low, high = aggregate([a, b])
+    np.testing.assert_array_equal(steps, [0, 100, 150])
+    np.testing.assert_allclose(mean, [0, (10 + 20) / 2, (15 + 30) / 2])
+    np.testing.assert_allclose(low, [0, 10, 15])
+    np.testing.assert_allclose(high, [0, 20, 30])
+
+
+def test_plot_counts_seeds_per_path_and_refuses_paths_without_metrics(tmp_path):
+    """Test that each path's runs are found recursively, and a path without metrics gets a message naming the fix."""
+    for seed in range(3):
+        _write_csv(tmp_path / "sweep" / str(seed), [{"step": s, "eval/return_mean": s * seed, "eval_ood/return_mean": 1}
+                                                     for s in (100, 200)])
+    assert len(find_runs(str(tmp_path / "sweep"))) == 3
+    seeds = plot_runs([str(tmp_path / "sweep")], str(tmp_path / "out.png"))
+    assert seeds == {str(tmp_path / "sweep"): 3} and (tmp_path / "out.png").stat().st_size > 1000
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(FileNotFoundError, match="logger=\\[wandb,csv\\]"):
+        plot_runs([str(tmp_path / "empty")], str(tmp_path / "none.png"))

@@ -1,0 +1,47 @@
+"""Config errors: composition mistakes and build mistakes become one paragraph naming the key and fix."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from hydra import compose, initialize_config_dir
+
+from rl_lightning.launch.app import build_model
+from rl_lightning.launch.errors import ConfigError, check_overrides, explain_build_error
+from tests.launch.conftest import REPO
+
+CONF = os.path.join(REPO, "conf")
+
+
+def test_sweeps_are_checked_by_their_first_value():
+    """Test that a sweep override composes (checked once) and that a typo'd swept key is still caught."""
+    check_overrides(CONF, "config", ["seed=1,2,3", "+experiment=ppo"])
+    with pytest.raises(ConfigError, match="Unknown config key 'algo.ent_coeff'.*'ent_coef'"):
+        check_overrides(CONF, "config", ["algo.ent_coeff=0.1,0.2"])
+
+
+def test_unknown_experiment_lists_the_choices():
+    """Test that an unknown experiment names the close match and every option."""
+    with pytest.raises(ConfigError, match="Unknown experiment 'ppo_contnuous'.*'ppo_continuous'.*ppo, ppo_continuous"):
+        check_overrides(CONF, "config", ["+experiment=ppo_contnuous"])
+
+
+def _cfg(*overrides):
+    with initialize_config_dir(config_dir=CONF, version_base="1.3"):
+        return compose("config", overrides=[*overrides, "run_dir=."])
+
+
+def test_an_added_key_the_constructor_does_not_take_names_the_key():
+    """Test that +algo.foo=1 (accepted by Hydra, refused by the constructor) is explained, not a traceback."""
+    cfg = _cfg("+algo.foo=1")
+    with pytest.raises(Exception) as info:
+        build_model(cfg)
+    message = explain_build_error(info.value, cfg)
+    assert message is not None and "foo" in message and "algo" in message
+
+
+def test_errors_that_are_not_config_mistakes_keep_their_traceback():
+    """Test that a TypeError from inside the library is not dressed up as a config error."""
+    assert explain_build_error(TypeError("unsupported operand type(s) for +: 'int' and 'NoneType'"), _cfg()) is None
+    assert explain_build_error(RuntimeError("boom"), _cfg()) is None

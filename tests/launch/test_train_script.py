@@ -1,0 +1,125 @@
+"""``python train.py``: end-to-end runs in subprocesses, asserting on the files and metrics they write."""
+
+from __future__ import annotations
+
+import csv
+import glob
+import os
+
+import pytest
+import torch
+import yaml
+
+from tests.launch.conftest import TINY, TRAIN, read_summary, run, run_train
+from rl_lightning.launch.curves import read_curves
+
+
+def _metrics(run_dir: str) -> list[dict[str, str]]:
+    with open(os.path.join(run_dir, "metrics.csv"), newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def test_run_with_overrides_writes_everything_under_one_run_dir(tmp_path):
+    """Test that a run with overrides trains, evaluates both sets, checkpoints, logs (W&B offline + CSV) and summarizes."""
+    proc = run_train([*TINY, "algo.lr=5e-4", "env.num_envs=4", "seed=3", "hydra.run.dir=runs/one"], tmp_path)
+    run_dir = tmp_path / "runs" / "one"
+    summary = read_summary(run_dir)
+    # 4 envs x 32 steps = 128 per epoch: the 512-step budget is 4 epochs.
+    assert summary["env_steps"] == 512 and summary["seed"] == 3
+    assert summary["eval_return"] is not None and summary["eval_ood_return"] is not None
+    assert summary["generalization_gap"] == pytest.approx(summary["eval_return"] - summary["eval_ood_return"], abs=1e-3)
+    assert summary["checkpoint"] == str(run_dir / "checkpoints" / "last.ckpt")
+    assert "Run summary:" in proc.stdout and "generalization gap" in proc.stdout and "env steps/s" in proc.stdout
+    # The timing profiler's table ends fit.
+    assert "env stepping" in proc.stdout + proc.stderr and "optimization" in proc.stdout + proc.stderr
+    # Overrides reached the objects: the checkpoint holds them.
+    ckpt = torch.load(summary["checkpoint"], weights_only=True)
+    assert ckpt["hyper_parameters"]["lr"] == 5e-4 and ckpt["datamodule_hyper_parameters"]["num_envs"] == 4
+    assert sorted(os.listdir(run_dir / "checkpoints")) == [f"epoch={e}-env_steps={128 * (e + 1)}.ckpt" for e in range(4)] + [
+        "last.ckpt"
+    ]
+    # Every evaluation of both object sets is in the CSV log against env steps.
+    curves = read_curves(str(run_dir))
+    assert list(curves["eval/return_mean"][0]) == [128, 256, 384, 512]
+    assert list(curves["eval_ood/return_mean"][0]) == [128, 256, 384, 512]
+    rows = _metrics(run_dir)
+    assert any(r["train/policy_loss"] for r in rows) and any(r["time/env_seconds"] for r in rows)
+    # The resolved config is saved and logged.
+    with open(run_dir / "config.yaml") as f:
+        config = yaml.safe_load(f)
+    assert config["algo"]["lr"] == 5e-4 and config["run_dir"] == str(run_dir.resolve())
+    with open(run_dir / "hparams.yaml") as f:
+        assert yaml.safe_load(f)["config"]["env"]["num_envs"] == 4
+    # With no API key and no network, W&B wrote an offline run in the run dir.
+    wandb_files = glob.glob(str(run_dir / "wandb" / "offline-run-*" / "run-*.wandb"))
+    assert len(wandb_files) == 1 and os.path.getsize(wandb_files[0]) > 0
+
+
+def test_ddp_two_cpu_processes_share_the_budget(tmp_path):
+    """Test that trainer=ddp trainer.devices=2 runs two ranks whose env steps add up to the budget, logging to TensorBoard."""
+    proc = run_train([*TINY, "trainer=ddp", "trainer.devices=2", "logger=tensorboard", "hydra.run.dir=runs/ddp"], tmp_path)
+    run_dir = tmp_path / "runs" / "ddp"
+    summary = read_summary(run_dir)
+    # 2 ranks x 8 envs x 32 steps = 512 per epoch: one epoch spends the budget.
+    assert summary["env_steps"] == 512
+    assert "Starting with 2 processes" in proc.stdout + proc.stderr
+    ckpt = torch.load(run_dir / "checkpoints" / "last.ckpt", weights_only=True)
+    assert ckpt["RolloutDataModule"]["world_size"] == 2
+    # TensorBoard's x-axis is env steps.
+    curves = read_curves(str(run_dir))
+    assert list(curves["eval/return_mean"][0]) == [512]
+    assert glob.glob(str(run_dir / "events.out.tfevents.*"))
+
+
+def test_multirun_sweeps_seeds_and_plot_draws_them(tmp_path):
+    """Test that -m seed=1,2 writes one run per seed and that rl-lightning plot draws the sweep to a PNG."""
+    run_train(["-m", *TINY, "seed=1,2", "logger=csv", "hydra.sweep.dir=multirun/sweep"], tmp_path)
+    sweep = tmp_path / "multirun" / "sweep"
+    summaries = [read_summary(sweep / str(i)) for i in (0, 1)]
+    assert [s["seed"] for s in summaries] == [1, 2]
+    assert all(s["env_steps"] == 512 for s in summaries)
+    # Different seeds, different episodes.
+    assert _metrics(sweep / "0") != _metrics(sweep / "1")
+    out = tmp_path / "curves.png"
+    proc = run(["-m", "rl_lightning.launch.cli", "plot", str(sweep), "--out", str(out)], tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "2 run(s)" in proc.stdout
+    with open(out, "rb") as f:
+        assert f.read(8) == b"\x89PNG\r\n\x1a\n"
+
+
+def test_debug_warm_up_runs_first_then_a_fresh_run(tmp_path):
+    """Test that debug=true reports a warm-up, then the real run starts from zero env steps with its own seeds."""
+    proc = run_train([*TINY, "debug=true", "logger=csv", "hydra.run.dir=runs/debug"], tmp_path)
+    assert "Warm-up passed" in proc.stdout
+    run_dir = tmp_path / "runs" / "debug"
+    assert read_summary(run_dir)["env_steps"] == 512
+    # The real run's first logged rollout is at 256 env steps (8 x 32), not after the warm-up's steps.
+    steps = [float(r["time/env_steps"]) for r in _metrics(run_dir) if r["train/policy_loss"]]
+    assert steps == [256.0, 512.0]
+    # The same seed without the warm-up gives the same run: the warm-up left no trace.
+    run_train([*TINY, "logger=csv", "hydra.run.dir=runs/plain"], tmp_path)
+    plain = _metrics(tmp_path / "runs" / "plain")
+    debug = _metrics(run_dir)
+    assert [r["train/policy_loss"] for r in plain] == [r["train/policy_loss"] for r in debug]
+
+
+@pytest.mark.parametrize(
+    ("overrides", "expected"),
+    [
+        (["algo.lrr=1e-3"], ["'algo.lrr'", "Did you mean 'lr'", "+algo.lrr"]),
+        (["algo.lr=fast"], ["'algo.lr'", "positive number", "algo.lr=..."]),
+        (["env.id=CartPol-v1"], ["'env.id'", "CartPole-v1"]),
+        (["logger=tensorbord"], ["Unknown logger 'tensorbord'", "Did you mean 'tensorboard'", "logger=[wandb,csv]"]),
+    ],
+)
+def test_bad_config_ends_with_one_paragraph_naming_key_and_fix(tmp_path, overrides, expected):
+    """Test that a typo'd key, a wrong type, an unknown env or an unknown logger exits with one clear paragraph."""
+    proc = run([TRAIN, *overrides], tmp_path)
+    assert proc.returncode != 0
+    message = proc.stderr.strip()
+    assert "Traceback" not in proc.stderr
+    assert message.startswith("Config error:") and "\n" not in message, message
+    for text in expected:
+        assert text in message, message
+    assert not os.path.exists(tmp_path / "runs") or not glob.glob(str(tmp_path / "runs" / "*" / "checkpoints"))
