@@ -50,8 +50,14 @@ class EnvStepProgressBar(ProgressBar):
         steps = int(getattr(pl_module, "env_steps", 0))
         self._start = (time.perf_counter(), steps)
         self.bar = tqdm(
-            total=budget, initial=steps, desc="env steps", unit="step", leave=self.leave, dynamic_ncols=True,
-            file=sys.stdout, smoothing=0,
+            total=budget,
+            initial=steps,
+            desc="env steps",
+            unit="step",
+            leave=self.leave,
+            dynamic_ncols=True,
+            file=sys.stdout,
+            smoothing=0,
         )
 
     def postfix(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> dict[str, str]:

@@ -58,9 +58,11 @@ class RLCLI(LightningCLI):
 
     @staticmethod
     def subcommands() -> dict[str, set[str]]:
-        return {"fit": {"model", "train_dataloaders", "val_dataloaders", "datamodule"},
-                "validate": {"model", "dataloaders", "datamodule"},
-                "test": {"model", "dataloaders", "datamodule"}}
+        return {
+            "fit": {"model", "train_dataloaders", "val_dataloaders", "datamodule"},
+            "validate": {"model", "dataloaders", "datamodule"},
+            "test": {"model", "dataloaders", "datamodule"},
+        }
 
     def add_arguments_to_parser(self, parser) -> None:
         parser.set_defaults({"data": {"class_path": "rl_lightning.RolloutDataModule"}})

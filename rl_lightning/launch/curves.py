@@ -35,7 +35,7 @@ def find_runs(path: str) -> list[str]:
 
 def _dedupe(steps: list[float], values: list[float]) -> Curve:
     # The final test repeats the last evaluation's step: keep the last value per step.
-    last = dict(zip(steps, values))
+    last = dict(zip(steps, values, strict=True))
     order = sorted(last)
     return np.asarray(order, dtype=float), np.asarray([last[s] for s in order], dtype=float)
 
@@ -102,7 +102,7 @@ def plot_runs(paths: Sequence[str], out: str, title: str | None = None) -> dict[
             )
         seeds[path] = len(runs)
         label = os.path.basename(os.path.normpath(path))
-        for ax, (key, _) in zip(axes, PANELS):
+        for ax, (key, _) in zip(axes, PANELS, strict=True):
             curves = [r[key] for r in runs if key in r]
             if not curves:
                 continue
@@ -110,7 +110,7 @@ def plot_runs(paths: Sequence[str], out: str, title: str | None = None) -> dict[
             line = ax.plot(steps, mean, label=f"{label} ({len(curves)} seed{'s' * (len(curves) > 1)})")[0]
             if len(curves) > 1:
                 ax.fill_between(steps, low, high, color=line.get_color(), alpha=0.2, linewidth=0)
-    for ax, (_, name) in zip(axes, PANELS):
+    for ax, (_, name) in zip(axes, PANELS, strict=True):
         ax.set_title(name)
         ax.set_xlabel("environment steps")
         ax.grid(alpha=0.3)
@@ -138,5 +138,3 @@ def main(args: Sequence[str] | None = None) -> None:
     except FileNotFoundError as err:
         parser.exit(2, f"rl-lightning plot: {err}\n")
     print(f"Wrote {out} ({', '.join(f'{p}: {n} run(s)' for p, n in seeds.items())})")
-
-

@@ -43,7 +43,7 @@ def test_ppo_solves_cartpole_within_150k_steps(seed, tmp_path):
 @pytest.mark.slow
 @pytest.mark.ci
 def test_ppo_solves_inverted_pendulum_within_200k_steps(tmp_path):
-    """Test that experiment=ppo_continuous reaches a deterministic return >= 900 on InvertedPendulum within 200k steps."""
+    """Test that experiment=ppo_continuous reaches an eval return >= 900 on InvertedPendulum within 200k steps."""
     metrics = _train_and_test("ppo_continuous", 0, tmp_path)
     assert metrics["eval/return_mean"] >= 900, metrics
     assert "eval_ood/return_mean" in metrics

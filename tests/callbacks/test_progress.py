@@ -24,8 +24,9 @@ def test_bar_counts_env_steps_against_the_budget_and_shows_returns(capsys):
     spy = _Spy(bar)
     data = RolloutDataModule(env="CartPole-v1", num_envs=2, rollout_steps=64, eval_interval=2, eval_episodes=2)
     model = PPO(total_timesteps=512)
-    trainer = pl.Trainer(max_epochs=-1, logger=False, enable_checkpointing=False, enable_model_summary=False,
-                         callbacks=[bar, spy])
+    trainer = pl.Trainer(
+        max_epochs=-1, logger=False, enable_checkpointing=False, enable_model_summary=False, callbacks=[bar, spy]
+    )
     trainer.fit(model, data)
     assert trainer.progress_bar_callback is bar
     assert [(n, total) for n, total, _ in spy.seen] == [(128, 512), (256, 512), (384, 512), (512, 512)]
@@ -41,7 +42,8 @@ def test_disabled_bar_shows_nothing(capsys):
     bar = EnvStepProgressBar()
     bar.disable()
     data = RolloutDataModule(env="CartPole-v1", num_envs=2, rollout_steps=16, eval_episodes=2)
-    trainer = pl.Trainer(max_epochs=1, logger=False, enable_checkpointing=False, enable_model_summary=False,
-                         callbacks=[bar])
+    trainer = pl.Trainer(
+        max_epochs=1, logger=False, enable_checkpointing=False, enable_model_summary=False, callbacks=[bar]
+    )
     trainer.fit(PPO(total_timesteps=32), data)
     assert "env steps" not in capsys.readouterr().out

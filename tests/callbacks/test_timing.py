@@ -13,8 +13,13 @@ def _fit(callbacks, max_epochs=3, **trainer_kwargs):
     data = RolloutDataModule(env="CartPole-v1", num_envs=2, rollout_steps=16, eval_interval=2, eval_episodes=2)
     model = PPO(total_timesteps=10_000)
     trainer = pl.Trainer(
-        max_epochs=max_epochs, logger=False, enable_checkpointing=False, enable_model_summary=False,
-        enable_progress_bar=False, callbacks=callbacks, **trainer_kwargs,
+        max_epochs=max_epochs,
+        logger=False,
+        enable_checkpointing=False,
+        enable_model_summary=False,
+        enable_progress_bar=False,
+        callbacks=callbacks,
+        **trainer_kwargs,
     )
     trainer.fit(model, data)
     return trainer

@@ -12,7 +12,13 @@ import pytest
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TRAIN = os.path.join(REPO, "train.py")
 # A few seconds of training: 2 epochs of 8 envs x 32 steps, evaluation after each.
-TINY = ["+experiment=ppo", "algo.total_timesteps=512", "env.eval_interval=1", "env.eval_episodes=2", "algo.save_interval=1"]
+TINY = [
+    "+experiment=ppo",
+    "algo.total_timesteps=512",
+    "env.eval_interval=1",
+    "env.eval_episodes=2",
+    "algo.save_interval=1",
+]
 
 
 def offline_env(home: str) -> dict[str, str]:

@@ -20,12 +20,35 @@ def _rows(path: str) -> list[dict[str, str]]:
 
 
 def test_cli_fit_then_test_from_checkpoint(tmp_path):
-    """Test that `rl-lightning fit` trains and checkpoints, and `test --ckpt_path` evaluates both object sets from it."""
+    """Test that `rl-lightning fit` checkpoints and `test --ckpt_path` evaluates both object sets from it."""
     fit = run(
-        ["-m", "rl_lightning.launch.cli", "fit", "--model", "PPO", "--data.env", "CartPole-v1",
-         "--data.num_envs", "2", "--data.rollout_steps", "16", "--model.clip_coef", "0.1", "--trainer.max_epochs", "2",
-         "--data.eval_episodes", "2", "--seed_everything", "5", "--trainer.default_root_dir", "fit",
-         "--trainer.logger", "CSVLogger", "--trainer.logger.save_dir", "fit"],
+        [
+            "-m",
+            "rl_lightning.launch.cli",
+            "fit",
+            "--model",
+            "PPO",
+            "--data.env",
+            "CartPole-v1",
+            "--data.num_envs",
+            "2",
+            "--data.rollout_steps",
+            "16",
+            "--model.clip_coef",
+            "0.1",
+            "--trainer.max_epochs",
+            "2",
+            "--data.eval_episodes",
+            "2",
+            "--seed_everything",
+            "5",
+            "--trainer.default_root_dir",
+            "fit",
+            "--trainer.logger",
+            "CSVLogger",
+            "--trainer.logger.save_dir",
+            "fit",
+        ],
         tmp_path,
     )
     assert fit.returncode == 0, fit.stderr[-3000:]
@@ -36,8 +59,17 @@ def test_cli_fit_then_test_from_checkpoint(tmp_path):
     assert config["seed_everything"] == 5  # the data module's seed came from --seed_everything
 
     test = run(
-        ["-m", "rl_lightning.launch.cli", "test", "--ckpt_path", ckpts[0],
-         "--trainer.logger", "CSVLogger", "--trainer.logger.save_dir", "test"],
+        [
+            "-m",
+            "rl_lightning.launch.cli",
+            "test",
+            "--ckpt_path",
+            ckpts[0],
+            "--trainer.logger",
+            "CSVLogger",
+            "--trainer.logger.save_dir",
+            "test",
+        ],
         tmp_path,
     )
     assert test.returncode == 0, test.stderr[-3000:]

@@ -11,7 +11,14 @@ from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
 from rl_lightning import PPO, RolloutDataModule
-from rl_lightning.launch.app import ENV_KEY_TO_ARG, build_callbacks, build_data, build_loggers, build_model, build_trainer
+from rl_lightning.launch.app import (
+    ENV_KEY_TO_ARG,
+    build_callbacks,
+    build_data,
+    build_loggers,
+    build_model,
+    build_trainer,
+)
 from tests.launch.conftest import REPO
 
 CONF = os.path.join(REPO, "conf")
@@ -42,7 +49,7 @@ def test_algo_config_keys_equal_constructor_arguments(algo):
 @pytest.mark.parametrize("data", _options("data"))
 @pytest.mark.parametrize("env", _options("env"))
 def test_data_and_env_config_keys_cover_the_data_module_arguments(data, env):
-    """Test that data/<name>.yaml plus env/<name>.yaml (plus the top-level seed) give every data module argument once."""
+    """Test that data/<name>.yaml + env/<name>.yaml + the top-level seed give each data module argument once."""
     data_keys = set(OmegaConf.load(os.path.join(CONF, "data", f"{data}.yaml"))) - {"_target_"}
     env_keys = {ENV_KEY_TO_ARG.get(k, k) for k in OmegaConf.load(os.path.join(CONF, "env", f"{env}.yaml"))}
     assert not data_keys & env_keys
@@ -50,7 +57,9 @@ def test_data_and_env_config_keys_cover_the_data_module_arguments(data, env):
 
 
 GROUP_OPTIONS = [
-    [f"{group}={option}"] for group in ("algo", "data", "env", "trainer", "logger", "callbacks") for option in _options(group)
+    [f"{group}={option}"]
+    for group in ("algo", "data", "env", "trainer", "logger", "callbacks")
+    for option in _options(group)
 ]
 EXPERIMENTS = [[f"+experiment={option}"] for option in _options("experiment")]
 

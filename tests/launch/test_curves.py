@@ -17,12 +17,15 @@ def _write_csv(path, rows):
 
 def test_read_curves_takes_env_steps_and_the_last_value_per_step(tmp_path):
     """Test that curves come from rows that have the metric, keyed by env steps, the final test overriding a repeat."""
-    _write_csv(tmp_path, [
-        {"step": 100, "time/env_steps": 100, "train/policy_loss": 0.1},
-        {"step": 100, "time/env_steps": 100, "eval/return_mean": 10, "eval_ood/return_mean": 5},
-        {"step": 200, "time/env_steps": 200, "eval/return_mean": 20, "eval_ood/return_mean": 8},
-        {"step": 200, "time/env_steps": 200, "eval/return_mean": 22, "eval_ood/return_mean": 9},
-    ])
+    _write_csv(
+        tmp_path,
+        [
+            {"step": 100, "time/env_steps": 100, "train/policy_loss": 0.1},
+            {"step": 100, "time/env_steps": 100, "eval/return_mean": 10, "eval_ood/return_mean": 5},
+            {"step": 200, "time/env_steps": 200, "eval/return_mean": 20, "eval_ood/return_mean": 8},
+            {"step": 200, "time/env_steps": 200, "eval/return_mean": 22, "eval_ood/return_mean": 9},
+        ],
+    )
     curves = read_curves(str(tmp_path))
     np.testing.assert_array_equal(curves["eval/return_mean"][0], [100, 200])
     np.testing.assert_array_equal(curves["eval/return_mean"][1], [10, 22])
@@ -43,8 +46,10 @@ def test_aggregate_interpolates_seeds_onto_shared_steps():
 def test_plot_counts_seeds_per_path_and_refuses_paths_without_metrics(tmp_path):
     """Test that each path's runs are found recursively, and a path without metrics gets a message naming the fix."""
     for seed in range(3):
-        _write_csv(tmp_path / "sweep" / str(seed), [{"step": s, "eval/return_mean": s * seed, "eval_ood/return_mean": 1}
-                                                     for s in (100, 200)])
+        _write_csv(
+            tmp_path / "sweep" / str(seed),
+            [{"step": s, "eval/return_mean": s * seed, "eval_ood/return_mean": 1} for s in (100, 200)],
+        )
     assert len(find_runs(str(tmp_path / "sweep"))) == 3
     seeds = plot_runs([str(tmp_path / "sweep")], str(tmp_path / "out.png"))
     assert seeds == {str(tmp_path / "sweep"): 3} and (tmp_path / "out.png").stat().st_size > 1000

@@ -10,8 +10,8 @@ import pytest
 import torch
 import yaml
 
-from tests.launch.conftest import TINY, TRAIN, read_summary, run, run_train
 from rl_lightning.launch.curves import read_curves
+from tests.launch.conftest import TINY, TRAIN, read_summary, run, run_train
 
 
 def _metrics(run_dir: str) -> list[dict[str, str]]:
@@ -20,7 +20,7 @@ def _metrics(run_dir: str) -> list[dict[str, str]]:
 
 
 def test_run_with_overrides_writes_everything_under_one_run_dir(tmp_path):
-    """Test that a run with overrides trains, evaluates both sets, checkpoints, logs (W&B offline + CSV) and summarizes."""
+    """Test that an overridden run trains, evaluates both sets, checkpoints, logs (W&B offline, CSV), summarizes."""
     proc = run_train([*TINY, "algo.lr=5e-4", "env.num_envs=4", "seed=3", "hydra.run.dir=runs/one"], tmp_path)
     run_dir = tmp_path / "runs" / "one"
     summary = read_summary(run_dir)
@@ -35,9 +35,9 @@ def test_run_with_overrides_writes_everything_under_one_run_dir(tmp_path):
     # Overrides reached the objects: the checkpoint holds them.
     ckpt = torch.load(summary["checkpoint"], weights_only=True)
     assert ckpt["hyper_parameters"]["lr"] == 5e-4 and ckpt["datamodule_hyper_parameters"]["num_envs"] == 4
-    assert sorted(os.listdir(run_dir / "checkpoints")) == [f"epoch={e}-env_steps={128 * (e + 1)}.ckpt" for e in range(4)] + [
-        "last.ckpt"
-    ]
+    assert sorted(os.listdir(run_dir / "checkpoints")) == [
+        f"epoch={e}-env_steps={128 * (e + 1)}.ckpt" for e in range(4)
+    ] + ["last.ckpt"]
     # Every evaluation of both object sets is in the CSV log against env steps.
     curves = read_curves(str(run_dir))
     assert list(curves["eval/return_mean"][0]) == [128, 256, 384, 512]
@@ -56,8 +56,10 @@ def test_run_with_overrides_writes_everything_under_one_run_dir(tmp_path):
 
 
 def test_ddp_two_cpu_processes_share_the_budget(tmp_path):
-    """Test that trainer=ddp trainer.devices=2 runs two ranks whose env steps add up to the budget, logging to TensorBoard."""
-    proc = run_train([*TINY, "trainer=ddp", "trainer.devices=2", "logger=tensorboard", "hydra.run.dir=runs/ddp"], tmp_path)
+    """Test that trainer=ddp trainer.devices=2 runs two ranks sharing the env-step budget, logging to TensorBoard."""
+    proc = run_train(
+        [*TINY, "trainer=ddp", "trainer.devices=2", "logger=tensorboard", "hydra.run.dir=runs/ddp"], tmp_path
+    )
     run_dir = tmp_path / "runs" / "ddp"
     summary = read_summary(run_dir)
     # 2 ranks x 8 envs x 32 steps = 512 per epoch: one epoch spends the budget.
