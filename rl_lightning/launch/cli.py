@@ -15,6 +15,7 @@ the checkpoint, so no other argument is needed.
 
 from __future__ import annotations
 
+import atexit
 import os
 import sys
 import tempfile
@@ -39,6 +40,10 @@ class RLCLI(LightningCLI):
     def __init__(self, args: Sequence[str] | None = None, run: bool = True):
         from rl_lightning.callbacks import EnvStepProgressBar, PhaseTimer
 
+        from_argv = args is None
+        args = _with_checkpoint_config(list(sys.argv[1:] if from_argv else args))
+        if from_argv:  # LightningCLI warns when given args while sys.argv holds some too
+            sys.argv = [sys.argv[0], *args]
         super().__init__(
             RLModule,
             RolloutDataModule,
@@ -52,9 +57,16 @@ class RLCLI(LightningCLI):
             },
             seed_everything_default=0,
             auto_configure_optimizers=False,
-            args=args,
+            args=None if from_argv else args,
             run=run,
         )
+
+    def _parse_ckpt_path(self) -> None:
+        """Nothing to do: ``__init__`` already put the checkpoint's settings before the user's arguments.
+
+        (Lightning's own version re-applies the checkpoint's hyperparameters over the
+        command line and needs a ``_class_path`` that only CLI-trained checkpoints have.)
+        """
 
     @staticmethod
     def subcommands() -> dict[str, set[str]]:
@@ -120,35 +132,31 @@ def _ckpt_path(args: Sequence[str]) -> str | None:
     return None
 
 
-def main(args: Sequence[str] | None = None) -> None:
-    """Entry point of the ``rl-lightning`` console script."""
-    from_argv = args is None
-    args = list(sys.argv[1:] if args is None else args)
-    if args and args[0] == "plot":
+def _with_checkpoint_config(args: list[str]) -> list[str]:
+    """``validate``/``test`` with ``--ckpt_path``: the checkpoint's model and data settings go first.
+
+    They are written to a config file placed right after the subcommand, so anything else
+    on the command line overrides them.
+    """
+    ckpt_path = _ckpt_path(args)
+    if not (args and args[0] in ("validate", "test") and ckpt_path):
+        return args
+    config = checkpoint_config(ckpt_path)
+    with tempfile.NamedTemporaryFile("w", suffix=".yaml", prefix="rl_lightning_ckpt_", delete=False) as f:
+        yaml.safe_dump(config, f)
+    atexit.register(os.unlink, f.name)
+    return [args[0], "--config", f.name, *args[1:]]
+
+
+def main(args: Sequence[str] | None = None) -> RLCLI | None:
+    """Entry point of the ``rl-lightning`` console script; returns the CLI (its trainer, model, data)."""
+    argv = list(sys.argv[1:] if args is None else args)
+    if argv and argv[0] == "plot":
         from rl_lightning.launch.curves import main as plot_main
 
-        plot_main(args[1:])
-        return
-    ckpt_path = _ckpt_path(args)
-    if args and args[0] in ("validate", "test") and ckpt_path:
-        # The checkpoint's own settings come first; anything on the command line overrides them.
-        with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as f:
-            yaml.safe_dump(checkpoint_config(ckpt_path), f)
-        args = [args[0], "--config", f.name, *args[1:]]
-        try:
-            _run_cli(args, from_argv)
-        finally:
-            os.unlink(f.name)
-        return
-    _run_cli(args, from_argv)
-
-
-def _run_cli(args: list[str], from_argv: bool) -> None:
-    if from_argv:  # LightningCLI warns when given args while sys.argv has some too
-        sys.argv = [sys.argv[0], *args]
-        RLCLI()
-    else:
-        RLCLI(args=args)
+        plot_main(argv[1:])
+        return None
+    return RLCLI(args=args)
 
 
 if __name__ == "__main__":

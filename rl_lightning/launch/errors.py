@@ -16,7 +16,7 @@ from hydra import compose, initialize_config_dir
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import HydraException, InstantiationException
 from omegaconf import DictConfig, OmegaConf
-from omegaconf.errors import OmegaConfBaseException
+from omegaconf.errors import MissingMandatoryValue, OmegaConfBaseException
 
 
 class ConfigError(Exception):
@@ -106,9 +106,12 @@ def explain_build_error(err: Exception, cfg: DictConfig) -> str | None:
         found = re.search(r"full_key: ([\w.]+)", str(err))
         group = found.group(1).split(".")[0] if found else None
         err = err.__cause__ or err
+    if isinstance(err, MissingMandatoryValue):
+        key = _config_key(err.full_key or "?", cfg)
+        return f"Config key '{key}' has no value ('???'). Set it on the command line ({key}=...) or in the config file."
     if isinstance(err, OmegaConfBaseException):
-        key = getattr(err, "full_key", None) or "?"
-        return f"Config key '{key}' has no usable value ({err.msg if hasattr(err, 'msg') else err}). Set it: {key}=..."
+        key = _config_key(getattr(err, "full_key", None) or "?", cfg)
+        return f"Config key '{key}' cannot be used: {str(err).splitlines()[0]}. Fix it: {key}=..."
     # ValueErrors are the constructors' argument checks; of TypeErrors only a wrong or
     # missing keyword is the config's doing (anything else is a bug and keeps its traceback).
     config_type_error = isinstance(err, TypeError) and re.search(r"unexpected keyword|missing \d+ required", str(err))
@@ -119,6 +122,17 @@ def explain_build_error(err: Exception, cfg: DictConfig) -> str | None:
     fix = f" Fix it on the command line ({key}=...) or in the config file." if key else ""
     where = f" in '{key}'" if key else (f" in group '{group}'" if group else "")
     return f"Invalid config value{where}: {text}{fix}"
+
+
+def _config_key(key: str, cfg: DictConfig) -> str:
+    """Where a data-module argument lives in the config: the env group's keys are merged into ``data``."""
+    group, _, name = key.partition(".")
+    if group == "data" and isinstance(cfg.get("env"), DictConfig):
+        if name == "env":
+            return "env.id"
+        if name in cfg.env:
+            return f"env.{name}"
+    return key
 
 
 def _key_named_in(text: str, cfg: DictConfig, group: str | None) -> str | None:

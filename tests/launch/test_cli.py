@@ -10,7 +10,7 @@ import pytest
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-from rl_lightning.launch.cli import RLCLI, checkpoint_config
+from rl_lightning.launch.cli import RLCLI, checkpoint_config, main
 from tests.launch.conftest import REPO, run
 
 
@@ -106,3 +106,29 @@ def test_cli_configs_parse_and_match_the_hydra_experiments(name, tmp_path, monke
     for key, value in cli.datamodule.hparams.items():
         if key != "obj_sets" and not key.startswith("_"):
             assert expected[key] == (list(value) if isinstance(value, tuple) else value), key
+
+
+def test_cli_tests_a_checkpoint_written_by_the_hydra_app(tmp_path, monkeypatch):
+    """Test that a checkpoint with no CLI bookkeeping (_class_path) still rebuilds its model and data for `test`."""
+    from tests.launch.conftest import TINY, run_train
+
+    run_train([*TINY, "logger=csv", "callbacks=none", "hydra.run.dir=hydra_run"], tmp_path)
+    monkeypatch.chdir(tmp_path)
+    ckpt = str(tmp_path / "hydra_run" / "checkpoints" / "last.ckpt")
+    cli = main(["test", "--ckpt_path", ckpt, "--trainer.logger", "false"])
+    assert type(cli.model).__name__ == "PPO" and cli.model.hparams.total_timesteps == 512
+    assert cli.datamodule.hparams.num_envs == 8 and cli.datamodule.hparams.env == "CartPole-v1"
+    metrics = cli.trainer.callback_metrics
+    assert "eval/return_mean" in metrics and "eval_ood/return_mean" in metrics
+    assert float(metrics["time/env_steps"]) == 512
+
+
+def test_cli_default_logger_is_offline_wandb_inside_the_run_dir(tmp_path, monkeypatch):
+    """Test that without logger arguments the CLI logs to W&B (offline with no key) under its own run directory."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    monkeypatch.setenv("NETRC", str(tmp_path / "none"))
+    cli = RLCLI(args=["--model", "PPO", "--data.env", "CartPole-v1"], run=False)
+    logger = cli.trainer.logger
+    assert type(logger).__name__ == "WandbLogger" and logger.mode == "offline"
+    assert logger.save_dir == cli.trainer.default_root_dir and cli.trainer.default_root_dir.startswith("runs/")

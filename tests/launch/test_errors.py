@@ -45,3 +45,14 @@ def test_errors_that_are_not_config_mistakes_keep_their_traceback():
     """Test that a TypeError from inside the library is not dressed up as a config error."""
     assert explain_build_error(TypeError("unsupported operand type(s) for +: 'int' and 'NoneType'"), _cfg()) is None
     assert explain_build_error(RuntimeError("boom"), _cfg()) is None
+
+
+def test_a_missing_value_names_the_key_where_the_user_sets_it():
+    """Test that env.id=??? is reported as env.id (not the data module argument it feeds)."""
+    cfg = _cfg("env.id=???")
+    from rl_lightning.launch.app import build_data
+
+    with pytest.raises(Exception) as info:
+        build_data(cfg)
+    message = explain_build_error(info.value, cfg)
+    assert message.startswith("Config key 'env.id' has no value") and "env.id=..." in message
