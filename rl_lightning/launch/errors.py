@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from hydra import compose, initialize_config_dir
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import HydraException, InstantiationException
+from lightning.fabric.utilities.exceptions import MisconfigurationException
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import MissingMandatoryValue, OmegaConfBaseException
 
@@ -115,6 +116,11 @@ def explain_build_error(err: Exception, cfg: DictConfig) -> str | None:
     # ValueErrors are the constructors' argument checks; of TypeErrors only a wrong or
     # missing keyword is the config's doing (anything else is a bug and keeps its traceback).
     config_type_error = isinstance(err, TypeError) and re.search(r"unexpected keyword|missing \d+ required", str(err))
+    if isinstance(err, MisconfigurationException) and group == "trainer":
+        return (
+            f"The trainer settings cannot run here: {str(err).strip()} Pick settings this machine supports "
+            "(e.g. trainer=default, or trainer.accelerator=cpu trainer.devices=1)."
+        )
     if not (isinstance(err, ValueError) or config_type_error):
         return None
     text = str(err).strip()

@@ -56,3 +56,19 @@ def test_a_missing_value_names_the_key_where_the_user_sets_it():
         build_data(cfg)
     message = explain_build_error(info.value, cfg)
     assert message.startswith("Config key 'env.id' has no value") and "env.id=..." in message
+
+
+def test_a_trainer_the_machine_cannot_run_is_explained():
+    """Test that trainer=gpu on a machine without one ends with the settings to pick instead (builds where a GPU is)."""
+    import torch
+
+    from rl_lightning.launch.app import build_trainer
+
+    cfg = _cfg("trainer=gpu")
+    if torch.cuda.is_available():
+        assert build_trainer(cfg, [], []).accelerator.__class__.__name__ == "CUDAAccelerator"
+        return
+    with pytest.raises(Exception) as info:
+        build_trainer(cfg, [], [])
+    message = explain_build_error(info.value, cfg)
+    assert message is not None and "trainer=default" in message and "gpu" in message
