@@ -9,29 +9,46 @@ from rl_lightning.callbacks import PhaseTimer
 from rl_lightning.callbacks.timing import PHASES
 
 
-def _fit(callbacks, max_epochs=3, **trainer_kwargs):
+class _Recorder(pl.loggers.Logger):
+    """A logger that keeps what it is given."""
+
+    def __init__(self):
+        super().__init__()
+        self.rows = []
+
+    name, version = "recorder", 0
+
+    def log_hyperparams(self, params, *args, **kwargs):
+        pass
+
+    def log_metrics(self, metrics, step=None):
+        self.rows.append((step, dict(metrics)))
+
+
+def _fit(callbacks, max_epochs=3, logger=False):
     data = RolloutDataModule(env="CartPole-v1", num_envs=2, rollout_steps=16, eval_interval=2, eval_episodes=2)
     model = PPO(total_timesteps=10_000)
     trainer = pl.Trainer(
         max_epochs=max_epochs,
-        logger=False,
+        logger=logger,
         enable_checkpointing=False,
         enable_model_summary=False,
         enable_progress_bar=False,
         callbacks=callbacks,
-        **trainer_kwargs,
     )
     trainer.fit(model, data)
     return trainer
 
 
 def test_phase_timer_logs_each_phase_and_sums_within_the_epochs():
-    """Test that every phase is logged per epoch, rollout phases are positive, and totals fit in the fit's wall time."""
-    timer = PhaseTimer(print_summary=False)
-    trainer = _fit([timer])
-    metrics = trainer.callback_metrics
+    """Test that every phase reaches the loggers per epoch at env steps, and totals fit in the fit's wall time."""
+    timer, recorder = PhaseTimer(print_summary=False), _Recorder()
+    _fit([timer], logger=recorder)
+    rows = [(step, m) for step, m in recorder.rows if "time/env_seconds" in m]
+    assert [step for step, _ in rows] == [32, 64, 96]  # 2 envs x 16 steps per epoch
     for phase in PHASES:
-        assert f"time/{phase}_seconds" in metrics
+        assert all(f"time/{phase}_seconds" in m for _, m in rows)
+    metrics = timer.last_metrics
     for phase in ("env", "inference", "advantage", "optimization"):
         assert timer.totals[phase] > 0, phase
     assert timer.epochs == 3
@@ -44,7 +61,7 @@ def test_phase_timer_logs_each_phase_and_sums_within_the_epochs():
 def test_phase_timer_summary_table_names_every_phase_and_its_share():
     """Test that the printed table has a row per phase plus the remainder, with shares that add up to 100%."""
     timer = PhaseTimer(print_summary=False)
-    _fit([timer], max_epochs=2)
+    _fit([timer], max_epochs=2, logger=False)
     table = timer.summary()
     for label in PHASES.values():
         assert label in table
