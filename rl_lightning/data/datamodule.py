@@ -11,6 +11,7 @@ from typing import Any
 import lightning.pytorch as pl
 import numpy as np
 import torch
+from lightning.pytorch.trainer.states import TrainerFn
 from torch.utils.data import DataLoader
 
 from rl_lightning.data.evaluation import EvaluationDataset
@@ -236,7 +237,8 @@ class RolloutDataModule(pl.LightningDataModule):
 
         def should_run() -> bool:
             trainer = self.trainer
-            if not gated or trainer is None:
+            # The interval applies inside fit; trainer.validate() on its own always evaluates.
+            if not gated or trainer is None or trainer.state.fn != TrainerFn.FITTING:
                 return True
             if trainer.sanity_checking:
                 return False

@@ -92,6 +92,14 @@ def test_eval_interval_gates_validation(monkeypatch):
     assert len(calls) == 2 * 2  # epochs 2 and 4, two object sets each
 
 
+def test_standalone_validate_always_evaluates(tmp_path):
+    """Test that trainer.validate from a checkpoint evaluates both sets whatever epoch it was saved at."""
+    fit(tmp_path=tmp_path, max_epochs=3, model_kwargs={"save_interval": 1}, data_kwargs={"eval_interval": 2})
+    loaded = PPO.load_from_checkpoint(os.path.join(tmp_path, "checkpoints", "last.ckpt"))
+    results = trainer(max_epochs=1).validate(loaded, small_data(eval_interval=2), verbose=False)
+    assert "eval/return_mean" in results[0] and "eval_ood/return_mean" in results[1]
+
+
 def test_checkpoint_loads_to_identical_deterministic_actions(tmp_path):
     """Test that load_from_checkpoint gives a policy that acts like the trained one, without envs."""
     model, data, t = fit("InvertedPendulum-v5", tmp_path=tmp_path, model_kwargs={"save_interval": 1})
