@@ -7,6 +7,7 @@ the warm-up (``debug=true``), ``fit``, the final test on every object set, and t
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 import warnings
@@ -59,10 +60,11 @@ def build_trainer(cfg: DictConfig, loggers: list, callbacks: list) -> pl.Trainer
     )
 
 
-def _explained(build, cfg: DictConfig):
-    """Run ``build()``; a config mistake becomes a :class:`ConfigError` naming the key and the fix."""
+@contextlib.contextmanager
+def explained_errors(cfg: DictConfig):
+    """Turn a config mistake raised while building objects into a :class:`ConfigError` naming the key and the fix."""
     try:
-        return build()
+        yield
     except Exception as err:
         message = explain_build_error(err, cfg)
         if message is None:
@@ -78,8 +80,8 @@ def warm_up(cfg: DictConfig) -> None:
     Nothing is logged or saved; the real run then starts from fresh objects and seeds.
     """
     small = dict(rollout_steps=8, update_epochs=1, num_minibatches=1, eval_interval=1, eval_episodes=1, eval_num_envs=1)
-    data = _explained(lambda: build_data(cfg, **small), cfg)
-    model = _explained(lambda: build_model(cfg, save_interval=None), cfg)
+    with explained_errors(cfg):
+        data, model = build_data(cfg, **small), build_model(cfg, save_interval=None)
     trainer = pl.Trainer(
         accelerator=cfg.trainer.get("accelerator", "auto"),
         devices=1,
@@ -127,9 +129,10 @@ def train(cfg: DictConfig) -> RunSummary | None:
         pl.seed_everything(cfg.seed, verbose=False)
         warm_up(cfg)
     pl.seed_everything(cfg.seed, verbose=False)
-    data, model = _explained(lambda: build_data(cfg), cfg), _explained(lambda: build_model(cfg), cfg)
-    loggers, callbacks = _explained(lambda: build_loggers(cfg), cfg), _explained(lambda: build_callbacks(cfg), cfg)
-    trainer = _explained(lambda: build_trainer(cfg, loggers, callbacks), cfg)
+    with explained_errors(cfg):
+        data, model = build_data(cfg), build_model(cfg)
+        loggers, callbacks = build_loggers(cfg), build_callbacks(cfg)
+        trainer = build_trainer(cfg, loggers, callbacks)
     resolved = OmegaConf.to_container(cfg, resolve=True)
     if trainer.is_global_zero:
         OmegaConf.save(OmegaConf.create(resolved), os.path.join(cfg.run_dir, "config.yaml"))

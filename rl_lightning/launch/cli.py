@@ -29,6 +29,7 @@ from lightning.pytorch.cli import LightningCLI
 
 from rl_lightning.algos import RLModule
 from rl_lightning.algos.base import CHECKPOINT_KEY
+from rl_lightning.callbacks import EnvStepProgressBar, PhaseTimer
 from rl_lightning.data import RolloutDataModule
 
 WANDB_LOGGER = "rl_lightning.loggers.WandbLogger"
@@ -38,8 +39,6 @@ class RLCLI(LightningCLI):
     """``LightningCLI`` over ``RLModule`` subclasses (``--model PPO``) and the data modules."""
 
     def __init__(self, args: Sequence[str] | None = None, run: bool = True):
-        from rl_lightning.callbacks import EnvStepProgressBar, PhaseTimer
-
         from_argv = args is None
         args = _with_checkpoint_config(list(sys.argv[1:] if from_argv else args))
         if from_argv:  # LightningCLI warns when given args while sys.argv holds some too
