@@ -1,6 +1,7 @@
 """Data: rollout-backed datasets and evaluation. Reaches the policy only through ``RolloutPolicy``."""
 
-from rl_lightning.data.datamodule import RolloutDataModule, eval_prefix
+from rl_lightning.data.base import EnvDataModule, eval_prefix
+from rl_lightning.data.datamodule import RolloutDataModule
 from rl_lightning.data.evaluation import EvaluationDataset, episodes_per_env, evaluate
 from rl_lightning.data.protocol import RolloutPolicy
 from rl_lightning.data.rollout import (
@@ -13,6 +14,7 @@ from rl_lightning.data.rollout import (
 )
 
 __all__ = [
+    "EnvDataModule",
     "EvaluationDataset",
     "RolloutCounters",
     "RolloutDataModule",

@@ -1,0 +1,250 @@
+"""``EnvDataModule``: what every data module shares: envs per object set, evaluation, counters, RNG state.
+
+Subclasses add the training stream: :class:`~rl_lightning.data.datamodule.RolloutDataModule`
+(on-policy rollouts) and, later, replay-backed data for off-policy algorithms.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+import warnings
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import lightning.pytorch as pl
+import numpy as np
+import torch
+from lightning.pytorch.trainer.states import TrainerFn
+from torch.utils.data import DataLoader
+
+from rl_lightning.data.evaluation import EvaluationDataset
+from rl_lightning.data.rollout import RolloutCounters
+from rl_lightning.envs import EnvGroup, check_env_id, resolve_object_sets
+from rl_lightning.envs.env_group import VECTORIZATION
+
+# The data streams must run in the trainer's process, next to the policy they act with,
+# and their length is exact: Lightning's advice to add dataloader workers does not apply.
+warnings.filterwarnings("ignore", ".*does not have many workers.*")
+warnings.filterwarnings("ignore", ".*IterableDataset.*has .__len__. defined.*")
+
+
+def identity_collate(batch):
+    """Collate function that passes batches through (``default_convert`` breaks TensorDicts)."""
+    return batch
+
+
+def check_positive_int(name: str, value: Any) -> None:
+    """Raise a ``ValueError`` naming ``name`` unless ``value`` is a positive integer."""
+    if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value <= 0:
+        raise ValueError(f"{name} must be a positive integer, got {value!r}.")
+
+
+def check_unit_interval(name: str, value: Any) -> None:
+    """Raise a ``ValueError`` naming ``name`` unless ``value`` is a number in [0, 1]."""
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or not 0.0 <= value <= 1.0:
+        raise ValueError(f"{name} must be a number in [0, 1], got {value!r}.")
+
+
+def _numpy_state_to_plain(state: tuple) -> tuple:
+    """numpy's legacy RNG state with its key array as a list (loads with ``weights_only``)."""
+    kind, keys, pos, has_gauss, gauss = state
+    return kind, keys.tolist(), int(pos), int(has_gauss), float(gauss)
+
+
+def eval_prefix(obj_set: str, train_obj_set: str) -> str:
+    """Metric prefix of an object set: ``eval`` for the training set, ``eval_ood`` for ``test``."""
+    if obj_set == train_obj_set:
+        return "eval"
+    return "eval_ood" if obj_set == "test" else f"eval_{obj_set}"
+
+
+class EnvDataModule(pl.LightningDataModule):
+    """Envs for every object set, evaluation loaders, progress counters and RNG state.
+
+    Subclasses implement ``train_dataloader`` and :attr:`steps_per_epoch`, and extend
+    ``state_dict``/``load_state_dict`` with their stream's own state.
+
+    Args:
+        env: Gymnasium env id.
+        num_envs: Training envs per rank.
+        obj_sets: Object sets (name -> list of variations); ``None`` takes the shipped ones.
+        train_obj_set: The set training episodes are drawn from.
+        eval_obj_sets: Sets evaluated at validation and test time.
+        max_episode_steps: Time limit for training envs; ``None`` keeps the registered one.
+        vectorization: ``"sync"`` or ``"async"``.
+        seed: Base seed; rank ``r``'s env ``i`` is seeded with ``seed + r * num_envs + i``.
+        eval_interval: Evaluate every this many epochs (within the Trainer's own
+            ``check_val_every_n_epoch``, which should stay 1).
+        eval_episodes: Episodes per object set per evaluation (split over ranks).
+        eval_num_envs: Envs per evaluation group; ``None`` takes ``min(eval_episodes, 8)``.
+        eval_deterministic: Evaluate the mode of the policy rather than samples.
+        eval_max_episode_steps: Time limit for evaluation envs; ``None`` keeps the registered one.
+    """
+
+    def __init__(
+        self,
+        env: str,
+        num_envs: int,
+        obj_sets: Mapping[str, Sequence[Any]] | None,
+        train_obj_set: str,
+        eval_obj_sets: Sequence[str],
+        max_episode_steps: int | None,
+        vectorization: str,
+        seed: int,
+        eval_interval: int,
+        eval_episodes: int,
+        eval_num_envs: int | None,
+        eval_deterministic: bool,
+        eval_max_episode_steps: int | None,
+    ):
+        super().__init__()
+        check_env_id(env)
+        for name in ("num_envs", "eval_interval", "eval_episodes"):
+            check_positive_int(name, locals()[name])
+        for name in ("max_episode_steps", "eval_max_episode_steps", "eval_num_envs"):
+            if locals()[name] is not None:
+                check_positive_int(name, locals()[name])
+        if vectorization not in VECTORIZATION:
+            raise ValueError(f"vectorization must be one of {VECTORIZATION}, got {vectorization!r}.")
+        if isinstance(eval_obj_sets, str):
+            eval_obj_sets = [eval_obj_sets]
+        self.obj_sets = resolve_object_sets(env, obj_sets)
+        for name in [train_obj_set, *eval_obj_sets]:
+            if name not in self.obj_sets:
+                raise ValueError(
+                    f"Unknown object set '{name}' for {env}; available: {sorted(self.obj_sets)}. "
+                    "Pick one of those or add it to obj_sets."
+                )
+        # Collects the subclass's constructor arguments too (Lightning walks the __init__ frames).
+        self.save_hyperparameters(ignore=["obj_sets"])
+        self.hparams["eval_obj_sets"] = list(eval_obj_sets)
+        # Stored as plain dicts so checkpoints load with weights_only=True.
+        self.hparams["obj_sets"] = {k: [dataclasses.asdict(v) for v in vs] for k, vs in self.obj_sets.items()}
+        self.counters = RolloutCounters()
+        self.rank, self.world_size = 0, 1
+        self.train_envs: EnvGroup | None = None
+        self.eval_envs: dict[str, EnvGroup] = {}
+
+    # ---------------------------------------------------------------- environments
+    def _env_group(self, obj_set: str, num_envs: int, seed: int, max_episode_steps: int | None) -> EnvGroup:
+        hp = self.hparams
+        return EnvGroup(
+            hp.env,
+            num_envs,
+            obj_set=obj_set,
+            obj_sets=self.obj_sets,
+            max_episode_steps=max_episode_steps,
+            vectorization=hp.vectorization,
+            seed=seed,
+        )
+
+    def setup(self, stage: str) -> None:
+        """Build the envs this stage needs (once); training envs only for ``fit``."""
+        hp = self.hparams
+        if self.trainer is not None:
+            self.rank, self.world_size = self.trainer.global_rank, self.trainer.world_size
+        if hp.eval_episodes < self.world_size:
+            raise ValueError(
+                f"eval_episodes={hp.eval_episodes} is smaller than the {self.world_size} ranks; "
+                "give every rank at least one evaluation episode."
+            )
+        if stage == "fit" and self.train_envs is None:
+            self.train_envs = self._env_group(
+                hp.train_obj_set, hp.num_envs, hp.seed + self.rank * hp.num_envs, hp.max_episode_steps
+            )
+        if not self.eval_envs:
+            eval_envs = hp.eval_num_envs or min(hp.eval_episodes, 8)
+            for obj_set in hp.eval_obj_sets:
+                # Evaluation seeds are far from training seeds; the object sets' own seed
+                # ranges decide which episodes are drawn.
+                seed = hp.seed + 1_000_000 + self.rank * eval_envs
+                self.eval_envs[obj_set] = self._env_group(obj_set, eval_envs, seed, hp.eval_max_episode_steps)
+
+    @property
+    def observation_space(self):
+        """Observation space of one env (after ``setup``)."""
+        return self._any_envs().observation_space
+
+    @property
+    def action_space(self):
+        """Action space of one env (after ``setup``)."""
+        return self._any_envs().action_space
+
+    def _any_envs(self) -> EnvGroup:
+        envs = self.train_envs or next(iter(self.eval_envs.values()), None)
+        if envs is None:
+            raise RuntimeError("The data module has no envs yet: call setup() first (the Trainer does).")
+        return envs
+
+    @property
+    def env_steps(self) -> int:
+        """Environment steps taken so far, summed over ranks."""
+        return self.counters.env_steps
+
+    # ---------------------------------------------------------------- dataloaders
+    def _policy(self):
+        return self.trainer.lightning_module.policy
+
+    def _eval_loaders(self, gated: bool) -> list[DataLoader]:
+        hp = self.hparams
+
+        def should_run() -> bool:
+            trainer = self.trainer
+            # The interval applies inside fit; trainer.validate() on its own always evaluates.
+            if not gated or trainer is None or trainer.state.fn != TrainerFn.FITTING:
+                return True
+            if trainer.sanity_checking:
+                return False
+            return (trainer.current_epoch + 1) % hp.eval_interval == 0
+
+        share = hp.eval_episodes // self.world_size + (self.rank < hp.eval_episodes % self.world_size)
+        loaders = []
+        for obj_set, envs in self.eval_envs.items():
+            dataset = EvaluationDataset(
+                envs,
+                self._policy,
+                share,
+                eval_prefix(obj_set, hp.train_obj_set),
+                deterministic=hp.eval_deterministic,
+                seed=envs.seed,
+                should_run=should_run,
+            )
+            loaders.append(DataLoader(dataset, batch_size=None, collate_fn=identity_collate))
+        return loaders
+
+    def val_dataloader(self) -> list[DataLoader]:
+        """One loader per evaluation object set; runs every ``eval_interval`` epochs."""
+        return self._eval_loaders(gated=True)
+
+    def test_dataloader(self) -> list[DataLoader]:
+        """One loader per evaluation object set; always runs (the final evaluation)."""
+        return self._eval_loaders(gated=False)
+
+    # ---------------------------------------------------------------- checkpointing
+    def state_dict(self) -> dict[str, Any]:
+        """Counters and RNG states (torch, numpy, python)."""
+        return {
+            "env_steps": self.counters.env_steps,
+            "iterations": self.counters.iterations,
+            "world_size": self.world_size,
+            "torch_rng": torch.get_rng_state(),
+            "numpy_rng": _numpy_state_to_plain(np.random.get_state()),
+            "python_rng": random.getstate(),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore counters and RNG states; envs restart their episodes."""
+        self.counters.env_steps = int(state["env_steps"])
+        self.counters.iterations = int(state["iterations"])
+        torch.set_rng_state(state["torch_rng"])
+        kind, keys, pos, has_gauss, gauss = state["numpy_rng"]
+        np.random.set_state((kind, np.asarray(keys, dtype=np.uint32), pos, has_gauss, gauss))
+        random.setstate(state["python_rng"])
+
+    def close(self) -> None:
+        """Close every environment."""
+        for envs in [self.train_envs, *self.eval_envs.values()]:
+            if envs is not None:
+                envs.close()
+        self.train_envs, self.eval_envs = None, {}
