@@ -3,7 +3,9 @@
 from rl_lightning.data.base import EnvDataModule, eval_prefix
 from rl_lightning.data.datamodule import RolloutDataModule
 from rl_lightning.data.evaluation import EvaluationDataset, episodes_per_env, evaluate
-from rl_lightning.data.protocol import RolloutPolicy
+from rl_lightning.data.protocol import ExplorationPolicy, RolloutPolicy
+from rl_lightning.data.replay import ReplayDataset, make_replay_buffer
+from rl_lightning.data.replay_datamodule import ReplayDataModule
 from rl_lightning.data.rollout import (
     RolloutCounters,
     RolloutDataset,
@@ -16,6 +18,9 @@ from rl_lightning.data.rollout import (
 __all__ = [
     "EnvDataModule",
     "EvaluationDataset",
+    "ExplorationPolicy",
+    "ReplayDataModule",
+    "ReplayDataset",
     "RolloutCounters",
     "RolloutDataModule",
     "RolloutDataset",
@@ -26,5 +31,6 @@ __all__ = [
     "eval_prefix",
     "evaluate",
     "explained_variance",
+    "make_replay_buffer",
     "to_env_action",
 ]

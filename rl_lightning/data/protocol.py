@@ -22,3 +22,14 @@ class RolloutPolicy(Protocol):
 
     def parameters(self):
         """The policy's parameters (their device is where observations are sent)."""
+
+
+@runtime_checkable
+class ExplorationPolicy(Protocol):
+    """What replay-backed collection needs from an off-policy algorithm's policy."""
+
+    def explore(self, obs: torch.Tensor) -> torch.Tensor:
+        """Return exploration actions (sampled, or epsilon-greedy) for raw observations ``[B, *obs_shape]``."""
+
+    def parameters(self):
+        """The policy's parameters (their device is where observations are sent)."""

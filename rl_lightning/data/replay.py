@@ -1,0 +1,191 @@
+"""The off-policy data stream: step the envs, store transitions in a replay buffer, yield sampled batches.
+
+One iteration of :class:`ReplayDataset` is one Trainer epoch: ``steps_per_epoch``
+environment steps per rank. Until ``learning_starts`` environment steps (over all ranks)
+actions are drawn uniformly from the action space; after it, each environment step is
+followed by ``utd_ratio`` gradient steps, each on a batch sampled from the torchrl replay
+buffer. Every rank takes the same number of gradient steps, so DDP never waits.
+
+Staleness: Lightning fetches one batch ahead of ``training_step``, so the environment step
+that precedes batch ``k + 1`` runs before the update on batch ``k``: the acting policy is
+at most one gradient step behind the learner (``tests/data/test_replay.py`` checks it).
+"""
+
+from __future__ import annotations
+
+import time
+import warnings
+from fractions import Fraction
+
+import gymnasium as gym
+import numpy as np
+import torch
+from tensordict import TensorDict
+from torch.utils.data import IterableDataset
+
+from rl_lightning.data.protocol import ExplorationPolicy
+from rl_lightning.data.rollout import RolloutCounters, RolloutMetrics, to_env_action
+from rl_lightning.envs import EnvGroup
+
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore")
+    from torchrl.data import LazyMemmapStorage, LazyTensorStorage, TensorDictReplayBuffer
+    from torchrl.data.replay_buffers.samplers import PrioritizedSampler, RandomSampler
+
+STORAGES = ("memory", "memmap")
+
+
+def make_replay_buffer(
+    buffer_size: int,
+    batch_size: int,
+    storage: str = "memory",
+    scratch_dir: str | None = None,
+    prioritized: bool = False,
+    priority_alpha: float = 0.6,
+    priority_beta: float = 0.4,
+) -> TensorDictReplayBuffer:
+    """A torchrl ``TensorDictReplayBuffer`` of ``buffer_size`` transitions.
+
+    Args:
+        buffer_size: Capacity in transitions (per rank); the oldest are overwritten.
+        batch_size: Transitions per sampled batch.
+        storage: ``"memory"`` (``LazyTensorStorage``) or ``"memmap"`` (``LazyMemmapStorage``:
+            memory-mapped files, for buffers larger than RAM).
+        scratch_dir: Where memmap files go (``None``: a temporary directory).
+        prioritized: Sample by priority (``PrioritizedSampler``, Schaul et al., 2016).
+        priority_alpha: Prioritization exponent.
+        priority_beta: Importance-sampling exponent.
+
+    Raises:
+        ValueError: Unknown storage.
+        RuntimeError: Prioritized replay where torchrl's compiled extension does not load.
+    """
+    if storage not in STORAGES:
+        raise ValueError(f"storage must be one of {STORAGES}, got {storage!r}.")
+    store = (
+        LazyTensorStorage(buffer_size)
+        if storage == "memory"
+        else LazyMemmapStorage(buffer_size, scratch_dir=scratch_dir)
+    )
+    sampler = RandomSampler()
+    if prioritized:
+        try:
+            sampler = PrioritizedSampler(buffer_size, priority_alpha, priority_beta)
+        except RuntimeError as err:
+            reason = str(err).rstrip(".")
+            raise RuntimeError(
+                "Prioritized replay needs torchrl's compiled extension (its segment trees), which does not load "
+                f"with this install (torch {torch.__version__}): {reason}. Install the torchrl build made for "
+                "your torch, or set prioritized=False for uniform sampling."
+            ) from None
+    return TensorDictReplayBuffer(storage=store, sampler=sampler, batch_size=batch_size)
+
+
+class ReplayDataset(IterableDataset):
+    """Replay-backed dataset: each ``iter()`` takes ``steps_per_epoch`` env steps and yields sampled batches.
+
+    Stored transitions: ``obs``, ``action``, ``reward``, ``next_obs`` and ``terminated``.
+    ``next_obs`` is the true next observation: for an episode that ended, its final
+    observation (not the next episode's first), so a truncated episode's target
+    bootstraps from where the time limit cut it off; only ``terminated`` stops bootstrapping.
+
+    Args:
+        envs: The training ``EnvGroup``.
+        policy: The acting policy (see :class:`ExplorationPolicy`).
+        buffer: The replay buffer (see :func:`make_replay_buffer`).
+        steps_per_epoch: Env steps per rank per epoch (a multiple of ``envs.num_envs``).
+        learning_starts: Env steps (over all ranks) of uniform random actions before learning.
+        utd_ratio: Gradient steps per env step (update-to-data ratio); ``0.25`` means one
+            gradient step every 4 env steps.
+        counters: Shared progress counters (owned by the data module).
+        reset_seed: Seed of the envs' first reset.
+        world_size: Number of ranks stepping their own envs; scales the step count.
+        action_seed: Seed of the uniform random actions.
+    """
+
+    def __init__(
+        self,
+        envs: EnvGroup,
+        policy: ExplorationPolicy,
+        buffer: TensorDictReplayBuffer,
+        steps_per_epoch: int,
+        learning_starts: int,
+        utd_ratio: float,
+        counters: RolloutCounters,
+        reset_seed: int,
+        world_size: int = 1,
+        action_seed: int = 0,
+    ):
+        super().__init__()
+        self.envs, self.policy, self.buffer = envs, policy, buffer
+        self.steps_per_epoch = steps_per_epoch
+        self.learning_starts = learning_starts
+        self.utd_ratio = Fraction(utd_ratio).limit_denominator(1000)
+        self.counters = counters
+        self.reset_seed = reset_seed
+        self.world_size = world_size
+        self.random_actions = gym.vector.utils.batch_space(envs.action_space, envs.num_envs)
+        self.random_actions.seed(action_seed)
+        # Owed gradient steps, as an exact fraction: every rank computes the same count.
+        self.gradient_credit = Fraction(0)
+        self.last_metrics: RolloutMetrics | None = None
+        self._env_seconds = self._inference_seconds = 0.0
+
+    @property
+    def learning(self) -> bool:
+        """Whether gradient steps are due: past ``learning_starts`` and a batch's worth stored."""
+        return self.counters.env_steps >= self.learning_starts and len(self.buffer) >= self.buffer.batch_size
+
+    def __iter__(self):
+        start = time.perf_counter()
+        self._env_seconds = self._inference_seconds = 0.0
+        for _ in range(self.steps_per_epoch // self.envs.num_envs):
+            self.step()
+            if self.learning:
+                self.gradient_credit += self.utd_ratio * self.envs.num_envs
+                while self.gradient_credit >= 1:
+                    self.gradient_credit -= 1
+                    yield self.buffer.sample()
+        self.counters.iterations += 1
+        self.last_metrics = RolloutMetrics(
+            episodes=self.envs.pop_stats(),
+            explained_variance=float("nan"),
+            env_steps=self.steps_per_epoch * self.world_size,
+            rollout_seconds=time.perf_counter() - start,
+            env_seconds=self._env_seconds,
+            inference_seconds=self._inference_seconds,
+        )
+
+    @torch.no_grad()
+    def step(self) -> None:
+        """One step of every env: act (random before ``learning_starts``), store the transitions."""
+        envs = self.envs
+        if envs.obs is None:
+            envs.reset(seed=self.reset_seed)
+        obs = torch.tensor(envs.obs, dtype=torch.float32)
+        t0 = time.perf_counter()
+        if self.counters.env_steps < self.learning_starts:
+            action = np.asarray(self.random_actions.sample())
+        else:
+            device = next(self.policy.parameters()).device
+            action = to_env_action(self.policy.explore(obs.to(device)), envs.action_space)
+        t1 = time.perf_counter()
+        step = envs.step(action)
+        self._inference_seconds += t1 - t0
+        self._env_seconds += time.perf_counter() - t1
+        next_obs = torch.tensor(step.obs, dtype=torch.float32)
+        for i, final in step.final_obs.items():
+            next_obs[i] = torch.as_tensor(final, dtype=torch.float32)
+        self.buffer.extend(
+            TensorDict(
+                {
+                    "obs": obs,
+                    "action": torch.as_tensor(action),
+                    "reward": torch.as_tensor(step.reward, dtype=torch.float32),
+                    "next_obs": next_obs,
+                    "terminated": torch.as_tensor(step.terminated),
+                },
+                batch_size=[envs.num_envs],
+            )
+        )
+        self.counters.env_steps += envs.num_envs * self.world_size

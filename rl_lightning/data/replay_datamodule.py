@@ -1,0 +1,170 @@
+"""``ReplayDataModule``: training and evaluation data for off-policy algorithms (SAC, DQN)."""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Mapping, Sequence
+from fractions import Fraction
+from typing import Any
+
+from torch.utils.data import DataLoader
+
+from rl_lightning.data.base import EnvDataModule, check_positive_int, identity_collate
+from rl_lightning.data.replay import STORAGES, ReplayDataset, make_replay_buffer
+
+
+class ReplayDataModule(EnvDataModule):
+    """Replay-backed training data and evaluation on every object set.
+
+    One training epoch is ``steps_per_epoch`` environment steps per rank; after
+    ``learning_starts`` env steps each one is followed by ``utd_ratio`` gradient steps on
+    batches sampled from a torchrl replay buffer (see :mod:`rl_lightning.data.replay`).
+    Validation and test are as in :class:`~rl_lightning.data.RolloutDataModule`.
+
+    Args:
+        env: Gymnasium env id.
+        num_envs: Training envs per rank.
+        steps_per_epoch: Env steps per rank per epoch; a multiple of ``num_envs``.
+        learning_starts: Env steps (over all ranks) of uniform random actions before learning.
+        utd_ratio: Gradient steps per env step; ``steps_per_epoch * utd_ratio`` must be whole.
+        batch_size: Transitions per sampled batch.
+        buffer_size: Replay capacity per rank, in transitions.
+        storage: ``"memory"`` or ``"memmap"`` (memory-mapped files under ``scratch_dir``).
+        scratch_dir: Directory of the memmap files (``None``: a temporary directory).
+        prioritized: Prioritized replay (needs torchrl's compiled extension).
+        priority_alpha: Prioritization exponent.
+        priority_beta: Importance-sampling exponent.
+        save_replay_buffer: Put the buffer's contents in checkpoints, so a resumed run goes
+            on without refilling (checkpoints grow by the buffer's size).
+        obj_sets: Object sets (name -> list of variations); ``None`` takes the shipped ones.
+        train_obj_set: The set training episodes are drawn from.
+        eval_obj_sets: Sets evaluated at validation and test time.
+        max_episode_steps: Time limit for training envs; ``None`` keeps the registered one.
+        vectorization: ``"sync"`` or ``"async"``.
+        seed: Base seed of envs and random actions.
+        eval_interval: Evaluate every this many epochs.
+        eval_episodes: Episodes per object set per evaluation (split over ranks).
+        eval_num_envs: Envs per evaluation group; ``None`` takes ``min(eval_episodes, 8)``.
+        eval_deterministic: Evaluate the mode of the policy rather than samples.
+        eval_max_episode_steps: Time limit for evaluation envs; ``None`` keeps the registered one.
+    """
+
+    def __init__(
+        self,
+        env: str = "Pendulum-v1",
+        num_envs: int = 1,
+        steps_per_epoch: int = 1000,
+        learning_starts: int = 5000,
+        utd_ratio: float = 1.0,
+        batch_size: int = 256,
+        buffer_size: int = 1_000_000,
+        storage: str = "memory",
+        scratch_dir: str | None = None,
+        prioritized: bool = False,
+        priority_alpha: float = 0.6,
+        priority_beta: float = 0.4,
+        save_replay_buffer: bool = False,
+        obj_sets: Mapping[str, Sequence[Any]] | None = None,
+        train_obj_set: str = "train",
+        eval_obj_sets: Sequence[str] = ("train", "test"),
+        max_episode_steps: int | None = None,
+        vectorization: str = "sync",
+        seed: int = 0,
+        eval_interval: int = 1,
+        eval_episodes: int = 10,
+        eval_num_envs: int | None = None,
+        eval_deterministic: bool = True,
+        eval_max_episode_steps: int | None = None,
+    ):
+        for name in ("steps_per_epoch", "batch_size", "buffer_size"):
+            check_positive_int(name, locals()[name])
+        if not isinstance(learning_starts, int) or isinstance(learning_starts, bool) or learning_starts < 0:
+            raise ValueError(f"learning_starts must be a non-negative integer, got {learning_starts!r}.")
+        if not isinstance(utd_ratio, (int, float)) or isinstance(utd_ratio, bool) or utd_ratio <= 0:
+            raise ValueError(f"utd_ratio must be a positive number, got {utd_ratio!r}.")
+        if isinstance(num_envs, int) and num_envs > 0 and steps_per_epoch % num_envs:
+            raise ValueError(
+                f"steps_per_epoch={steps_per_epoch} is not a multiple of num_envs={num_envs}: every env steps "
+                "together, so choose a multiple."
+            )
+        if (Fraction(utd_ratio).limit_denominator(1000) * steps_per_epoch).denominator != 1:
+            raise ValueError(
+                f"steps_per_epoch x utd_ratio = {steps_per_epoch} x {utd_ratio} is not a whole number of gradient "
+                "steps; every epoch (and every DDP rank) must take the same count. Adjust either."
+            )
+        if storage not in STORAGES:
+            raise ValueError(f"storage must be one of {STORAGES}, got {storage!r}.")
+        super().__init__(
+            env,
+            num_envs,
+            obj_sets,
+            train_obj_set,
+            eval_obj_sets,
+            max_episode_steps,
+            vectorization,
+            seed,
+            eval_interval,
+            eval_episodes,
+            eval_num_envs,
+            eval_deterministic,
+            eval_max_episode_steps,
+        )
+        self.buffer = make_replay_buffer(
+            buffer_size, batch_size, storage, scratch_dir, prioritized, priority_alpha, priority_beta
+        )
+        self._train_dataset: ReplayDataset | None = None
+        self._restored: dict[str, Any] = {}
+
+    @property
+    def steps_per_epoch(self) -> int:
+        """Environment steps one epoch takes, summed over ranks."""
+        return self.hparams.steps_per_epoch * self.world_size
+
+    @property
+    def last_rollout(self):
+        """Metrics of the most recent epoch's collection (``None`` before the first)."""
+        return None if self._train_dataset is None else self._train_dataset.last_metrics
+
+    def train_dataloader(self) -> DataLoader:
+        """The replay stream: ``steps_per_epoch`` env steps and their gradient-step batches per epoch."""
+        hp = self.hparams
+        if self._train_dataset is None:
+            self._train_dataset = ReplayDataset(
+                self.train_envs,
+                self._policy(),
+                self.buffer,
+                hp.steps_per_epoch,
+                hp.learning_starts,
+                hp.utd_ratio,
+                self.counters,
+                # A resumed run restarts its episodes with fresh seeds (offset by the steps done).
+                reset_seed=hp.seed + self.rank * hp.num_envs + self.counters.env_steps,
+                world_size=self.world_size,
+                action_seed=hp.seed + 7919 * (self.rank + 1) + self.counters.env_steps,
+            )
+            if "gradient_credit" in self._restored:
+                self._train_dataset.gradient_credit = Fraction(*self._restored["gradient_credit"])
+        return DataLoader(self._train_dataset, batch_size=None, collate_fn=identity_collate)
+
+    # ---------------------------------------------------------------- checkpointing
+    def state_dict(self) -> dict[str, Any]:
+        """Counters, RNG states, the owed gradient steps and (with ``save_replay_buffer``) the buffer."""
+        credit = self._train_dataset.gradient_credit if self._train_dataset is not None else Fraction(0)
+        state = {**super().state_dict(), "gradient_credit": (credit.numerator, credit.denominator)}
+        state["replay_buffer"] = self.buffer.state_dict() if self.hparams.save_replay_buffer else None
+        return state
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore counters, RNG states and the buffer when the checkpoint holds it."""
+        super().load_state_dict(state)
+        self._restored = {"gradient_credit": tuple(state["gradient_credit"])}
+        if self._train_dataset is not None:
+            self._train_dataset.gradient_credit = Fraction(*state["gradient_credit"])
+        if state.get("replay_buffer") is not None:
+            self.buffer.load_state_dict(state["replay_buffer"])
+        elif self.counters.env_steps:
+            warnings.warn(
+                "The checkpoint holds no replay buffer (save_replay_buffer=False when it was written): learning "
+                "resumes once a batch's worth of new transitions is stored, from a buffer that starts empty.",
+                stacklevel=2,
+            )

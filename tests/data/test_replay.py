@@ -1,0 +1,231 @@
+"""The replay-backed data stream: step and gradient-step counts, stored transitions, staleness, state."""
+
+from __future__ import annotations
+
+import io
+import warnings
+
+import lightning.pytorch as pl
+import pytest
+import torch
+from torch import nn
+
+from rl_lightning.algos import RLModule
+from rl_lightning.data import ReplayDataModule, ReplayDataset, RolloutCounters, make_replay_buffer
+from rl_lightning.envs import EnvGroup
+from tests.conftest import SCRIPTED_ID, SCRIPTED_SETS
+
+
+class ConstantExplorer(nn.Module):
+    """Exploration stub: always action 1; counts its calls and remembers the learner step it acted at."""
+
+    def __init__(self):
+        super().__init__()
+        self.dummy = nn.Parameter(torch.zeros(1))
+        self.calls = 0
+        self.learner_step = 0  # set by the consumer after each "gradient step"
+        self.acted_at: list[int] = []
+
+    def explore(self, obs):
+        self.calls += 1
+        self.acted_at.append(self.learner_step)
+        return torch.ones(obs.shape[0], dtype=torch.long)
+
+
+def _dataset(num_envs=2, steps_per_epoch=10, learning_starts=4, utd_ratio=1.0, batch_size=2, max_episode_steps=None):
+    envs = EnvGroup(SCRIPTED_ID, num_envs, obj_sets=SCRIPTED_SETS, max_episode_steps=max_episode_steps)
+    buffer = make_replay_buffer(100, batch_size)
+    policy = ConstantExplorer()
+    dataset = ReplayDataset(
+        envs, policy, buffer, steps_per_epoch, learning_starts, utd_ratio, RolloutCounters(), reset_seed=0
+    )
+    return dataset, policy
+
+
+@pytest.mark.parametrize(
+    ("num_envs", "utd_ratio", "expected_first", "expected_second"),
+    # 10 env steps per epoch in vector steps of num_envs; learning starts at 4 env steps.
+    [(2, 1.0, 8, 10), (1, 1.0, 7, 10), (2, 0.5, 4, 5), (2, 2.0, 16, 20)],
+)
+def test_env_and_gradient_steps_per_epoch(num_envs, utd_ratio, expected_first, expected_second):
+    """Test that an epoch takes steps_per_epoch env steps, then utd_ratio gradient steps per env step."""
+    dataset, policy = _dataset(num_envs=num_envs, utd_ratio=utd_ratio)
+    first = list(dataset)
+    assert dataset.counters.env_steps == 10 and len(dataset.buffer) == 10
+    assert len(first) == expected_first
+    # Random actions until learning_starts: the policy acts only afterwards.
+    assert policy.calls == (10 - 4) // num_envs
+    second = list(dataset)
+    assert dataset.counters.env_steps == 20 and len(second) == expected_second
+    assert all(batch.batch_size == torch.Size([2]) for batch in first + second)
+
+
+def test_stored_next_obs_is_the_true_final_observation():
+    """Test that an episode's last transition stores its final observation (not the reset one), terminated."""
+    dataset, _ = _dataset(num_envs=1, steps_per_epoch=6, learning_starts=100)  # scripted episodes: 5 steps
+    list(dataset)
+    data = dataset.buffer.storage[:6]
+    assert data["obs"][:, 0].tolist() == [0, 1, 2, 3, 4, 0]
+    assert data["next_obs"][:, 0].tolist() == [1, 2, 3, 4, 5, 1]  # 5 = final obs; the env then reset to 0
+    assert data["terminated"].tolist() == [False, False, False, False, True, False]
+    assert data["reward"].tolist() == [1, 2, 3, 4, 5, 1]
+
+
+def test_truncation_is_not_termination():
+    """Test that a time-limit cut stores its true final observation with terminated=False (so the target bootstraps)."""
+    dataset, _ = _dataset(num_envs=1, steps_per_epoch=4, learning_starts=100, max_episode_steps=3)
+    list(dataset)
+    data = dataset.buffer.storage[:4]
+    assert data["next_obs"][:, 0].tolist() == [1, 2, 3, 1]
+    assert data["terminated"].tolist() == [False, False, False, False]
+
+
+def test_acting_policy_is_at_most_one_gradient_step_stale():
+    """Test that, consumed the way Lightning does (one batch fetched ahead), every action uses weights <= 1 step old."""
+    dataset, policy = _dataset(num_envs=1, steps_per_epoch=20, learning_starts=2)
+    iterator = iter(dataset)
+    nxt = next(iterator, None)  # Lightning's prefetch: batch k+1 is fetched before step k trains
+    steps = 0
+    while nxt is not None:
+        nxt = next(iterator, None)
+        steps += 1  # the gradient step on `current`
+        policy.learner_step = steps
+    assert steps == 19
+    # The k-th policy action (env step k + 3, right before batch k + 2 is fetched) saw the
+    # learner after k gradient steps, while k + 1 batches were already handed out: one step stale.
+    assert policy.acted_at == list(range(18))
+    lags = [(k + 1) - acted for k, acted in enumerate(policy.acted_at)]
+    assert max(lags) == 1
+
+
+def test_replay_buffer_state_round_trips_exactly(tmp_path):
+    """Test that the data module's state (save_replay_buffer) restores the buffer's contents, size and cursor."""
+    data = ReplayDataModule(
+        env=SCRIPTED_ID,
+        obj_sets=SCRIPTED_SETS,
+        buffer_size=8,
+        batch_size=2,
+        steps_per_epoch=6,
+        learning_starts=0,
+        save_replay_buffer=True,
+        eval_episodes=1,
+    )
+    data.setup("fit")
+    data._policy = lambda: ConstantExplorer()
+    list(data.train_dataloader())
+    list(data.train_dataloader())  # 12 transitions into 8 slots: the buffer wrapped around
+    state = data.state_dict()
+    buf = io.BytesIO()
+    torch.save(state, buf)
+    buf.seek(0)
+    restored = ReplayDataModule(
+        env=SCRIPTED_ID,
+        obj_sets=SCRIPTED_SETS,
+        buffer_size=8,
+        batch_size=2,
+        steps_per_epoch=6,
+        learning_starts=0,
+        save_replay_buffer=True,
+        eval_episodes=1,
+    )
+    restored.load_state_dict(torch.load(buf, weights_only=True))
+    assert len(restored.buffer) == len(data.buffer) == 8
+    for key in ("obs", "action", "reward", "next_obs", "terminated"):
+        torch.testing.assert_close(restored.buffer.storage[:][key], data.buffer.storage[:][key])
+    assert restored.buffer._writer._cursor == data.buffer._writer._cursor == 12 % 8
+    assert restored.env_steps == 12
+    data.close()
+
+
+def test_without_saved_buffer_resume_warns_and_waits_for_a_batch():
+    """Test that a checkpoint without the buffer warns on load and learning waits until a batch is stored again."""
+    kwargs = dict(
+        env=SCRIPTED_ID, obj_sets=SCRIPTED_SETS, batch_size=4, steps_per_epoch=2, learning_starts=0, eval_episodes=1
+    )
+    data = ReplayDataModule(**kwargs)
+    state = {**data.state_dict(), "env_steps": 100}
+    assert state["replay_buffer"] is None
+    restored = ReplayDataModule(**kwargs)
+    with pytest.warns(UserWarning, match="no replay buffer"):
+        restored.load_state_dict(state)
+    restored.setup("fit")
+    restored._policy = lambda: ConstantExplorer()
+    assert list(restored.train_dataloader()) == []  # 2 stored < batch of 4: no gradient step yet
+    assert len(list(restored.train_dataloader())) == 1  # the 4th transition completes a batch
+    assert len(list(restored.train_dataloader())) == 2  # from here one per env step
+    restored.close()
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"steps_per_epoch": 5, "num_envs": 2}, "multiple of num_envs"),
+        ({"steps_per_epoch": 3, "utd_ratio": 0.5}, "whole number of gradient steps"),
+        ({"learning_starts": -1}, "learning_starts"),
+        ({"utd_ratio": 0}, "utd_ratio"),
+        ({"storage": "disk"}, "storage must be one of"),
+        ({"batch_size": 0}, "batch_size"),
+    ],
+)
+def test_impossible_settings_are_refused_with_the_key(kwargs, match):
+    """Test that impossible replay settings raise a ValueError naming the setting."""
+    with pytest.raises(ValueError, match=match):
+        ReplayDataModule(env=SCRIPTED_ID, obj_sets=SCRIPTED_SETS, **kwargs)
+
+
+def test_prioritized_replay_loads_or_names_the_missing_extension():
+    """Test that prioritized replay either builds a prioritized buffer or says the compiled extension is missing."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            buffer = make_replay_buffer(16, 4, prioritized=True)
+        except RuntimeError as err:
+            assert "compiled extension" in str(err) and "prioritized=False" in str(err)
+            return
+    assert type(buffer._sampler).__name__ == "PrioritizedSampler"
+
+
+def test_memmap_storage_holds_transitions_on_disk(tmp_path):
+    """Test that storage='memmap' writes the transitions as memory-mapped files under scratch_dir."""
+    envs = EnvGroup(SCRIPTED_ID, 1, obj_sets=SCRIPTED_SETS)
+    buffer = make_replay_buffer(10, 2, storage="memmap", scratch_dir=str(tmp_path))
+    dataset = ReplayDataset(envs, ConstantExplorer(), buffer, 4, 100, 1.0, RolloutCounters(), reset_seed=0)
+    list(dataset)
+    assert len(buffer) == 4 and buffer.storage[:4]["obs"][:, 0].tolist() == [0, 1, 2, 3]
+    assert any(tmp_path.rglob("*.memmap"))
+
+
+class _ReplayLearner(RLModule):
+    """A minimal off-policy LightningModule: one parameter, a loss on each sampled batch."""
+
+    def __init__(self):
+        super().__init__(total_timesteps=10_000)
+        self.batches_seen = 0
+
+    def build_policy(self, observation_space, action_space):
+        policy = ConstantExplorer()
+        policy.act = lambda obs, deterministic=False: (torch.ones(obs.shape[0], dtype=torch.long), None, None)
+        return policy
+
+    def training_step(self, batch, batch_idx):
+        self.batches_seen += 1
+        return (self.policy.dummy - batch["reward"].mean()) ** 2
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.01)
+
+
+def test_trainer_fit_runs_epochs_without_batches_until_learning_starts():
+    """Test that under Trainer.fit, epochs before learning_starts take env steps but no gradient steps."""
+    data = ReplayDataModule(
+        env=SCRIPTED_ID, obj_sets=SCRIPTED_SETS, steps_per_epoch=10, learning_starts=15, batch_size=2, eval_episodes=1
+    )
+    model = _ReplayLearner()
+    trainer = pl.Trainer(
+        max_epochs=3, logger=False, enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False
+    )
+    trainer.fit(model, data)
+    # Epoch 1: 10 random steps, no update; epoch 2: an update after each of env steps 15-20; epoch 3: 10.
+    assert data.env_steps == 30 and model.batches_seen == 6 + 10 and trainer.global_step == 16
+    assert "eval/return_mean" in trainer.callback_metrics and "eval_ood/return_mean" in trainer.callback_metrics
+    data.close()
