@@ -83,6 +83,7 @@ ObjectSets = dict[str, list[Variation]]
 # Shipped train / held-out test sets. Train sets vary the physics mildly around the default;
 # test sets go beyond that range, so the test return measures out-of-distribution behaviour.
 TRAIN_SEEDS, TEST_SEEDS = (0, 100_000), (100_000, 200_000)  # held-out sets use unseen seeds too
+_CHEETAH_BODIES = ("torso", "bthigh", "bshin", "bfoot", "fthigh", "fshin", "ffoot")
 SHIPPED_OBJECT_SETS: dict[str, dict[str, list[dict[str, Any]]]] = {
     "CartPole-v1": {
         "train": [
@@ -114,6 +115,47 @@ SHIPPED_OBJECT_SETS: dict[str, dict[str, list[dict[str, Any]]]] = {
             {
                 "name": "strong_gravity",
                 "attrs": {"model.opt.gravity": [0.0, 0.0, -107.91]},
+                "seeds": TEST_SEEDS,
+            },
+        ],
+    },
+    # Pendulum's step reads g, m and l directly (no derived quantities). Train: +-10% on mass
+    # and length; test: a bob 60% heavier (max_torque stays 2), a 40% longer rod, 1.4 g.
+    "Pendulum-v1": {
+        "train": [
+            {"name": "default", "attrs": {"m": 1.0, "l": 1.0}, "seeds": TRAIN_SEEDS},
+            {"name": "light_short", "attrs": {"m": 0.9, "l": 0.9}, "seeds": TRAIN_SEEDS},
+            {"name": "heavy_long", "attrs": {"m": 1.1, "l": 1.1}, "seeds": TRAIN_SEEDS},
+        ],
+        "test": [
+            {"name": "heavy_bob", "attrs": {"m": 1.6}, "seeds": TEST_SEEDS},
+            {"name": "long_rod", "attrs": {"l": 1.4}, "seeds": TEST_SEEDS},
+            {"name": "strong_gravity", "attrs": {"g": 14.0}, "seeds": TEST_SEEDS},
+        ],
+    },
+    # HalfCheetah: train scales every body's mass by 0.9-1.1; test doubles the torso, makes
+    # the ground slippery (friction 0.4 -> 0.1) and weakens every motor to 60 %.
+    "HalfCheetah-v5": {
+        "train": [
+            {"name": "default", "attrs": {BODY_MASS_SCALE: dict.fromkeys(_CHEETAH_BODIES, 1.0)}, "seeds": TRAIN_SEEDS},
+            {"name": "light", "attrs": {BODY_MASS_SCALE: dict.fromkeys(_CHEETAH_BODIES, 0.9)}, "seeds": TRAIN_SEEDS},
+            {"name": "heavy", "attrs": {BODY_MASS_SCALE: dict.fromkeys(_CHEETAH_BODIES, 1.1)}, "seeds": TRAIN_SEEDS},
+        ],
+        "test": [
+            {"name": "heavy_torso", "attrs": {BODY_MASS_SCALE: {"torso": 2.0}}, "seeds": TEST_SEEDS},
+            {"name": "slippery", "attrs": {"model.geom_friction": [0.1, 0.1, 0.1]}, "seeds": TEST_SEEDS},
+            {
+                "name": "weak_motors",
+                "attrs": {
+                    "model.actuator_gear": [
+                        [72.0, 0, 0, 0, 0, 0],
+                        [54.0, 0, 0, 0, 0, 0],
+                        [36.0, 0, 0, 0, 0, 0],
+                        [72.0, 0, 0, 0, 0, 0],
+                        [36.0, 0, 0, 0, 0, 0],
+                        [18.0, 0, 0, 0, 0, 0],
+                    ]
+                },
                 "seeds": TEST_SEEDS,
             },
         ],

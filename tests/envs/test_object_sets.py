@@ -135,3 +135,44 @@ def test_dotted_path_overrides_mujoco_arrays_in_place():
         seen.add((env.variation.name, float(gravity[2])))
         env.reset()
     assert seen == {("g", -20.0), ("default", -9.81)}
+
+
+def _one_step(env_id, variation, set_state, action):
+    sets = resolve_object_sets(env_id, {"s": [variation]})
+    env = ObjectSetWrapper(sets, "s")
+    env.reset(seed=0)
+    set_state(env.unwrapped)
+    return env.step(action)[0]
+
+
+@pytest.mark.parametrize("name", ["heavy_bob", "long_rod", "strong_gravity"])
+def test_pendulum_test_variations_change_dynamics(name):
+    """Test that each shipped Pendulum test variation changes the next state from the same state and torque."""
+
+    def start(u):
+        u.state = np.array([0.5, 0.0])
+
+    (variation,) = [v for v in SHIPPED_OBJECT_SETS["Pendulum-v1"]["test"] if v["name"] == name]
+    default = SHIPPED_OBJECT_SETS["Pendulum-v1"]["train"][0]
+    action = np.array([1.0], dtype=np.float32)
+    assert not np.allclose(
+        _one_step("Pendulum-v1", variation, start, action), _one_step("Pendulum-v1", default, start, action)
+    )
+
+
+@pytest.mark.parametrize("name", ["heavy_torso", "slippery", "weak_motors"])
+def test_half_cheetah_test_variations_change_dynamics(name):
+    """Test that each shipped HalfCheetah test variation changes where 20 identical steps lead."""
+
+    def rollout(variation):
+        sets = resolve_object_sets("HalfCheetah-v5", {"s": [variation]})
+        env = ObjectSetWrapper(sets, "s")
+        env.reset(seed=0)
+        u = env.unwrapped
+        u.set_state(u.init_qpos.copy(), u.init_qvel.copy())
+        for _ in range(20):
+            obs = env.step(np.full(6, 0.8, dtype=np.float32))[0]
+        return obs
+
+    (variation,) = [v for v in SHIPPED_OBJECT_SETS["HalfCheetah-v5"]["test"] if v["name"] == name]
+    assert not np.allclose(rollout(variation), rollout(SHIPPED_OBJECT_SETS["HalfCheetah-v5"]["train"][0]), atol=1e-4)
