@@ -3,5 +3,6 @@
 from rl_lightning.algos.base import RLModule
 from rl_lightning.algos.ppo import PPO
 from rl_lightning.algos.ppo_loss import PPOLossTerms, minibatch_loss, ppo_loss
+from rl_lightning.algos.sac import SAC
 
-__all__ = ["PPO", "PPOLossTerms", "RLModule", "minibatch_loss", "ppo_loss"]
+__all__ = ["PPO", "PPOLossTerms", "RLModule", "SAC", "minibatch_loss", "ppo_loss"]

@@ -40,6 +40,9 @@ class RLModule(pl.LightningModule):
             ``None`` leaves checkpointing to the Trainer's own callbacks.
     """
 
+    #: The data module class this algorithm's training_step expects batches from.
+    datamodule_class: type | None = None
+
     def __init__(self, total_timesteps: int, save_interval: int | None = None):
         super().__init__()
         if not isinstance(total_timesteps, int) or isinstance(total_timesteps, bool) or total_timesteps <= 0:
@@ -79,6 +82,13 @@ class RLModule(pl.LightningModule):
                     "call trainer.fit(model, datamodule=RolloutDataModule(env=...))."
                 )
             return
+        expected = self.datamodule_class
+        if expected is not None and not isinstance(datamodule, expected):
+            raise TypeError(
+                f"{type(self).__name__} learns from a {expected.__name__}, got a {type(datamodule).__name__}. "
+                f"Pass {expected.__name__}(env=...) (with Hydra: the data group that goes with algo="
+                f"{type(self).__name__.lower()}, as its experiments set)."
+            )
         self._ensure_policy(datamodule.observation_space, datamodule.action_space)
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:

@@ -18,6 +18,7 @@ from torch import nn
 
 from rl_lightning.algos.base import RLModule
 from rl_lightning.algos.ppo_loss import minibatch_loss
+from rl_lightning.data import RolloutDataModule
 from rl_lightning.nets import ActorCritic
 
 _TRAIN_METRICS = ("policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction")
@@ -48,6 +49,8 @@ class PPO(RLModule):
             hyperparameters, so pass it again to ``load_from_checkpoint``.
         critic: Optional critic network (normalized obs -> value ``[B, 1]``); likewise.
     """
+
+    datamodule_class = RolloutDataModule
 
     def __init__(
         self,

@@ -3,5 +3,6 @@
 from rl_lightning.nets.actor_critic import ActorCritic, check_spaces
 from rl_lightning.nets.mlp import layer_init, mlp
 from rl_lightning.nets.normalizer import RunningNormalizer
+from rl_lightning.nets.sac import QNetwork, SquashedGaussianActor
 
-__all__ = ["ActorCritic", "RunningNormalizer", "check_spaces", "layer_init", "mlp"]
+__all__ = ["ActorCritic", "QNetwork", "RunningNormalizer", "SquashedGaussianActor", "check_spaces", "layer_init", "mlp"]
