@@ -14,10 +14,11 @@ import warnings
 from typing import Any
 
 import lightning.pytorch as pl
-from hydra.utils import instantiate
+from hydra.utils import get_class, instantiate
 from lightning.pytorch.utilities import rank_zero_only
 from omegaconf import DictConfig, OmegaConf
 
+from rl_lightning.data import ReplayDataModule
 from rl_lightning.launch.errors import ConfigError, explain_build_error
 from rl_lightning.launch.summary import RunSummary
 
@@ -73,13 +74,17 @@ def explained_errors(cfg: DictConfig):
 
 
 def warm_up(cfg: DictConfig) -> None:
-    """A few-second dry run: one short rollout, one update and one evaluation of each object set.
+    """A few-second dry run: a few env steps, one update and one evaluation of each object set.
 
     It builds its own small data module and model from the same config on one device,
     surfacing dataflow errors (shapes, dtypes, env settings) before the real run starts.
     Nothing is logged or saved; the real run then starts from fresh objects and seeds.
     """
-    small = dict(rollout_steps=8, update_epochs=1, num_minibatches=1, eval_interval=1, eval_episodes=1, eval_num_envs=1)
+    small = dict(eval_interval=1, eval_episodes=1, eval_num_envs=1)
+    if issubclass(get_class(cfg.data._target_), ReplayDataModule):
+        small.update(steps_per_epoch=8 * cfg.env.num_envs, learning_starts=0, batch_size=8)
+    else:
+        small.update(rollout_steps=8, update_epochs=1, num_minibatches=1)
     with explained_errors(cfg):
         data, model = build_data(cfg, **small), build_model(cfg, save_interval=None)
     trainer = pl.Trainer(
