@@ -28,6 +28,34 @@ from rl_lightning.envs.spaces import space_from_dict, space_to_dict
 CHECKPOINT_KEY = "rl_lightning"
 
 
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def check_positive(**values: Any) -> None:
+    """Raise a ``ValueError`` naming the first argument that is not a positive number (``None`` allowed if given)."""
+    for name, value in values.items():
+        if value is not None and not (_is_number(value) and value > 0):
+            raise ValueError(f"{name} must be a positive number, got {value!r}.")
+
+
+def check_non_negative(**values: Any) -> None:
+    """Raise a ``ValueError`` naming the first argument that is not a number >= 0."""
+    for name, value in values.items():
+        if not (_is_number(value) and value >= 0):
+            raise ValueError(f"{name} must be a non-negative number, got {value!r}.")
+
+
+def check_hidden_sizes(hidden_sizes: Any) -> None:
+    """Raise a ``ValueError`` unless ``hidden_sizes`` is a non-empty sequence of positive integers."""
+    if (
+        not isinstance(hidden_sizes, Sequence)
+        or not hidden_sizes
+        or any(not isinstance(h, int) or isinstance(h, bool) or h <= 0 for h in hidden_sizes)
+    ):
+        raise ValueError(f"hidden_sizes must be a non-empty list of positive integers, got {hidden_sizes!r}.")
+
+
 class RLModule(pl.LightningModule):
     """Base class of the algorithms (one level of inheritance: ``PPO(RLModule)``).
 

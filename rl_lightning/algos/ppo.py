@@ -16,7 +16,7 @@ import torch
 from tensordict import TensorDict
 from torch import nn
 
-from rl_lightning.algos.base import RLModule
+from rl_lightning.algos.base import RLModule, check_hidden_sizes, check_non_negative, check_positive
 from rl_lightning.algos.ppo_loss import minibatch_loss
 from rl_lightning.data import RolloutDataModule
 from rl_lightning.nets import ActorCritic
@@ -71,20 +71,11 @@ class PPO(RLModule):
         critic: nn.Module | None = None,
     ):
         super().__init__(total_timesteps=total_timesteps, save_interval=save_interval)
-        for name, value in (("lr", lr), ("clip_coef", clip_coef)):
-            if not isinstance(value, (int, float)) or isinstance(value, bool) or value <= 0:
-                raise ValueError(f"{name} must be a positive number, got {value!r}.")
-        for name, value in (("ent_coef", ent_coef), ("vf_coef", vf_coef)):
-            if not isinstance(value, (int, float)) or isinstance(value, bool) or value < 0:
-                raise ValueError(f"{name} must be a non-negative number, got {value!r}.")
-        if max_grad_norm is not None and (not isinstance(max_grad_norm, (int, float)) or max_grad_norm <= 0):
-            raise ValueError(f"max_grad_norm must be a positive number or None, got {max_grad_norm!r}.")
-        if (
-            not isinstance(hidden_sizes, Sequence)
-            or not hidden_sizes
-            or any(not isinstance(h, int) or isinstance(h, bool) or h <= 0 for h in hidden_sizes)
-        ):
-            raise ValueError(f"hidden_sizes must be a non-empty list of positive integers, got {hidden_sizes!r}.")
+        check_positive(lr=lr, clip_coef=clip_coef)
+        check_non_negative(ent_coef=ent_coef, vf_coef=vf_coef)
+        if max_grad_norm is not None:
+            check_positive(max_grad_norm=max_grad_norm)
+        check_hidden_sizes(hidden_sizes)
         self.save_hyperparameters(ignore=["actor", "critic"])
         self._actor, self._critic = actor, critic
         self._train_terms: list[torch.Tensor] = []

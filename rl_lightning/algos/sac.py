@@ -17,7 +17,7 @@ import torch
 from tensordict import TensorDict
 from tensordict.nn import TensorDictModule
 
-from rl_lightning.algos.base import RLModule
+from rl_lightning.algos.base import RLModule, check_hidden_sizes, check_positive
 from rl_lightning.data import ReplayDataModule
 from rl_lightning.nets.sac import QNetwork, SquashedGaussianActor
 
@@ -85,25 +85,13 @@ class SAC(RLModule):
         save_interval: int | None = None,
     ):
         super().__init__(total_timesteps=total_timesteps, save_interval=save_interval)
-        for name, value in (
-            ("actor_lr", actor_lr),
-            ("critic_lr", critic_lr),
-            ("alpha_lr", alpha_lr),
-            ("init_alpha", init_alpha),
-        ):
-            if not isinstance(value, (int, float)) or isinstance(value, bool) or value <= 0:
-                raise ValueError(f"{name} must be a positive number, got {value!r}.")
+        check_positive(actor_lr=actor_lr, critic_lr=critic_lr, alpha_lr=alpha_lr, init_alpha=init_alpha)
         for name, value in (("gamma", gamma), ("tau", tau)):
             if not isinstance(value, (int, float)) or isinstance(value, bool) or not 0 < value <= 1:
                 raise ValueError(f"{name} must be a number in (0, 1], got {value!r}.")
-        if max_grad_norm is not None and (not isinstance(max_grad_norm, (int, float)) or max_grad_norm <= 0):
-            raise ValueError(f"max_grad_norm must be a positive number or None, got {max_grad_norm!r}.")
-        if (
-            not isinstance(hidden_sizes, Sequence)
-            or not hidden_sizes
-            or any(not isinstance(h, int) or isinstance(h, bool) or h <= 0 for h in hidden_sizes)
-        ):
-            raise ValueError(f"hidden_sizes must be a non-empty list of positive integers, got {hidden_sizes!r}.")
+        if max_grad_norm is not None:
+            check_positive(max_grad_norm=max_grad_norm)
+        check_hidden_sizes(hidden_sizes)
         self.save_hyperparameters()
         # Three optimizers stepped by hand (Lightning's automatic loop steps one loss).
         self.automatic_optimization = False

@@ -100,16 +100,8 @@ def test_acting_policy_is_at_most_one_gradient_step_stale():
 
 def test_replay_buffer_state_round_trips_exactly(tmp_path):
     """Test that the data module's state (save_replay_buffer) restores the buffer's contents, size and cursor."""
-    data = ReplayDataModule(
-        env=SCRIPTED_ID,
-        obj_sets=SCRIPTED_SETS,
-        buffer_size=8,
-        batch_size=2,
-        steps_per_epoch=6,
-        learning_starts=0,
-        save_replay_buffer=True,
-        eval_episodes=1,
-    )
+    kwargs = dict(env=SCRIPTED_ID, obj_sets=SCRIPTED_SETS, buffer_size=8, batch_size=2, steps_per_epoch=6)
+    data = ReplayDataModule(**kwargs, learning_starts=0, save_replay_buffer=True, eval_episodes=1)
     data.setup("fit")
     data._policy = lambda: ConstantExplorer()
     list(data.train_dataloader())
@@ -118,16 +110,7 @@ def test_replay_buffer_state_round_trips_exactly(tmp_path):
     buf = io.BytesIO()
     torch.save(state, buf)
     buf.seek(0)
-    restored = ReplayDataModule(
-        env=SCRIPTED_ID,
-        obj_sets=SCRIPTED_SETS,
-        buffer_size=8,
-        batch_size=2,
-        steps_per_epoch=6,
-        learning_starts=0,
-        save_replay_buffer=True,
-        eval_episodes=1,
-    )
+    restored = ReplayDataModule(**kwargs, learning_starts=0, save_replay_buffer=True, eval_episodes=1)
     restored.load_state_dict(torch.load(buf, weights_only=True))
     assert len(restored.buffer) == len(data.buffer) == 8
     for key in ("obs", "action", "reward", "next_obs", "terminated"):
