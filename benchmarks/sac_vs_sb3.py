@@ -1,0 +1,111 @@
+"""SAC training throughput against Stable-Baselines3's SAC, same hyperparameters, one invocation.
+
+    python -m benchmarks.sac_vs_sb3 [--repeats 3] [--env-steps 2100] [--threads 1]
+
+Both train SAC on Pendulum-v1 with 256x256 networks, batch 256, learning rate 1e-3,
+buffer 1M, tau 0.005, gamma 0.99, automatic entropy (target -1), 100 random steps, then
+one gradient step per env step. Reported: gradient steps per second over the whole
+``fit``/``learn`` call (env steps included), medians of alternating repeats, and the ratio.
+Needs ``pip install stable-baselines3`` (not a dependency of the package).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+import warnings
+
+import gymnasium as gym
+import lightning.pytorch as pl
+import torch
+
+from rl_lightning import SAC, ReplayDataModule
+
+LEARNING_STARTS = 100
+
+
+def ours(env_steps: int, seed: int) -> float:
+    """Gradient steps per second of rl_lightning's SAC."""
+    pl.seed_everything(seed, verbose=False)
+    data = ReplayDataModule(
+        env="Pendulum-v1",
+        steps_per_epoch=env_steps,
+        learning_starts=LEARNING_STARTS,
+        batch_size=256,
+        eval_interval=10**6,
+        eval_episodes=1,
+        seed=seed,
+    )
+    model = SAC(actor_lr=1e-3, critic_lr=1e-3, alpha_lr=1e-3, total_timesteps=env_steps)
+    trainer = pl.Trainer(
+        max_epochs=1,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        num_sanity_val_steps=0,
+    )
+    start = time.perf_counter()
+    trainer.fit(model, data)
+    seconds = time.perf_counter() - start
+    data.close()
+    return (trainer.global_step // 3) / seconds  # three optimizer steps per gradient step
+
+
+def sb3(env_steps: int, seed: int) -> float:
+    """Gradient steps per second of Stable-Baselines3's SAC with the same settings."""
+    from stable_baselines3 import SAC as SB3SAC
+
+    model = SB3SAC(
+        "MlpPolicy",
+        gym.make("Pendulum-v1"),
+        learning_rate=1e-3,
+        buffer_size=1_000_000,
+        learning_starts=LEARNING_STARTS,
+        batch_size=256,
+        tau=0.005,
+        gamma=0.99,
+        train_freq=1,
+        gradient_steps=1,
+        ent_coef="auto",
+        policy_kwargs={"net_arch": [256, 256]},
+        seed=seed,
+        device="cpu",
+        verbose=0,
+    )
+    start = time.perf_counter()
+    model.learn(env_steps)
+    return model._n_updates / (time.perf_counter() - start)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--env-steps", type=int, default=2100)
+    parser.add_argument("--threads", type=int, default=1)
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    warnings.filterwarnings("ignore")
+    rates: dict[str, list[float]] = {"rl_lightning": [], "stable_baselines3": []}
+    for repeat in range(args.repeats):
+        rates["rl_lightning"].append(ours(args.env_steps, repeat))
+        rates["stable_baselines3"].append(sb3(args.env_steps, repeat))
+    medians = {k: statistics.median(v) for k, v in rates.items()}
+    print(
+        json.dumps(
+            {
+                "env_steps": args.env_steps,
+                "threads": args.threads,
+                "gradient_steps_per_second": {k: [round(x, 1) for x in v] for k, v in rates.items()},
+                "median": {k: round(v, 1) for k, v in medians.items()},
+                "rl_lightning / stable_baselines3": round(medians["rl_lightning"] / medians["stable_baselines3"], 3),
+            },
+            indent=2,
+        )
+    )
+
+
+if __name__ == "__main__":
+    main()
