@@ -104,7 +104,8 @@ def warm_up(cfg: DictConfig) -> None:
         trainer.fit(model, data)
     finally:
         data.close()
-    _print(f"Warm-up passed in {time.perf_counter() - start:.1f} s (one rollout, one update, one evaluation per set).")
+    seconds = time.perf_counter() - start
+    _print(f"Warm-up passed in {seconds:.1f} s (a few env steps, one update, one evaluation per set).")
 
 
 @rank_zero_only

@@ -125,3 +125,27 @@ def test_bad_config_ends_with_one_paragraph_naming_key_and_fix(tmp_path, overrid
     for text in expected:
         assert text in message, message
     assert not os.path.exists(tmp_path / "runs") or not glob.glob(str(tmp_path / "runs" / "*" / "checkpoints"))
+
+
+def test_sac_experiment_runs_with_its_warm_up(tmp_path):
+    """Test that +experiment=sac (replay data) runs end to end from train.py, warm-up included."""
+    overrides = [
+        "+experiment=sac",
+        "debug=true",
+        "algo.total_timesteps=200",
+        "algo.hidden_sizes=[16,16]",
+        "data.steps_per_epoch=100",
+        "data.learning_starts=50",
+        "data.batch_size=32",
+        "env.eval_episodes=1",
+        "env.eval_interval=1",
+        "env.eval_max_episode_steps=20",
+        "logger=csv",
+        "hydra.run.dir=runs/sac",
+    ]
+    proc = run_train(overrides, tmp_path)
+    assert "Warm-up passed" in proc.stdout
+    summary = read_summary(tmp_path / "runs" / "sac")
+    assert summary["env_steps"] == 200 and summary["eval_return"] is not None
+    rows = _metrics(tmp_path / "runs" / "sac")
+    assert any(r.get("train/loss_qvalue") for r in rows) and any(r.get("eval_ood/return_mean") for r in rows)
