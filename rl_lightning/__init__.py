@@ -3,9 +3,9 @@
 Trainer.fit(PPO(...), RolloutDataModule(env="CartPole-v1"))
 """
 
-from rl_lightning.algos import PPO, SAC, RLModule
+from rl_lightning.algos import DQN, PPO, SAC, RLModule
 from rl_lightning.data import ReplayDataModule, RolloutDataModule
 from rl_lightning.envs import EnvGroup, Variation
 
-__all__ = ["PPO", "SAC", "EnvGroup", "RLModule", "ReplayDataModule", "RolloutDataModule", "Variation"]
+__all__ = ["DQN", "PPO", "SAC", "EnvGroup", "RLModule", "ReplayDataModule", "RolloutDataModule", "Variation"]
 __version__ = "0.1.0"

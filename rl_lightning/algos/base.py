@@ -138,6 +138,28 @@ class RLModule(pl.LightningModule):
         action = to_env_action(self.policy.act(obs_t, deterministic)[0], action_space)
         return action[0] if single else action
 
+    def configure_gradient_clipping(self, optimizer, gradient_clip_val=None, gradient_clip_algorithm=None) -> None:
+        """Clip to the algorithm's ``max_grad_norm`` unless the Trainer was given its own clipping value.
+
+        Used by automatically optimized algorithms (PPO, DQN); SAC clips by hand per optimizer.
+        """
+        max_grad_norm = self.hparams.get("max_grad_norm")
+        if gradient_clip_val is None and max_grad_norm is not None:
+            gradient_clip_val, gradient_clip_algorithm = max_grad_norm, "norm"
+        self.clip_gradients(optimizer, gradient_clip_val, gradient_clip_algorithm)
+
+    def anneal_lr(self, base_lr: float) -> None:
+        """Set every optimizer's learning rate to ``base_lr`` times the unspent env-step budget fraction.
+
+        Linear annealing to 0 over ``total_timesteps`` (CleanRL's PPO detail 4; SB3's linear
+        schedules), computed from the env-step counter so a resumed run continues it.
+        """
+        frac = max(0.0, 1.0 - self.env_steps / self.total_timesteps)
+        optimizers = self.optimizers()
+        for optimizer in optimizers if isinstance(optimizers, list) else [optimizers]:
+            for group in optimizer.param_groups:
+                group["lr"] = frac * base_lr
+
     # ---------------------------------------------------------------- progress
     def _data_counter(self, name: str) -> int:
         datamodule = getattr(self._trainer, "datamodule", None) if self._trainer else None

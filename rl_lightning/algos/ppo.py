@@ -96,19 +96,10 @@ class PPO(RLModule):
     def configure_optimizers(self) -> torch.optim.Optimizer:
         return torch.optim.Adam(self.policy.parameters(), lr=self.hparams.lr, eps=1e-5)
 
-    def configure_gradient_clipping(self, optimizer, gradient_clip_val=None, gradient_clip_algorithm=None) -> None:
-        """Clip to ``max_grad_norm`` unless the Trainer was given its own clipping value."""
-        if gradient_clip_val is None and self.hparams.max_grad_norm is not None:
-            gradient_clip_val, gradient_clip_algorithm = self.hparams.max_grad_norm, "norm"
-        self.clip_gradients(optimizer, gradient_clip_val, gradient_clip_algorithm)
-
     def on_train_epoch_start(self) -> None:
-        # Linear annealing by the fraction of the env-step budget spent (CleanRL's detail 4),
-        # computed from the counter so a resumed run continues the schedule.
+        # One rollout per epoch: the learning rate steps down once per rollout (CleanRL's detail 4).
         if self.hparams.anneal_lr:
-            frac = max(0.0, 1.0 - self.env_steps / self.total_timesteps)
-            for group in self.optimizers().param_groups:
-                group["lr"] = frac * self.hparams.lr
+            self.anneal_lr(self.hparams.lr)
 
     def training_step(self, batch: TensorDict, batch_idx: int) -> torch.Tensor:
         """The PPO loss on one minibatch of the rollout."""

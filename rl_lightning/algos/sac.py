@@ -19,6 +19,7 @@ from tensordict.nn import TensorDictModule
 
 from rl_lightning.algos.base import RLModule, check_hidden_sizes, check_positive
 from rl_lightning.data import ReplayDataModule
+from rl_lightning.data.replay import to_torchrl_batch
 from rl_lightning.nets.sac import QNetwork, SquashedGaussianActor
 
 with warnings.catch_warnings():
@@ -27,28 +28,6 @@ with warnings.catch_warnings():
     from torchrl.objectives import SACLoss, SoftUpdate, ValueEstimators
 
 _TRAIN_METRICS = ("loss_actor", "loss_qvalue", "loss_alpha", "alpha", "entropy")
-
-
-def replay_batch_to_sac(batch: TensorDict) -> TensorDict:
-    """Our replay batch (``obs``, ``next_obs``, ...) in the keys torchrl's losses read.
-
-    ``done`` is ``terminated``: a truncated transition keeps bootstrapping from its stored
-    true final observation (TD(0) only stops at ``terminated`` anyway).
-    """
-    terminated = batch["terminated"].unsqueeze(-1)
-    return TensorDict(
-        {
-            "observation": batch["obs"],
-            "action": batch["action"],
-            "next": {
-                "observation": batch["next_obs"],
-                "reward": batch["reward"].unsqueeze(-1),
-                "terminated": terminated,
-                "done": terminated,
-            },
-        },
-        batch_size=batch.batch_size,
-    )
 
 
 class SAC(RLModule):
@@ -146,7 +125,7 @@ class SAC(RLModule):
 
     def training_step(self, batch: TensorDict, batch_idx: int) -> None:
         """One SAC update on a replay batch: critics, actor, temperature, then the targets."""
-        terms = self.loss_module(replay_batch_to_sac(batch))
+        terms = self.loss_module(to_torchrl_batch(batch))
         optimizers = self.optimizers()
         for optimizer in optimizers:
             optimizer.zero_grad()

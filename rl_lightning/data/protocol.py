@@ -28,8 +28,11 @@ class RolloutPolicy(Protocol):
 class ExplorationPolicy(Protocol):
     """What replay-backed collection needs from an off-policy algorithm's policy."""
 
-    def explore(self, obs: torch.Tensor) -> torch.Tensor:
-        """Return exploration actions (sampled, or epsilon-greedy) for raw observations ``[B, *obs_shape]``."""
+    def explore(self, obs: torch.Tensor, env_steps: int) -> torch.Tensor:
+        """Return exploration actions (sampled, or epsilon-greedy) for raw observations ``[B, *obs_shape]``.
+
+        ``env_steps`` (taken so far over all ranks) drives exploration schedules such as DQN's epsilon.
+        """
 
     def parameters(self):
         """The policy's parameters (their device is where observations are sent)."""

@@ -81,6 +81,28 @@ def make_replay_buffer(
     return TensorDictReplayBuffer(storage=store, sampler=sampler, batch_size=batch_size)
 
 
+def to_torchrl_batch(batch: TensorDict) -> TensorDict:
+    """A replay batch (``obs``, ``next_obs``, ...) in the keys torchrl's losses read (SAC, DQN).
+
+    ``done`` is ``terminated``: a truncated transition keeps bootstrapping from its stored
+    true final observation (TD(0) only stops at ``terminated`` anyway).
+    """
+    terminated = batch["terminated"].unsqueeze(-1)
+    return TensorDict(
+        {
+            "observation": batch["obs"],
+            "action": batch["action"],
+            "next": {
+                "observation": batch["next_obs"],
+                "reward": batch["reward"].unsqueeze(-1),
+                "terminated": terminated,
+                "done": terminated,
+            },
+        },
+        batch_size=batch.batch_size,
+    )
+
+
 class ReplayDataset(IterableDataset):
     """Replay-backed dataset: each ``iter()`` takes ``steps_per_epoch`` env steps and yields sampled batches.
 
@@ -168,7 +190,7 @@ class ReplayDataset(IterableDataset):
             action = np.asarray(self.random_actions.sample())
         else:
             device = next(self.policy.parameters()).device
-            action = to_env_action(self.policy.explore(obs.to(device)), envs.action_space)
+            action = to_env_action(self.policy.explore(obs.to(device), self.counters.env_steps), envs.action_space)
         t1 = time.perf_counter()
         step = envs.step(action)
         self._inference_seconds += t1 - t0

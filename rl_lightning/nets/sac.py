@@ -70,8 +70,8 @@ class SquashedGaussianActor(nn.Module):
         loc, scale = self.net(obs)
         return TanhNormal(loc, scale, low=self.low, high=self.high)
 
-    def explore(self, obs: torch.Tensor) -> torch.Tensor:
-        """Sampled actions ``[B, act_dim]`` within the bounds (exploration while collecting)."""
+    def explore(self, obs: torch.Tensor, env_steps: int = 0) -> torch.Tensor:
+        """Sampled actions ``[B, act_dim]`` within the bounds (exploration while collecting; no schedule)."""
         return self.distribution(obs).sample()
 
     def act(self, obs: torch.Tensor, deterministic: bool = True) -> tuple[torch.Tensor, None, None]:

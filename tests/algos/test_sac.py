@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from rl_lightning import PPO, SAC, ReplayDataModule, RolloutDataModule
-from rl_lightning.algos.sac import replay_batch_to_sac
+from rl_lightning.data.replay import to_torchrl_batch
 
 STEPS = 60  # env steps per epoch in these tests
 LEARNING_STARTS = 40
@@ -88,7 +88,7 @@ def _q_loss(model, terminated: bool, next_obs: torch.Tensor) -> float:
         batch_size=[batch_size],
     )
     torch.manual_seed(0)  # the same sampled next actions for every call
-    return float(model.loss_module(replay_batch_to_sac(batch))["loss_qvalue"])
+    return float(model.loss_module(to_torchrl_batch(batch))["loss_qvalue"])
 
 
 def test_truncated_transitions_bootstrap_from_next_obs_terminated_do_not():

@@ -26,7 +26,7 @@ class ConstantExplorer(nn.Module):
         self.learner_step = 0  # set by the consumer after each "gradient step"
         self.acted_at: list[int] = []
 
-    def explore(self, obs):
+    def explore(self, obs, env_steps):
         self.calls += 1
         self.acted_at.append(self.learner_step)
         return torch.ones(obs.shape[0], dtype=torch.long)

@@ -10,7 +10,7 @@ import pytest
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-from rl_lightning import PPO, SAC, ReplayDataModule, RolloutDataModule
+from rl_lightning import DQN, PPO, SAC, ReplayDataModule, RolloutDataModule
 from rl_lightning.launch.app import (
     ENV_KEY_TO_ARG,
     build_callbacks,
@@ -22,7 +22,7 @@ from rl_lightning.launch.app import (
 from tests.launch.conftest import REPO
 
 CONF = os.path.join(REPO, "conf")
-ALGOS = {"ppo": PPO, "sac": SAC}
+ALGOS = {"dqn": DQN, "ppo": PPO, "sac": SAC}
 DATA = {"rollout": RolloutDataModule, "replay": ReplayDataModule}
 
 

@@ -127,10 +127,11 @@ def test_bad_config_ends_with_one_paragraph_naming_key_and_fix(tmp_path, overrid
     assert not os.path.exists(tmp_path / "runs") or not glob.glob(str(tmp_path / "runs" / "*" / "checkpoints"))
 
 
-def test_sac_experiment_runs_with_its_warm_up(tmp_path):
-    """Test that +experiment=sac (replay data) runs end to end from train.py, warm-up included."""
+@pytest.mark.parametrize(("experiment", "loss_key"), [("sac", "train/loss_qvalue"), ("dqn", "train/loss")])
+def test_off_policy_experiment_runs_with_its_warm_up(experiment, loss_key, tmp_path):
+    """Test that +experiment=sac / dqn (replay data) runs end to end from train.py, warm-up included."""
     overrides = [
-        "+experiment=sac",
+        f"+experiment={experiment}",
         "debug=true",
         "algo.total_timesteps=200",
         "algo.hidden_sizes=[16,16]",
@@ -141,11 +142,11 @@ def test_sac_experiment_runs_with_its_warm_up(tmp_path):
         "env.eval_interval=1",
         "env.eval_max_episode_steps=20",
         "logger=csv",
-        "hydra.run.dir=runs/sac",
+        f"hydra.run.dir=runs/{experiment}",
     ]
     proc = run_train(overrides, tmp_path)
     assert "Warm-up passed" in proc.stdout
-    summary = read_summary(tmp_path / "runs" / "sac")
+    summary = read_summary(tmp_path / "runs" / experiment)
     assert summary["env_steps"] == 200 and summary["eval_return"] is not None
-    rows = _metrics(tmp_path / "runs" / "sac")
-    assert any(r.get("train/loss_qvalue") for r in rows) and any(r.get("eval_ood/return_mean") for r in rows)
+    rows = _metrics(tmp_path / "runs" / experiment)
+    assert any(r.get(loss_key) for r in rows) and any(r.get("eval_ood/return_mean") for r in rows)

@@ -1,0 +1,129 @@
+"""Cost of one DQN update step: the plain loss (``dqn_loss``) against torchrl's ``DQNLoss``.
+
+    python -m benchmarks.dqn_loss [--repeats 5] [--steps 300] [--batch 64] [--threads 1]
+
+Both variants compute the same loss (``tests/algos/test_dqn_loss.py``) on CartPole's
+256x256 Q-network (the ``dqn`` experiment's) and batch, with and without double DQN;
+each step includes backward and an Adam step. Repeats alternate the variants; the table
+reports medians, ranges and the ratio.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import statistics
+import time
+import warnings
+
+import gymnasium as gym
+import torch
+from tensordict import TensorDict
+
+from rl_lightning.algos.dqn_loss import dqn_loss
+from rl_lightning.data.replay import to_torchrl_batch
+from rl_lightning.nets import QValueNetwork
+
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore")
+    from torchrl.data import Categorical
+    from torchrl.modules import QValueActor
+    from torchrl.objectives import DQNLoss, ValueEstimators
+
+
+def make_batch(n: int) -> TensorDict:
+    return TensorDict(
+        {
+            "obs": torch.randn(n, 4),
+            "action": torch.randint(2, (n,)),
+            "reward": torch.ones(n),
+            "next_obs": torch.randn(n, 4),
+            "terminated": torch.rand(n) < 0.05,
+        },
+        batch_size=[n],
+    )
+
+
+def plain_variant(batch: TensorDict, double_dqn: bool):
+    net = QValueNetwork(gym.spaces.Box(-1, 1, (4,)), gym.spaces.Discrete(2))
+    target = copy.deepcopy(net).requires_grad_(False)
+    optimizer = torch.optim.Adam(net.parameters(), lr=1e-4)
+
+    def step():
+        loss = dqn_loss(net, target, batch, gamma=0.99, double_dqn=double_dqn).loss
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+
+    return step
+
+
+def torchrl_variant(batch: TensorDict, double_dqn: bool):
+    net = QValueNetwork(gym.spaces.Box(-1, 1, (4,)), gym.spaces.Discrete(2))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        loss_module = DQNLoss(
+            QValueActor(net, in_keys=["observation"], spec=Categorical(2)),
+            loss_function="smooth_l1",
+            delay_value=True,
+            double_dqn=double_dqn,
+        )
+    loss_module.make_value_estimator(ValueEstimators.TD0, gamma=0.99)
+    optimizer = torch.optim.Adam(loss_module.parameters(), lr=1e-4)
+    td = to_torchrl_batch(batch)
+
+    def step():
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            loss = loss_module(td)["loss"]
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+
+    return step
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--steps", type=int, default=300)
+    parser.add_argument("--batch", type=int, default=64)
+    parser.add_argument("--threads", type=int, default=1)
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(0)
+    batch = make_batch(args.batch)
+    variants = {}
+    for double_dqn in (False, True):
+        suffix = " (double)" if double_dqn else ""
+        variants[f"plain dqn_loss{suffix}"] = plain_variant(batch, double_dqn)
+        variants[f"torchrl DQNLoss{suffix}"] = torchrl_variant(batch, double_dqn)
+    times: dict[str, list[float]] = {name: [] for name in variants}
+    for step in variants.values():  # warm-up
+        for _ in range(20):
+            step()
+    for _ in range(args.repeats):
+        for name, step in variants.items():
+            start = time.perf_counter()
+            for _ in range(args.steps):
+                step()
+            times[name].append((time.perf_counter() - start) / args.steps * 1e3)
+    medians = {name: statistics.median(t) for name, t in times.items()}
+    print(
+        f"torch {torch.__version__}, threads {args.threads}, batch {args.batch}, "
+        f"{args.repeats} alternating repeats of {args.steps} steps"
+    )
+    print("| variant | median ms/step | range |\n| --- | --- | --- |")
+    for name, t in times.items():
+        print(f"| {name} | {medians[name]:.3f} | {min(t):.3f}-{max(t):.3f} |")
+    ratios = {
+        "dqn": medians["torchrl DQNLoss"] / medians["plain dqn_loss"],
+        "double_dqn": medians["torchrl DQNLoss (double)"] / medians["plain dqn_loss (double)"],
+    }
+    print(f"DQNLoss / plain: {ratios['dqn']:.2f}x, with double DQN: {ratios['double_dqn']:.2f}x")
+    print(json.dumps({"medians_ms": medians, "ratios": ratios}))
+
+
+if __name__ == "__main__":
+    main()

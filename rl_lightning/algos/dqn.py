@@ -1,0 +1,151 @@
+"""DQN (Mnih et al., 2015, "Human-level control through deep reinforcement learning") as a LightningModule.
+
+Data flow of one epoch: ``ReplayDataset`` steps the envs (epsilon-greedy actions from
+``QValueNetwork.explore``) and yields batches sampled from the replay buffer;
+``training_step`` returns the TD loss (``rl_lightning/algos/dqn_loss.py``); Lightning runs
+backward, gradient clipping (``max_grad_norm``) and the Adam step; every
+``target_update_interval`` gradient steps the target network moves toward the online one.
+See ``docs/algos/dqn.md``.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Sequence
+
+import gymnasium as gym
+import torch
+from tensordict import TensorDict
+
+from rl_lightning.algos.base import RLModule, check_hidden_sizes, check_positive
+from rl_lightning.algos.dqn_loss import LOSS_FUNCTIONS, dqn_loss
+from rl_lightning.data import ReplayDataModule
+from rl_lightning.nets.dqn import LinearSchedule, QValueNetwork
+
+_TRAIN_METRICS = ("loss", "q_value", "td_error")
+
+
+def _check_fraction(name: str, value: float, low_open: bool) -> None:
+    ok = (
+        isinstance(value, (int, float))
+        and not isinstance(value, bool)
+        and (0 < value <= 1 if low_open else 0 <= value <= 1)
+    )
+    if not ok:
+        raise ValueError(f"{name} must be a number in {'(0, 1]' if low_open else '[0, 1]'}, got {value!r}.")
+
+
+class DQN(RLModule):
+    """Deep Q-learning for discrete actions, on a :class:`~rl_lightning.data.ReplayDataModule`.
+
+    Args:
+        lr: Adam learning rate.
+        anneal_lr: Decay the learning rate linearly to 0 over ``total_timesteps`` (per gradient step).
+        gamma: Discount factor.
+        hidden_sizes: Hidden widths of the Q-network.
+        target_update_interval: Gradient steps between target-network updates.
+        tau: Target update coefficient (``target <- (1 - tau) target + tau online``);
+            ``1.0`` copies the online network (the hard update of Mnih et al., 2015).
+        exploration_fraction: Fraction of ``total_timesteps`` over which epsilon decays linearly.
+        exploration_initial_eps: Epsilon at env step 0.
+        exploration_final_eps: Epsilon after the decay (and of non-deterministic evaluation).
+        double_dqn: Select the next action with the online network, value it with the target
+            (van Hasselt et al., 2016).
+        loss_function: ``"huber"`` (smooth L1) or ``"l2"``.
+        max_grad_norm: Global gradient-norm clip, applied through the Trainer's clipping
+            unless the Trainer sets its own ``gradient_clip_val``; ``None`` disables it.
+        total_timesteps: Environment-step budget over all ranks.
+        save_interval: Epochs between checkpoints (``None``: the Trainer decides).
+    """
+
+    datamodule_class = ReplayDataModule
+
+    def __init__(
+        self,
+        lr: float = 1e-4,
+        anneal_lr: bool = False,
+        gamma: float = 0.99,
+        hidden_sizes: Sequence[int] = (256, 256),
+        target_update_interval: int = 1000,
+        tau: float = 1.0,
+        exploration_fraction: float = 0.1,
+        exploration_initial_eps: float = 1.0,
+        exploration_final_eps: float = 0.05,
+        double_dqn: bool = False,
+        loss_function: str = "huber",
+        max_grad_norm: float | None = 10.0,
+        total_timesteps: int = 100_000,
+        save_interval: int | None = None,
+    ):
+        super().__init__(total_timesteps=total_timesteps, save_interval=save_interval)
+        check_positive(lr=lr)
+        _check_fraction("gamma", gamma, low_open=True)
+        _check_fraction("tau", tau, low_open=True)
+        for name in ("exploration_fraction", "exploration_initial_eps", "exploration_final_eps"):
+            _check_fraction(name, locals()[name], low_open=False)
+        if (
+            not isinstance(target_update_interval, int)
+            or isinstance(target_update_interval, bool)
+            or target_update_interval <= 0
+        ):
+            raise ValueError(f"target_update_interval must be a positive integer, got {target_update_interval!r}.")
+        if loss_function not in LOSS_FUNCTIONS:
+            raise ValueError(f"loss_function must be one of {sorted(LOSS_FUNCTIONS)}, got {loss_function!r}.")
+        if max_grad_norm is not None:
+            check_positive(max_grad_norm=max_grad_norm)
+        check_hidden_sizes(hidden_sizes)
+        self.save_hyperparameters()
+        self.target_net: QValueNetwork | None = None
+        self._train_terms: list[torch.Tensor] = []
+
+    @property
+    def epsilon_schedule(self) -> LinearSchedule:
+        """Epsilon as a function of env steps over all ranks."""
+        hp = self.hparams
+        return LinearSchedule(
+            hp.exploration_initial_eps, hp.exploration_final_eps, hp.exploration_fraction * self.total_timesteps
+        )
+
+    def build_policy(self, observation_space: gym.Space, action_space: gym.Space) -> QValueNetwork:
+        """The online Q-network (it acts) and its target copy (it is saved in checkpoints too)."""
+        policy = QValueNetwork(observation_space, action_space, tuple(self.hparams.hidden_sizes), self.epsilon_schedule)
+        self.target_net = copy.deepcopy(policy).requires_grad_(False)
+        return policy
+
+    def configure_optimizers(self):
+        return torch.optim.Adam(self.policy.parameters(), lr=self.hparams.lr)
+
+    def on_train_batch_start(self, batch, batch_idx: int) -> None:
+        if self.hparams.anneal_lr:
+            self.anneal_lr(self.hparams.lr)
+
+    def training_step(self, batch: TensorDict, batch_idx: int) -> torch.Tensor:
+        """The TD loss on one replay batch."""
+        hp = self.hparams
+        terms = dqn_loss(self.policy, self.target_net, batch, hp.gamma, hp.double_dqn, hp.loss_function)
+        self._train_terms.append(torch.stack([terms.loss.detach(), terms.q_value, terms.td_error]))
+        return terms.loss
+
+    def on_train_batch_end(self, outputs, batch, batch_idx: int) -> None:
+        # global_step counts optimizer steps (restored on resume), so the target schedule
+        # continues across a resume.
+        if self.global_step % self.hparams.target_update_interval == 0:
+            self.update_targets()
+
+    @torch.no_grad()
+    def update_targets(self) -> None:
+        """Move the target network toward the online one: ``target <- (1 - tau) target + tau online``."""
+        for target, online in zip(self.target_net.parameters(), self.policy.parameters(), strict=True):
+            target.lerp_(online, self.hparams.tau)
+
+    def on_train_epoch_end(self) -> None:
+        metrics = {
+            "train/epsilon": self.epsilon_schedule(self.env_steps),
+            "train/lr": self.optimizers().param_groups[0]["lr"],
+        }
+        if self._train_terms:
+            means = torch.stack(self._train_terms).mean(0)
+            self._train_terms = []
+            metrics.update({f"train/{name}": means[i] for i, name in enumerate(_TRAIN_METRICS)})
+        self.log_dict(metrics, on_step=False, on_epoch=True, sync_dist=True, batch_size=1)
+        self.log_rollout_metrics()
