@@ -1,4 +1,4 @@
-"""Interval checkpoints plus a ``last.ckpt`` that always holds the final state."""
+"""Interval checkpoints, a ``last.ckpt`` that always holds the final state, and ``best.ckpt``."""
 
 from __future__ import annotations
 
@@ -6,6 +6,12 @@ import os
 
 import lightning.pytorch as pl
 from lightning.pytorch.callbacks import ModelCheckpoint
+
+
+def run_checkpoint_dir(trainer: pl.Trainer) -> str:
+    """``<trainer.log_dir>/checkpoints``: the same for every logger kind (ModelCheckpoint's own
+    default nests a W&B run under project/run-id), so a run keeps its checkpoints in one place."""
+    return os.path.join(trainer.log_dir or trainer.default_root_dir, "checkpoints")
 
 
 class IntervalCheckpoint(ModelCheckpoint):
@@ -33,10 +39,8 @@ class IntervalCheckpoint(ModelCheckpoint):
         super().__init__(dirpath=dirpath, every_n_epochs=save_interval, save_last=True, **kwargs)
 
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
-        # trainer.log_dir is the same for every logger kind (ModelCheckpoint's own default
-        # nests a W&B run under project/run-id), so runs keep their checkpoints in one place.
         if self.dirpath is None:
-            self.dirpath = os.path.join(trainer.log_dir or trainer.default_root_dir, "checkpoints")
+            self.dirpath = run_checkpoint_dir(trainer)
         super().setup(trainer, pl_module, stage)
 
     def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
@@ -47,3 +51,38 @@ class IntervalCheckpoint(ModelCheckpoint):
             trainer.save_checkpoint(last, weights_only=self.save_weights_only)
             self.last_model_path = last
             self._last_global_step_saved = trainer.global_step
+
+
+class BestCheckpoint(ModelCheckpoint):
+    """Keeps ``best.ckpt``: the state with the highest ``eval/return_mean`` seen so far.
+
+    The selection reads the ``train`` object set's evaluation only, never ``eval_ood/``: the
+    held-out set stays out of every choice, so its return measured on ``best.ckpt`` is still
+    an honest out-of-distribution figure. Written after an evaluation that beats every earlier
+    one (epochs without evaluation leave it alone).
+
+    Args:
+        dirpath: Directory; ``None`` uses ``<trainer.log_dir>/checkpoints`` like ``IntervalCheckpoint``.
+        monitor: The metric to maximize.
+    """
+
+    def __init__(self, dirpath: str | None = None, monitor: str = "eval/return_mean"):
+        super().__init__(
+            dirpath=dirpath,
+            monitor=monitor,
+            mode="max",
+            save_top_k=1,
+            filename="best",
+            auto_insert_metric_name=False,
+            enable_version_counter=False,
+        )
+
+    def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        if self.dirpath is None:
+            self.dirpath = run_checkpoint_dir(trainer)
+        super().setup(trainer, pl_module, stage)
+
+    def _save_topk_checkpoint(self, trainer: pl.Trainer, monitor_candidates: dict) -> None:
+        # Before the first evaluation there is nothing to compare (ModelCheckpoint would warn).
+        if self.monitor in monitor_candidates:
+            super()._save_topk_checkpoint(trainer, monitor_candidates)

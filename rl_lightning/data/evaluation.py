@@ -2,7 +2,9 @@
 
 Every evaluation resets its envs with the same seed, so successive evaluations of a run
 (and of runs with the same seed) see the same episodes: differences in the metric come
-from the policy, not from luck of the draw.
+from the policy, not from luck of the draw. The final test (``trainer.test``) uses other
+seeds than validation, so a checkpoint chosen by validation (``best.ckpt``) is measured on
+episodes it was not chosen on.
 """
 
 from __future__ import annotations

@@ -7,6 +7,7 @@ from collections.abc import Mapping, Sequence
 from fractions import Fraction
 from typing import Any
 
+from lightning.pytorch.trainer.states import TrainerFn
 from torch.utils.data import DataLoader
 
 from rl_lightning.data.base import EnvDataModule, check_positive_int, identity_collate
@@ -154,6 +155,11 @@ class ReplayDataModule(EnvDataModule):
         state["replay_buffer"] = self.buffer.state_dict() if self.hparams.save_replay_buffer else None
         return state
 
+    def _fitting(self) -> bool:
+        # Evaluating a checkpoint (trainer.test/validate) needs no buffer: no warning then.
+        trainer = self.trainer
+        return trainer is None or trainer.state.fn == TrainerFn.FITTING
+
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore counters, RNG states and the buffer when the checkpoint holds it."""
         super().load_state_dict(state)
@@ -162,7 +168,7 @@ class ReplayDataModule(EnvDataModule):
             self._train_dataset.gradient_credit = Fraction(*state["gradient_credit"])
         if state.get("replay_buffer") is not None:
             self.buffer.load_state_dict(state["replay_buffer"])
-        elif self.counters.env_steps:
+        elif self.counters.env_steps and self._fitting():
             warnings.warn(
                 "The checkpoint holds no replay buffer (save_replay_buffer=False when it was written): learning "
                 "resumes once a batch's worth of new transitions is stored, from a buffer that starts empty.",

@@ -18,6 +18,7 @@ from hydra.utils import get_class, instantiate
 from lightning.pytorch.utilities import rank_zero_only
 from omegaconf import DictConfig, OmegaConf
 
+from rl_lightning.callbacks import BestCheckpoint
 from rl_lightning.data import ReplayDataModule
 from rl_lightning.launch.errors import ConfigError, explain_build_error
 from rl_lightning.launch.summary import RunSummary
@@ -121,6 +122,22 @@ def _finish_loggers(loggers: list) -> None:
             run.finish()
 
 
+#: What the final test evaluates: the final weights, or best.ckpt (highest eval/return_mean).
+TEST_CHECKPOINTS = ("last", "best")
+
+
+def _best_checkpoint(trainer: pl.Trainer) -> str | None:
+    best = next((c for c in trainer.callbacks if isinstance(c, BestCheckpoint)), None)
+    if best is None or not best.best_model_path:
+        warnings.warn(
+            "test_ckpt=best, but no best.ckpt was written (algo.save_interval is null, or no evaluation ran): "
+            "the final test evaluates the final weights.",
+            stacklevel=2,
+        )
+        return None
+    return best.best_model_path
+
+
 def train(cfg: DictConfig) -> RunSummary | None:
     """Run one experiment: optional warm-up, ``fit``, the final test, and the summary.
 
@@ -130,6 +147,11 @@ def train(cfg: DictConfig) -> RunSummary | None:
     Raises:
         ConfigError: A config value cannot build its object (the message names the key).
     """
+    test_ckpt = cfg.get("test_ckpt", "last")
+    if test_ckpt not in TEST_CHECKPOINTS:
+        raise ConfigError(
+            f"test_ckpt must be one of {TEST_CHECKPOINTS}, got {test_ckpt!r}. Write test_ckpt=best or last."
+        )
     os.makedirs(cfg.run_dir, exist_ok=True)
     if cfg.get("debug"):
         pl.seed_everything(cfg.seed, verbose=False)
@@ -148,15 +170,19 @@ def train(cfg: DictConfig) -> RunSummary | None:
         start = time.perf_counter()
         trainer.fit(model, data)
         wall = time.perf_counter() - start
+        env_steps = data.env_steps  # testing a checkpoint restores its counters into the data module
+        tested = None
         if cfg.get("test_after_fit", True):
-            results = trainer.test(model, data, verbose=False)
+            tested = _best_checkpoint(trainer) if test_ckpt == "best" else None
+            results = trainer.test(model, data, ckpt_path=tested, verbose=False)
             metrics = {k: v for r in results for k, v in r.items()}
         else:
             metrics = dict(trainer.callback_metrics)
         checkpoint = trainer.checkpoint_callback.last_model_path if trainer.checkpoint_callback else None
         summary = RunSummary.from_metrics(
             metrics,
-            env_steps=data.env_steps,
+            tested_checkpoint=tested,
+            env_steps=env_steps,
             wall_seconds=wall,
             env_steps_per_second=data.env_steps / max(wall, 1e-9),
             checkpoint=checkpoint or None,

@@ -22,6 +22,8 @@ class RunSummary:
         wall_seconds: Wall time of ``fit``.
         env_steps_per_second: ``env_steps / wall_seconds`` for the steps taken in this fit.
         checkpoint: Path of the last checkpoint (``None`` when checkpointing is off).
+        tested_checkpoint: The checkpoint the final evaluation loaded (``best.ckpt`` with
+            ``test_ckpt=best``); ``None``: the final weights.
         run_dir: The run directory.
         seed: The run's seed.
     """
@@ -34,6 +36,7 @@ class RunSummary:
     env_steps_per_second: float
     checkpoint: str | None
     run_dir: str
+    tested_checkpoint: str | None = None
     seed: int | None = None
 
     @classmethod
@@ -69,6 +72,7 @@ class RunSummary:
             ("env steps", f"{self.env_steps:,}"),
             ("wall time", f"{self.wall_seconds:.1f} s"),
             ("env steps/s", f"{self.env_steps_per_second:,.0f}"),
+            ("evaluated weights", self.tested_checkpoint or "final"),
             ("checkpoint", self.checkpoint or "none"),
             ("run dir", self.run_dir),
         ]

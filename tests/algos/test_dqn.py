@@ -159,6 +159,14 @@ def test_same_seed_gives_identical_parameters():
     assert not _params_equal(first.policy, third.policy)
 
 
+def test_evaluation_does_not_change_what_is_learned():
+    """Test that evaluating every epoch or every other epoch ends with identical weights (no shared RNG drawn)."""
+    every, _, _ = fit(max_epochs=3, data_kwargs={"eval_interval": 1})
+    other, _, _ = fit(max_epochs=3, data_kwargs={"eval_interval": 2})
+    for (name, p), (_, q) in zip(every.state_dict().items(), other.state_dict().items(), strict=True):
+        torch.testing.assert_close(p, q, msg=name)
+
+
 class _ResumeSpy(pl.Callback):
     """Reads the restored state in on_fit_start (Lightning fetches the first batch before on_train_start)."""
 

@@ -128,7 +128,7 @@ def test_interval_checkpoints_and_final_last(tmp_path):
     """Test that checkpoints are written every save_interval epochs and last.ckpt holds the end."""
     fit(tmp_path=tmp_path, max_epochs=5, model_kwargs={"save_interval": 2})
     names = sorted(os.path.basename(p) for p in glob.glob(os.path.join(tmp_path, "checkpoints", "*.ckpt")))
-    assert names == ["epoch=1-env_steps=128.ckpt", "epoch=3-env_steps=256.ckpt", "last.ckpt"]
+    assert names == ["best.ckpt", "epoch=1-env_steps=128.ckpt", "epoch=3-env_steps=256.ckpt", "last.ckpt"]
     last = torch.load(os.path.join(tmp_path, "checkpoints", "last.ckpt"), weights_only=True)
     assert last["global_step"] == 20 and last["RolloutDataModule"]["env_steps"] == 5 * ROLLOUT
 

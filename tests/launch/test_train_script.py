@@ -36,8 +36,10 @@ def test_run_with_overrides_writes_everything_under_one_run_dir(tmp_path):
     ckpt = torch.load(summary["checkpoint"], weights_only=True)
     assert ckpt["hyper_parameters"]["lr"] == 5e-4 and ckpt["datamodule_hyper_parameters"]["num_envs"] == 4
     assert sorted(os.listdir(run_dir / "checkpoints")) == [
-        f"epoch={e}-env_steps={128 * (e + 1)}.ckpt" for e in range(4)
-    ] + ["last.ckpt"]
+        "best.ckpt",
+        *(f"epoch={e}-env_steps={128 * (e + 1)}.ckpt" for e in range(4)),
+        "last.ckpt",
+    ]
     # Every evaluation of both object sets is in the CSV log against env steps.
     curves = read_curves(str(run_dir))
     assert list(curves["eval/return_mean"][0]) == [128, 256, 384, 512]
@@ -113,6 +115,7 @@ def test_debug_warm_up_runs_first_then_a_fresh_run(tmp_path):
         (["algo.lr=fast"], ["'algo.lr'", "positive number", "algo.lr=..."]),
         (["env.id=CartPol-v1"], ["'env.id'", "CartPole-v1"]),
         (["logger=tensorbord"], ["Unknown logger 'tensorbord'", "Did you mean 'tensorboard'", "logger=[wandb,csv]"]),
+        (["test_ckpt=worst"], ["test_ckpt", "'worst'", "test_ckpt=best"]),
     ],
 )
 def test_bad_config_ends_with_one_paragraph_naming_key_and_fix(tmp_path, overrides, expected):
@@ -142,11 +145,14 @@ def test_off_policy_experiment_runs_with_its_warm_up(experiment, loss_key, tmp_p
         "env.eval_interval=1",
         "env.eval_max_episode_steps=20",
         "logger=csv",
+        "test_ckpt=best",
         f"hydra.run.dir=runs/{experiment}",
     ]
     proc = run_train(overrides, tmp_path)
     assert "Warm-up passed" in proc.stdout
     summary = read_summary(tmp_path / "runs" / experiment)
     assert summary["env_steps"] == 200 and summary["eval_return"] is not None
+    # The final test evaluated best.ckpt (the summary still reports the run's own env steps).
+    assert summary["tested_checkpoint"] == str(tmp_path / "runs" / experiment / "checkpoints" / "best.ckpt")
     rows = _metrics(tmp_path / "runs" / experiment)
     assert any(r.get(loss_key) for r in rows) and any(r.get("eval_ood/return_mean") for r in rows)
