@@ -21,9 +21,10 @@ import torch
 from lightning.pytorch.trainer.states import TrainerFn
 from torch import nn
 
-from rl_lightning.callbacks import EnvStepBudget, IntervalCheckpoint
+from rl_lightning.callbacks import BestCheckpoint, EnvStepBudget, IntervalCheckpoint
 from rl_lightning.data.rollout import to_env_action
 from rl_lightning.envs.spaces import space_from_dict, space_to_dict
+from rl_lightning.nets.actor_copy import ActorCopy
 
 CHECKPOINT_KEY = "rl_lightning"
 
@@ -64,7 +65,8 @@ class RLModule(pl.LightningModule):
     Args:
         total_timesteps: Environment-step budget over all ranks; training stops after the
             epoch that reaches it.
-        save_interval: Epochs between checkpoints (plus an always-current ``last.ckpt``);
+        save_interval: Epochs between checkpoints (plus an always-current ``last.ckpt`` and
+            ``best.ckpt``, the highest ``eval/return_mean`` so far);
             ``None`` leaves checkpointing to the Trainer's own callbacks.
     """
 
@@ -80,6 +82,8 @@ class RLModule(pl.LightningModule):
         self.total_timesteps = total_timesteps
         self.save_interval = save_interval
         self.policy: nn.Module | None = None
+        #: An acting copy of ``policy`` on another device or dtype (set by the ``ActorSync`` callback).
+        self.actor: ActorCopy | None = None
         self._spaces: tuple[gym.Space, gym.Space] | None = None
         self._fit_start: tuple[float, int] | None = None
         self._eval_returns: dict[str, torch.Tensor] = {}
@@ -118,6 +122,11 @@ class RLModule(pl.LightningModule):
                 f"{type(self).__name__.lower()}, as its experiments set)."
             )
         self._ensure_policy(datamodule.observation_space, datamodule.action_space)
+
+    @property
+    def acting_policy(self) -> nn.Module | ActorCopy:
+        """What rollouts, replay collection and evaluation act with: the actor copy if any, else ``policy``."""
+        return self.policy if self.actor is None else self.actor
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         """Deterministic actions for raw observations ``[B, *obs_shape]``."""
@@ -176,12 +185,13 @@ class RLModule(pl.LightningModule):
         return self._data_counter("steps_per_epoch")
 
     def configure_callbacks(self) -> Sequence[pl.Callback]:
-        """When fitting: the budget, and interval checkpoints when ``save_interval`` is set."""
+        """When fitting: the budget; with ``save_interval``, interval checkpoints and ``best.ckpt``."""
         if self._trainer is None or self.trainer.state.fn != TrainerFn.FITTING:
             return []
         callbacks: list[pl.Callback] = [EnvStepBudget(self.total_timesteps)]
         if self.save_interval is not None:
-            callbacks.append(IntervalCheckpoint(self.save_interval))
+            # Interval first: trainer.checkpoint_callback (the last.ckpt path) is the first one.
+            callbacks += [IntervalCheckpoint(self.save_interval), BestCheckpoint()]
         return callbacks
 
     def on_fit_start(self) -> None:

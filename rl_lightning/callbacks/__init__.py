@@ -1,8 +1,18 @@
 """Lightning callbacks of the library."""
 
+from rl_lightning.callbacks.actor_sync import ActorSync
 from rl_lightning.callbacks.budget import EnvStepBudget
-from rl_lightning.callbacks.checkpoint import IntervalCheckpoint
+from rl_lightning.callbacks.checkpoint import BestCheckpoint, IntervalCheckpoint
+from rl_lightning.callbacks.offload import OptimizerOffload
 from rl_lightning.callbacks.progress import EnvStepProgressBar
 from rl_lightning.callbacks.timing import PhaseTimer
 
-__all__ = ["EnvStepBudget", "EnvStepProgressBar", "IntervalCheckpoint", "PhaseTimer"]
+__all__ = [
+    "ActorSync",
+    "BestCheckpoint",
+    "EnvStepBudget",
+    "EnvStepProgressBar",
+    "IntervalCheckpoint",
+    "OptimizerOffload",
+    "PhaseTimer",
+]

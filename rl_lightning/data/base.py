@@ -29,6 +29,10 @@ warnings.filterwarnings("ignore", ".*does not have many workers.*")
 warnings.filterwarnings("ignore", ".*IterableDataset.*has .__len__. defined.*")
 
 
+#: Offset of the final test's reset seeds from validation's (both far from training's).
+TEST_SEED_OFFSET = 500_000
+
+
 def identity_collate(batch):
     """Collate function that passes batches through (``default_convert`` breaks TensorDicts)."""
     return batch
@@ -184,7 +188,8 @@ class EnvDataModule(pl.LightningDataModule):
 
     # ---------------------------------------------------------------- dataloaders
     def _policy(self):
-        return self.trainer.lightning_module.policy
+        # The acting copy when the algorithm has one (ActorSync), else the policy itself.
+        return self.trainer.lightning_module.acting_policy
 
     def _eval_loaders(self, gated: bool) -> list[DataLoader]:
         hp = self.hparams
@@ -207,7 +212,9 @@ class EnvDataModule(pl.LightningDataModule):
                 share,
                 eval_prefix(obj_set, hp.train_obj_set),
                 deterministic=hp.eval_deterministic,
-                seed=envs.seed,
+                # The final test draws other episodes than validation (which may have picked
+                # best.ckpt): its figures are not the ones a selection was made on.
+                seed=envs.seed if gated else envs.seed + TEST_SEED_OFFSET,
                 should_run=should_run,
             )
             loaders.append(DataLoader(dataset, batch_size=None, collate_fn=identity_collate))

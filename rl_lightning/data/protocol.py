@@ -26,7 +26,11 @@ class RolloutPolicy(Protocol):
 
 @runtime_checkable
 class ExplorationPolicy(Protocol):
-    """What replay-backed collection needs from an off-policy algorithm's policy."""
+    """What replay-backed collection needs from an off-policy algorithm's policy.
+
+    An acting copy (``ActorCopy``) also has ``maybe_sync()``, which the replay stream calls
+    (and times as ``sync``) before each act.
+    """
 
     def explore(self, obs: torch.Tensor, env_steps: int) -> torch.Tensor:
         """Return exploration actions (sampled, or epsilon-greedy) for raw observations ``[B, *obs_shape]``.

@@ -151,7 +151,7 @@ class ReplayDataset(IterableDataset):
         # Owed gradient steps, as an exact fraction: every rank computes the same count.
         self.gradient_credit = Fraction(0)
         self.last_metrics: RolloutMetrics | None = None
-        self._env_seconds = self._inference_seconds = 0.0
+        self._env_seconds = self._inference_seconds = self._sync_seconds = 0.0
 
     @property
     def learning(self) -> bool:
@@ -160,7 +160,7 @@ class ReplayDataset(IterableDataset):
 
     def __iter__(self):
         start = time.perf_counter()
-        self._env_seconds = self._inference_seconds = 0.0
+        self._env_seconds = self._inference_seconds = self._sync_seconds = 0.0
         for _ in range(self.steps_per_epoch // self.envs.num_envs):
             self.step()
             if self.learning:
@@ -176,6 +176,7 @@ class ReplayDataset(IterableDataset):
             rollout_seconds=time.perf_counter() - start,
             env_seconds=self._env_seconds,
             inference_seconds=self._inference_seconds,
+            sync_seconds=self._sync_seconds,
         )
 
     @torch.no_grad()
@@ -185,6 +186,11 @@ class ReplayDataset(IterableDataset):
         if envs.obs is None:
             envs.reset(seed=self.reset_seed)
         obs = torch.tensor(envs.obs, dtype=torch.float32)
+        maybe_sync = getattr(self.policy, "maybe_sync", None)  # an acting copy pulls the learner's weights
+        if maybe_sync is not None:
+            start = time.perf_counter()
+            maybe_sync()
+            self._sync_seconds += time.perf_counter() - start
         t0 = time.perf_counter()
         if self.counters.env_steps < self.learning_starts:
             action = np.asarray(self.random_actions.sample())

@@ -70,7 +70,9 @@ class ActorCritic(nn.Module):
         self.log_std = None if self.discrete else nn.Parameter(torch.full((act_dim,), float(init_log_std)))
 
     def _features(self, obs: torch.Tensor) -> torch.Tensor:
-        return self.normalizer(obs.reshape(obs.shape[0], self.obs_dim).float())
+        # In the weights' dtype: float32, or bf16/fp16 in a reduced-precision acting copy.
+        dtype = next(self.parameters()).dtype
+        return self.normalizer(obs.reshape(obs.shape[0], self.obs_dim).to(dtype))
 
     def _dist(self, x: torch.Tensor) -> Distribution:
         out = self.actor(x)

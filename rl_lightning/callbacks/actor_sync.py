@@ -1,0 +1,68 @@
+"""``ActorSync``: act with a copy of the policy on another device or dtype, synced after each update."""
+
+from __future__ import annotations
+
+import lightning.pytorch as pl
+import torch
+
+from rl_lightning.nets.actor_copy import ActorCopy
+
+
+class ActorSync(pl.Callback):
+    """Gives the algorithm an acting copy of its policy (:class:`~rl_lightning.nets.actor_copy.ActorCopy`).
+
+    Rollouts, replay collection and evaluation then act with the copy (the data modules
+    ask the algorithm for its ``acting_policy``); the optimizer keeps updating the learner.
+    Each optimizer step marks the copy stale; the next act after ``sync_interval`` of them
+    pulls the weights in. For PPO that is once per rollout, right after the observation
+    statistics move, inside the rollout's ``sync`` phase (``time/sync_seconds``); for SAC
+    and DQN it is every ``sync_interval`` gradient steps, also timed as ``sync``.
+
+    Args:
+        device: Where the copy acts; ``None`` keeps the learner's device (a dtype-only copy).
+        dtype: The copy's dtype: ``"float32"``, ``"bfloat16"`` or ``"float16"``.
+        sync_interval: Optimizer steps between syncs (off-policy; PPO syncs once per rollout
+            whatever its value).
+        verify: Check the weight fingerprint after every sync (``WeightSyncError`` on a mismatch).
+    """
+
+    def __init__(
+        self, device: str | None = "cpu", dtype: str = "float32", sync_interval: int = 1, verify: bool = False
+    ):
+        self.device = device
+        self.dtype = dtype
+        self.sync_interval = sync_interval
+        self.verify = verify
+        # Checks the arguments now rather than when fit starts.
+        ActorCopy(torch.nn.Linear(1, 1), "cpu", dtype, sync_interval)
+
+    def _attach(self, pl_module: pl.LightningModule) -> None:
+        policy = pl_module.policy
+        actor = getattr(pl_module, "actor", None)
+        if policy is None or (actor is not None and actor.learner is policy):
+            return
+        device = pl_module.device if self.device is None else self.device
+        pl_module.actor = ActorCopy(policy, device, self.dtype, self.sync_interval, self.verify)
+        if self.verify:
+            pl_module.actor.verify()
+
+    def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._attach(pl_module)
+
+    def on_validation_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._attach_synced(pl_module)
+
+    def on_test_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._attach_synced(pl_module)
+
+    def _attach_synced(self, pl_module: pl.LightningModule) -> None:
+        # Evaluation measures the policy as trained: no update may be pending, whatever the interval.
+        self._attach(pl_module)
+        if pl_module.actor.pending_updates:
+            pl_module.actor.sync()
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        pl_module.actor.mark_stale()
+
+    def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        pl_module.actor = None

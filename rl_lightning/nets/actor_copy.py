@@ -1,0 +1,162 @@
+"""A copy of the policy that acts on another device or in another dtype, synced from the learner.
+
+The "train policy / eval policy" split of large-model RL: the learner keeps its weights
+where the optimizer needs them (e.g. a GPU in fp32); rollouts and evaluation act with a
+copy elsewhere (the CPU next to the simulator, or bf16 to halve memory and bandwidth).
+``ActorCopy`` implements the policy protocols of the data layer, so rollouts, replay
+collection and evaluation use it without knowing. After the learner changes (``mark_stale``,
+called once per optimizer step), the next act pulls the weights in (``sync``): once per
+rollout for PPO, every ``sync_interval`` gradient steps for off-policy algorithms.
+
+``fingerprint`` is the consistency check: per parameter and buffer, the float64 sum and
+sum of squares of the learner's tensors cast to the copy's dtype, against the copy's own.
+``verify`` raises :class:`WeightSyncError` naming the first tensor that differs.
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+
+import torch
+from torch import nn
+
+#: Spellings accepted for ``dtype``.
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16, "float64": torch.float64}
+
+
+class WeightSyncError(RuntimeError):
+    """The acting copy's weights are not the learner's."""
+
+
+def _named_tensors(module: nn.Module) -> list[tuple[str, torch.Tensor]]:
+    return [*module.named_parameters(), *module.named_buffers()]
+
+
+def copy_dtype(tensor: torch.Tensor, dtype: torch.dtype) -> torch.dtype:
+    """The dtype a tensor takes in a copy of dtype ``dtype``: weights and float buffers take it;
+    float64 buffers (e.g. the normalizer's sample count) and integer ones keep theirs."""
+    return dtype if tensor.is_floating_point() and tensor.dtype != torch.float64 else tensor.dtype
+
+
+def fingerprint(module: nn.Module, dtype: torch.dtype | None = None) -> dict[str, torch.Tensor]:
+    """Per-tensor ``(sum, sum of squares)`` in float64, of the tensors cast to ``dtype`` first.
+
+    Tensors are cast as a copy in ``dtype`` holds them (:func:`copy_dtype`), then summed in
+    float64 on their own device.
+    """
+    prints = {}
+    with torch.no_grad():
+        for name, tensor in _named_tensors(module):
+            if dtype is not None:
+                tensor = tensor.to(copy_dtype(tensor, dtype))
+            t = tensor.double()
+            prints[name] = torch.stack([t.sum(), (t * t).sum()]).cpu()
+    return prints
+
+
+class ActorCopy:
+    """The acting copy of a policy, on ``device`` in ``dtype``, kept in sync with the learner.
+
+    Args:
+        learner: The policy the optimizer updates (the algorithm's ``policy``).
+        device: Where the copy acts (``"cpu"``, ``"cuda:0"``, ...).
+        dtype: The copy's floating dtype (``"float32"``, ``"bfloat16"``, ``"float16"``).
+        sync_interval: Learner updates (optimizer steps) between syncs; the first act after
+            the interval has passed pulls the weights.
+        verify: Check the fingerprint after every sync.
+    """
+
+    def __init__(
+        self,
+        learner: nn.Module,
+        device: str | torch.device = "cpu",
+        dtype: str = "float32",
+        sync_interval: int = 1,
+        verify: bool = False,
+    ):
+        if dtype not in DTYPES:
+            raise ValueError(f"actor dtype must be one of {sorted(DTYPES)}, got {dtype!r}.")
+        if not isinstance(sync_interval, int) or isinstance(sync_interval, bool) or sync_interval <= 0:
+            raise ValueError(f"sync_interval must be a positive integer, got {sync_interval!r}.")
+        self.learner = learner
+        self.device = torch.device(device)
+        self.dtype = DTYPES[dtype]
+        self.sync_interval = sync_interval
+        self.verify_each_sync = verify
+        self.module = copy.deepcopy(learner).to(self.device).requires_grad_(False).eval()
+        with torch.no_grad():
+            for _, tensor in _named_tensors(self.module):
+                tensor.data = tensor.data.to(copy_dtype(tensor, self.dtype))
+        self.pending_updates = 0  # learner updates not yet pulled in
+        self.syncs = 0
+        self.sync_seconds = 0.0
+
+    # ------------------------------------------------------------ syncing
+    def mark_stale(self, updates: int = 1) -> None:
+        """Record that the learner took ``updates`` optimizer steps since the last sync."""
+        self.pending_updates += updates
+
+    def sync(self) -> None:
+        """Copy the learner's parameters and buffers into the copy (cast to its device and dtype)."""
+        start = time.perf_counter()
+        self._copy_weights()
+        self.pending_updates = 0
+        self.syncs += 1
+        self.sync_seconds += time.perf_counter() - start
+        if self.verify_each_sync:
+            self.verify()
+
+    def _copy_weights(self) -> None:
+        with torch.no_grad():
+            for (_, dst), (_, src) in zip(_named_tensors(self.module), _named_tensors(self.learner), strict=True):
+                dst.copy_(src)  # casts to the copy's dtype; a device-to-host copy is synchronous
+
+    def maybe_sync(self) -> None:
+        """Sync when at least ``sync_interval`` learner updates are pending."""
+        if self.pending_updates >= self.sync_interval:
+            self.sync()
+
+    def verify(self) -> None:
+        """Compare fingerprints of learner and copy; raise :class:`WeightSyncError` on a mismatch."""
+        expected = fingerprint(self.learner, self.dtype)
+        actual = fingerprint(self.module)
+        for name, value in expected.items():
+            if not torch.allclose(actual[name], value, rtol=1e-9, atol=1e-12):
+                raise WeightSyncError(
+                    f"The acting copy's '{name}' differs from the learner's after sync {self.syncs} "
+                    f"(sum, sum of squares: copy {actual[name].tolist()}, learner {value.tolist()}). "
+                    "Something wrote to the copy, or the sync missed a tensor; the run stops rather than "
+                    "collect data with a policy that is not the one being trained."
+                )
+
+    # ------------------------------------------------------------ the policy protocols
+    def _obs(self, obs: torch.Tensor) -> torch.Tensor:
+        self.maybe_sync()
+        return obs.to(device=self.device, dtype=self.dtype)
+
+    @staticmethod
+    def _out(t: torch.Tensor | None) -> torch.Tensor | None:
+        # Float outputs come back in float32 (the rollout buffers' dtype); actions keep theirs.
+        return t.float() if t is not None and t.is_floating_point() else t
+
+    def act(self, obs: torch.Tensor, deterministic: bool = False):
+        """The copy's ``act``; floating outputs in float32."""
+        return tuple(self._out(t) for t in self.module.act(self._obs(obs), deterministic))
+
+    def value(self, obs: torch.Tensor) -> torch.Tensor:
+        """The copy's state values, float32."""
+        return self._out(self.module.value(self._obs(obs)))
+
+    def explore(self, obs: torch.Tensor, env_steps: int) -> torch.Tensor:
+        """The copy's exploration actions (off-policy collection)."""
+        return self._out(self.module.explore(self._obs(obs), env_steps))
+
+    def update_normalizer(self, obs: torch.Tensor) -> None:
+        """Observation statistics belong to the learner: update them there, then pull them in."""
+        self.learner.update_normalizer(obs)
+        self.sync()
+
+    def parameters(self):
+        """The copy's parameters (their device is where the data layer sends observations)."""
+        return self.module.parameters()

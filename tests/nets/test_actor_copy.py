@@ -1,0 +1,103 @@
+"""ActorCopy: the copy acts like the learner, syncs exactly, and its consistency check catches corruption."""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+
+from rl_lightning.nets import ActorCritic
+from rl_lightning.nets.actor_copy import ActorCopy, WeightSyncError, fingerprint
+
+
+def _learner():
+    torch.manual_seed(0)
+    policy = ActorCritic(gym.spaces.Box(-np.inf, np.inf, (4,)), gym.spaces.Discrete(2))
+    policy.update_normalizer(torch.randn(64, 4) * 3 + 1)
+    return policy
+
+
+def _train_step(policy):
+    optimizer = torch.optim.SGD(policy.parameters(), lr=0.1)
+    policy.value(torch.randn(8, 4)).pow(2).mean().backward()
+    optimizer.step()
+
+
+def test_sync_after_updates_makes_the_copy_equal_the_learner():
+    """Test that the copy lags after an update and equals the learner again after the next act (sync_interval 1)."""
+    learner = _learner()
+    actor = ActorCopy(learner, "cpu", "float32")
+    _train_step(learner)
+    actor.mark_stale()
+    before = dict(actor.module.named_parameters())["critic.0.weight"].clone()
+    assert not torch.equal(before, dict(learner.named_parameters())["critic.0.weight"])
+    obs = torch.randn(16, 4)
+    value = actor.value(obs)  # the first act after the update pulls the weights
+    for (name, p), (_, q) in zip(actor.module.state_dict().items(), learner.state_dict().items(), strict=True):
+        assert torch.equal(p, q), name
+    torch.testing.assert_close(value, learner.value(obs).detach())
+    assert actor.syncs == 1 and actor.pending_updates == 0
+
+
+def test_sync_interval_delays_syncs():
+    """Test that with sync_interval=3 the copy pulls weights only once 3 updates are pending."""
+    actor = ActorCopy(_learner(), "cpu", "float32", sync_interval=3)
+    for expected_syncs in (0, 0, 1):
+        actor.mark_stale()
+        actor.act(torch.zeros(1, 4))
+        assert actor.syncs == expected_syncs
+
+
+def test_normalizer_updates_go_to_the_learner_and_reach_the_copy():
+    """Test that update_normalizer through the copy moves the learner's statistics and syncs them in."""
+    learner = _learner()
+    actor = ActorCopy(learner, "cpu", "float32")
+    mean_before = learner.normalizer.mean.clone()
+    actor.update_normalizer(torch.randn(32, 4) + 5)
+    assert not torch.equal(learner.normalizer.mean, mean_before)
+    assert torch.equal(actor.module.normalizer.mean, learner.normalizer.mean)
+
+
+def test_bfloat16_copy_holds_the_learner_weights_rounded_and_returns_float32():
+    """Test a bf16 copy: weights are the learner's cast to bf16, outputs float32, the check passes."""
+    learner = _learner()
+    actor = ActorCopy(learner, "cpu", "bfloat16", verify=True)
+    actor.sync()
+    weight = dict(actor.module.named_parameters())["actor.0.weight"]
+    assert weight.dtype == torch.bfloat16
+    assert torch.equal(weight, dict(learner.named_parameters())["actor.0.weight"].to(torch.bfloat16))
+    action, log_prob, value = actor.act(torch.randn(5, 4))
+    assert action.dtype == torch.int64 and log_prob.dtype == value.dtype == torch.float32
+
+
+def test_verify_names_a_corrupted_tensor():
+    """Test that the consistency check raises WeightSyncError naming the tensor written behind its back."""
+    learner = _learner()
+    actor = ActorCopy(learner, "cpu", "float32")
+    actor.verify()  # a fresh copy passes
+    with torch.no_grad():
+        dict(actor.module.named_parameters())["actor.2.bias"].add_(1e-3)
+    with pytest.raises(WeightSyncError, match="actor.2.bias"):
+        actor.verify()
+    actor.sync()  # a sync repairs it
+    actor.verify()
+
+
+def test_fingerprint_changes_with_any_weight():
+    """Test that a one-element change moves the fingerprint of that tensor only."""
+    learner = _learner()
+    before = fingerprint(learner)
+    with torch.no_grad():
+        dict(learner.named_parameters())["critic.2.weight"][0, 0] += 0.5
+    after = fingerprint(learner)
+    changed = [name for name in before if not torch.equal(before[name], after[name])]
+    assert changed == ["critic.2.weight"]
+
+
+def test_bad_arguments_are_refused():
+    """Test that an unknown dtype or a non-positive interval gets a ValueError naming it."""
+    with pytest.raises(ValueError, match="dtype"):
+        ActorCopy(_learner(), "cpu", "int8")
+    with pytest.raises(ValueError, match="sync_interval"):
+        ActorCopy(_learner(), "cpu", "float32", sync_interval=0)
