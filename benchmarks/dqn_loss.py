@@ -13,14 +13,13 @@ from __future__ import annotations
 import argparse
 import copy
 import json
-import statistics
-import time
 import warnings
 
 import gymnasium as gym
 import torch
 from tensordict import TensorDict
 
+from benchmarks.timing import alternate, print_table
 from rl_lightning.algos.dqn_loss import dqn_loss
 from rl_lightning.data.replay import to_torchrl_batch
 from rl_lightning.nets import QValueNetwork
@@ -99,24 +98,12 @@ def main() -> None:
         suffix = " (double)" if double_dqn else ""
         variants[f"plain dqn_loss{suffix}"] = plain_variant(batch, double_dqn)
         variants[f"torchrl DQNLoss{suffix}"] = torchrl_variant(batch, double_dqn)
-    times: dict[str, list[float]] = {name: [] for name in variants}
-    for step in variants.values():  # warm-up
-        for _ in range(20):
-            step()
-    for _ in range(args.repeats):
-        for name, step in variants.items():
-            start = time.perf_counter()
-            for _ in range(args.steps):
-                step()
-            times[name].append((time.perf_counter() - start) / args.steps * 1e3)
-    medians = {name: statistics.median(t) for name, t in times.items()}
+    times = alternate(variants, args.repeats, args.steps)
     print(
         f"torch {torch.__version__}, threads {args.threads}, batch {args.batch}, "
         f"{args.repeats} alternating repeats of {args.steps} steps"
     )
-    print("| variant | median ms/step | range |\n| --- | --- | --- |")
-    for name, t in times.items():
-        print(f"| {name} | {medians[name]:.3f} | {min(t):.3f}-{max(t):.3f} |")
+    medians = print_table(times)
     ratios = {
         "dqn": medians["torchrl DQNLoss"] / medians["plain dqn_loss"],
         "double_dqn": medians["torchrl DQNLoss (double)"] / medians["plain dqn_loss (double)"],

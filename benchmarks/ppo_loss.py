@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
-import time
 import warnings
 
 import gymnasium as gym
@@ -22,6 +20,7 @@ from tensordict import TensorDict
 from tensordict.nn import TensorDictModule
 from torch.distributions import Categorical
 
+from benchmarks.timing import alternate, print_table
 from rl_lightning.algos.ppo_loss import minibatch_loss
 from rl_lightning.nets import ActorCritic
 
@@ -110,24 +109,12 @@ def main() -> None:
         "plain ppo_loss": lambda: plain_step(policy, optimizer, batch),
         "torchrl ClipPPOLoss": lambda: torchrl_step(loss_module, optimizer, td),
     }
-    times: dict[str, list[float]] = {name: [] for name in variants}
-    for step in variants.values():  # warm-up
-        for _ in range(20):
-            step()
-    for _ in range(args.repeats):
-        for name, step in variants.items():
-            start = time.perf_counter()
-            for _ in range(args.steps):
-                step()
-            times[name].append((time.perf_counter() - start) / args.steps * 1e3)
-    medians = {name: statistics.median(t) for name, t in times.items()}
+    times = alternate(variants, args.repeats, args.steps)
     print(
         f"torch {torch.__version__}, threads {args.threads}, batch {args.batch}, "
         f"{args.repeats} alternating repeats of {args.steps} steps"
     )
-    print("| variant | median ms/step | range |\n| --- | --- | --- |")
-    for name, t in times.items():
-        print(f"| {name} | {medians[name]:.3f} | {min(t):.3f}-{max(t):.3f} |")
+    medians = print_table(times)
     ratio = medians["torchrl ClipPPOLoss"] / medians["plain ppo_loss"]
     print(f"ClipPPOLoss / plain: {ratio:.2f}x")
     print(json.dumps({"medians_ms": medians, "ratio": ratio}))

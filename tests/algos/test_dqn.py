@@ -10,24 +10,15 @@ import pytest
 import torch
 from tensordict import TensorDict
 
-from rl_lightning import DQN, ReplayDataModule
+from rl_lightning import DQN
 from rl_lightning.algos import dqn_loss
+from tests.helpers import REPLAY_LEARNING_STARTS, REPLAY_STEPS, quiet_trainer, tiny_replay_data
 
-STEPS = 60  # env steps per epoch in these tests
-LEARNING_STARTS = 40
+STEPS, LEARNING_STARTS = REPLAY_STEPS, REPLAY_LEARNING_STARTS
 
 
 def small_data(**kwargs):
-    kwargs = {
-        "env": "CartPole-v1",
-        "steps_per_epoch": STEPS,
-        "learning_starts": LEARNING_STARTS,
-        "batch_size": 16,
-        "eval_episodes": 1,
-        "eval_max_episode_steps": 20,
-        **kwargs,
-    }
-    return ReplayDataModule(**kwargs)
+    return tiny_replay_data(**{"env": "CartPole-v1", **kwargs})
 
 
 def fit(tmp_path=None, max_epochs=2, seed=0, model_kwargs=None, data_kwargs=None, ckpt_path=None, callbacks=()):
@@ -36,15 +27,7 @@ def fit(tmp_path=None, max_epochs=2, seed=0, model_kwargs=None, data_kwargs=None
     model = DQN(
         **{"hidden_sizes": [16, 16], "total_timesteps": 1000, "target_update_interval": 5, **(model_kwargs or {})}
     )
-    trainer = pl.Trainer(
-        max_epochs=max_epochs,
-        logger=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        enable_checkpointing=tmp_path is not None,
-        default_root_dir=tmp_path,
-        callbacks=list(callbacks),
-    )
+    trainer = quiet_trainer(tmp_path, callbacks, max_epochs=max_epochs)
     trainer.fit(model, data, ckpt_path=ckpt_path)
     return model, data, trainer
 

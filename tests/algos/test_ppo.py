@@ -12,6 +12,7 @@ from torch import nn
 from rl_lightning import PPO, RolloutDataModule
 from rl_lightning.data import evaluation
 from tests.conftest import SCRIPTED_ID
+from tests.helpers import quiet_trainer
 
 ROLLOUT = 4 * 16  # num_envs x rollout_steps in these tests
 
@@ -31,16 +32,7 @@ def small_data(env="CartPole-v1", **kwargs):
 
 
 def trainer(tmp_path=None, **kwargs):
-    kwargs = {
-        "max_epochs": 2,
-        "logger": False,
-        "enable_progress_bar": False,
-        "enable_model_summary": False,
-        "enable_checkpointing": tmp_path is not None,
-        "default_root_dir": tmp_path,
-        **kwargs,
-    }
-    return pl.Trainer(**kwargs)
+    return quiet_trainer(tmp_path, **kwargs)
 
 
 def fit(env="CartPole-v1", seed=0, tmp_path=None, model_kwargs=None, data_kwargs=None, **trainer_kwargs):

@@ -8,39 +8,22 @@ import lightning.pytorch as pl
 import pytest
 import torch
 
-from rl_lightning import PPO, SAC, ReplayDataModule, RolloutDataModule
+from rl_lightning import PPO, SAC, RolloutDataModule
 from rl_lightning.data.replay import to_torchrl_batch
+from tests.helpers import REPLAY_LEARNING_STARTS, REPLAY_STEPS, quiet_trainer, tiny_replay_data
 
-STEPS = 60  # env steps per epoch in these tests
-LEARNING_STARTS = 40
+STEPS, LEARNING_STARTS = REPLAY_STEPS, REPLAY_LEARNING_STARTS
 
 
 def small_data(**kwargs):
-    kwargs = {
-        "env": "Pendulum-v1",
-        "steps_per_epoch": STEPS,
-        "learning_starts": LEARNING_STARTS,
-        "batch_size": 16,
-        "eval_episodes": 1,
-        "eval_max_episode_steps": 20,
-        **kwargs,
-    }
-    return ReplayDataModule(**kwargs)
+    return tiny_replay_data(**{"env": "Pendulum-v1", **kwargs})
 
 
 def fit(tmp_path=None, max_epochs=2, seed=0, model_kwargs=None, data_kwargs=None, ckpt_path=None, callbacks=()):
     pl.seed_everything(seed)
     data = small_data(seed=seed, **(data_kwargs or {}))
     model = SAC(**{"hidden_sizes": [16, 16], "total_timesteps": 10_000, **(model_kwargs or {})})
-    trainer = pl.Trainer(
-        max_epochs=max_epochs,
-        logger=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        enable_checkpointing=tmp_path is not None,
-        default_root_dir=tmp_path,
-        callbacks=list(callbacks),
-    )
+    trainer = quiet_trainer(tmp_path, callbacks, max_epochs=max_epochs)
     trainer.fit(model, data, ckpt_path=ckpt_path)
     return model, data, trainer
 

@@ -6,33 +6,18 @@ import lightning.pytorch as pl
 import pytest
 import torch
 
-from rl_lightning import DQN, PPO, ReplayDataModule, RolloutDataModule
+from rl_lightning import DQN, PPO, ReplayDataModule
 from rl_lightning.callbacks import ActorSync, PhaseTimer
 from rl_lightning.nets.actor_copy import ActorCopy, WeightSyncError
+from tests.helpers import quiet_trainer, tiny_rollout_data
 
 
 def _trainer(callbacks, max_epochs=3):
-    return pl.Trainer(
-        max_epochs=max_epochs,
-        logger=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        enable_checkpointing=False,
-        callbacks=callbacks,
-    )
+    return quiet_trainer(callbacks=callbacks, max_epochs=max_epochs)
 
 
 def _ppo_data(**kwargs):
-    return RolloutDataModule(
-        env="CartPole-v1",
-        num_envs=2,
-        rollout_steps=16,
-        update_epochs=2,
-        num_minibatches=2,
-        eval_episodes=2,
-        eval_max_episode_steps=20,
-        **kwargs,
-    )
+    return tiny_rollout_data(**kwargs)
 
 
 class _SyncRecorder:

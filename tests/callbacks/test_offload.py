@@ -5,35 +5,16 @@ from __future__ import annotations
 import lightning.pytorch as pl
 import torch
 
-from rl_lightning import PPO, RolloutDataModule
+from rl_lightning import PPO
 from rl_lightning.callbacks import OptimizerOffload
-
-
-def _data(seed=0):
-    return RolloutDataModule(
-        env="CartPole-v1",
-        num_envs=2,
-        rollout_steps=16,
-        update_epochs=2,
-        num_minibatches=2,
-        eval_episodes=2,
-        eval_max_episode_steps=20,
-        seed=seed,
-    )
+from tests.helpers import quiet_trainer, tiny_rollout_data
 
 
 def _fit(callbacks, seed=0, max_epochs=3):
     pl.seed_everything(seed)
     model = PPO(total_timesteps=10_000)
-    trainer = pl.Trainer(
-        max_epochs=max_epochs,
-        logger=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        enable_checkpointing=False,
-        callbacks=callbacks,
-    )
-    trainer.fit(model, _data(seed))
+    trainer = quiet_trainer(callbacks=callbacks, max_epochs=max_epochs)
+    trainer.fit(model, tiny_rollout_data(seed=seed))
     return model, trainer
 
 

@@ -1,0 +1,54 @@
+"""Small builders the tests share: tiny data modules and a quiet Trainer."""
+
+from __future__ import annotations
+
+import lightning.pytorch as pl
+
+from rl_lightning import ReplayDataModule, RolloutDataModule
+
+REPLAY_STEPS = 60  # env steps per epoch of tiny_replay_data
+REPLAY_LEARNING_STARTS = 40
+
+
+def quiet_trainer(tmp_path=None, callbacks=(), **kwargs) -> pl.Trainer:
+    """A Trainer without logger, progress bar or model summary; checkpoints only with a ``tmp_path``."""
+    kwargs = {
+        "max_epochs": 2,
+        "logger": False,
+        "enable_progress_bar": False,
+        "enable_model_summary": False,
+        "enable_checkpointing": tmp_path is not None,
+        "default_root_dir": tmp_path,
+        "callbacks": list(callbacks),
+        **kwargs,
+    }
+    return pl.Trainer(**kwargs)
+
+
+def tiny_replay_data(env: str, **kwargs) -> ReplayDataModule:
+    """60 env steps per epoch, learning from step 40, batches of 16, one short evaluation episode."""
+    kwargs = {
+        "env": env,
+        "steps_per_epoch": REPLAY_STEPS,
+        "learning_starts": REPLAY_LEARNING_STARTS,
+        "batch_size": 16,
+        "eval_episodes": 1,
+        "eval_max_episode_steps": 20,
+        **kwargs,
+    }
+    return ReplayDataModule(**kwargs)
+
+
+def tiny_rollout_data(**kwargs) -> RolloutDataModule:
+    """CartPole-v1, 2 envs x 16 steps per rollout, 2 x 2 minibatches, 2 short evaluation episodes."""
+    kwargs = {
+        "env": "CartPole-v1",
+        "num_envs": 2,
+        "rollout_steps": 16,
+        "update_epochs": 2,
+        "num_minibatches": 2,
+        "eval_episodes": 2,
+        "eval_max_episode_steps": 20,
+        **kwargs,
+    }
+    return RolloutDataModule(**kwargs)
