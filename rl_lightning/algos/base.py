@@ -86,7 +86,7 @@ class RLModule(pl.LightningModule):
         self.actor: ActorCopy | None = None
         self._spaces: tuple[gym.Space, gym.Space] | None = None
         self._fit_start: tuple[float, int] | None = None
-        self._eval_returns: dict[str, torch.Tensor] = {}
+        self._eval_returns: dict[str, float] = {}
 
     # ---------------------------------------------------------------- policy
     def build_policy(self, observation_space: gym.Space, action_space: gym.Space) -> nn.Module:
@@ -207,12 +207,22 @@ class RLModule(pl.LightningModule):
             elapsed = time.perf_counter() - self._fit_start[0]
             metrics["time/sps"] = (self.env_steps - self._fit_start[1]) / max(elapsed, 1e-9)
         metrics["time/rollout_seconds"] = rollout.rollout_seconds
-        if len(rollout.episodes):
-            metrics["rollout/episode_return"] = float(np.mean(rollout.episodes.returns))
-            metrics["rollout/episode_length"] = float(np.mean(rollout.episodes.lengths))
         metrics = {k: v for k, v in metrics.items() if not math.isnan(v)}
-        # Episode statistics are per rank: average them; counters are already global.
+        # Timings and explained variance are per rank: average them; counters are already global.
         self.log_dict(metrics, on_step=False, on_epoch=True, sync_dist=True, batch_size=1)
+        # Episode statistics over every rank's episodes (ranks finish different numbers of them).
+        returns, lengths = np.asarray(rollout.episodes.returns), np.asarray(rollout.episodes.lengths)
+        total, return_sum, length_sum = self._global_sums([len(returns), returns.sum(), lengths.sum()]).tolist()
+        if total:
+            episode = {"rollout/episode_return": return_sum / total, "rollout/episode_length": length_sum / total}
+            self.log_dict(episode, on_step=False, on_epoch=True, batch_size=1)
+
+    def _global_sums(self, values: Sequence[float]) -> torch.Tensor:
+        """``values`` summed over all ranks (a collective under DDP: every rank must call it)."""
+        local = torch.tensor([float(v) for v in values], dtype=torch.float64, device=self.device)
+        if self.trainer.world_size > 1:
+            return self.trainer.strategy.reduce(local, reduce_op="sum").cpu()
+        return local.cpu()
 
     def _env_step_axis(self) -> dict[str, float]:
         # A logged "step" becomes the x-axis of every Lightning logger (LoggerConnector.log_metrics),
@@ -221,26 +231,31 @@ class RLModule(pl.LightningModule):
 
     # ---------------------------------------------------------------- evaluation
     def _eval_step(self, batch: dict[str, Any]) -> None:
-        prefix, returns = batch["prefix"], batch["return"]
-        n = returns.numel()
+        # Each rank ran its share of the episodes: the statistics are over all of them.
+        prefix, returns, lengths = batch["prefix"], batch["return"].double(), batch["length"].double()
+        success = batch["success"].double() if "success" in batch else torch.full_like(returns, float("nan"))
+        known = ~torch.isnan(success)
+        n, total, squares, length, hits, graded = self._global_sums(
+            [returns.numel(), returns.sum(), (returns**2).sum(), lengths.sum(), success[known].sum(), known.sum()]
+        ).tolist()
+        mean = total / n
         metrics = {
-            f"{prefix}/return_mean": returns.mean(),
-            f"{prefix}/return_std": returns.std(unbiased=False),
-            f"{prefix}/length_mean": batch["length"].mean(),
+            f"{prefix}/return_mean": mean,
+            f"{prefix}/return_std": math.sqrt(max(squares / n - mean**2, 0.0)),
+            f"{prefix}/length_mean": length / n,
         }
-        if "success" in batch:
-            metrics[f"{prefix}/success_rate"] = batch["success"].nanmean()
-        self.log_dict(metrics, sync_dist=True, add_dataloader_idx=False, batch_size=n)
-        self._eval_returns[prefix] = returns
+        if graded:
+            metrics[f"{prefix}/success_rate"] = hits / graded
+        self.log_dict(metrics, add_dataloader_idx=False, batch_size=1)
+        self._eval_returns[prefix] = mean
 
     def _end_evaluation(self) -> None:
         if not self._eval_returns:  # evaluation was not due this epoch
             return
         metrics = self._env_step_axis()
         if "eval" in self._eval_returns and "eval_ood" in self._eval_returns:
-            gap = self._eval_returns["eval"].mean() - self._eval_returns["eval_ood"].mean()
-            metrics["eval_ood/generalization_gap"] = float(gap)
-        self.log_dict(metrics, sync_dist=True, batch_size=1)
+            metrics["eval_ood/generalization_gap"] = self._eval_returns["eval"] - self._eval_returns["eval_ood"]
+        self.log_dict(metrics, batch_size=1)
         self._eval_returns = {}
 
     def validation_step(self, batch: dict[str, Any], batch_idx: int, dataloader_idx: int = 0) -> None:

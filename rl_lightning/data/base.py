@@ -15,6 +15,7 @@ from typing import Any
 import lightning.pytorch as pl
 import numpy as np
 import torch
+import torch.distributed as dist
 from lightning.pytorch.trainer.states import TrainerFn
 from torch.utils.data import DataLoader
 
@@ -230,24 +231,72 @@ class EnvDataModule(pl.LightningDataModule):
 
     # ---------------------------------------------------------------- checkpointing
     def state_dict(self) -> dict[str, Any]:
-        """Counters and RNG states (torch, numpy, python)."""
+        """Global counters, and every rank's own state (RNG states; subclasses add theirs).
+
+        Under DDP each rank steps its own envs with its own RNG streams (and, off-policy,
+        fills its own replay buffer shard), so the checkpoint keeps one entry per rank:
+        ``ranks[r]``, gathered on rank zero, which writes the file. Lightning calls this on
+        every rank when a checkpoint is saved, so the gather is collective.
+        """
+        local = {
+            "torch_rng": torch.get_rng_state(),
+            "numpy_rng": _numpy_state_to_plain(np.random.get_state()),
+            "python_rng": random.getstate(),
+            **self.rank_state_dict(),
+        }
+        ranks = [local]
+        if self.world_size > 1 and dist.is_available() and dist.is_initialized():
+            gathered = [None] * self.world_size if self.rank == 0 else None
+            dist.gather_object(local, gathered, dst=0)
+            ranks = gathered if self.rank == 0 else [local]
         return {
             "env_steps": self.counters.env_steps,
             "iterations": self.counters.iterations,
             "world_size": self.world_size,
-            "torch_rng": torch.get_rng_state(),
-            "numpy_rng": _numpy_state_to_plain(np.random.get_state()),
-            "python_rng": random.getstate(),
+            "ranks": ranks,
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore counters and RNG states; envs restart their episodes."""
+        """Restore counters and this rank's state; envs restart their episodes.
+
+        Raises:
+            ValueError: The checkpoint was written by another number of ranks and holds
+                per-rank data that cannot be split or merged (a replay buffer per rank).
+        """
         self.counters.env_steps = int(state["env_steps"])
         self.counters.iterations = int(state["iterations"])
-        torch.set_rng_state(state["torch_rng"])
-        kind, keys, pos, has_gauss, gauss = state["numpy_rng"]
+        ranks = state.get("ranks") or [state]  # checkpoints of version 0.1.0 kept one flat state
+        saved_world = int(state.get("world_size", 1))
+        if saved_world != self.world_size or len(ranks) != saved_world:
+            self.check_world_size_change(saved_world)
+            warnings.warn(
+                f"The checkpoint was written by {saved_world} rank(s), this run has {self.world_size}: counters "
+                "and the step budget continue, and every rank restarts its RNG streams from the seed and the "
+                "env-step count.",
+                stacklevel=2,
+            )
+            offset = self.hparams.seed + self.counters.env_steps + 104729 * self.rank
+            torch.manual_seed(offset)
+            np.random.seed(offset % 2**32)
+            random.seed(offset)
+            self.load_rank_state_dict(None)
+            return
+        mine = ranks[self.rank]
+        torch.set_rng_state(mine["torch_rng"])
+        kind, keys, pos, has_gauss, gauss = mine["numpy_rng"]
         np.random.set_state((kind, np.asarray(keys, dtype=np.uint32), pos, has_gauss, gauss))
-        random.setstate(state["python_rng"])
+        random.setstate(mine["python_rng"])
+        self.load_rank_state_dict(mine)
+
+    def rank_state_dict(self) -> dict[str, Any]:
+        """This rank's own data-stream state (subclasses: shuffling RNG, pending observations, buffer)."""
+        return {}
+
+    def load_rank_state_dict(self, state: dict[str, Any] | None) -> None:
+        """Restore what :meth:`rank_state_dict` saved; ``None`` after a change of world size."""
+
+    def check_world_size_change(self, saved_world: int) -> None:
+        """Raise if this data module cannot resume on another number of ranks (subclasses decide)."""
 
     def close(self) -> None:
         """Close every environment."""

@@ -124,15 +124,15 @@ class RolloutDataModule(EnvDataModule):
         return DataLoader(self._train_dataset, batch_size=None, collate_fn=identity_collate)
 
     # ---------------------------------------------------------------- checkpointing
-    def state_dict(self) -> dict[str, Any]:
-        """Counters, RNG states (shuffling included) and the observations waiting to update the normalizer."""
+    def rank_state_dict(self) -> dict[str, Any]:
+        """This rank's shuffling RNG and the observations waiting to update the normalizer."""
         pending = self._train_dataset.pending_obs if self._train_dataset is not None else self._pending_obs
-        return {**super().state_dict(), "shuffle_rng": self.generator.get_state(), "pending_obs": pending}
+        return {"shuffle_rng": self.generator.get_state(), "pending_obs": pending}
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore counters and RNG states; envs restart their episodes."""
-        super().load_state_dict(state)
-        self.generator.set_state(state["shuffle_rng"])
-        self._pending_obs = state["pending_obs"]
+    def load_rank_state_dict(self, state: dict[str, Any] | None) -> None:
+        """Restore shuffling and pending observations (after a world-size change: none pending)."""
+        if state is not None:
+            self.generator.set_state(state["shuffle_rng"])
+        self._pending_obs = None if state is None else state["pending_obs"]
         if self._train_dataset is not None:
             self._train_dataset.pending_obs = self._pending_obs

@@ -148,25 +148,36 @@ class ReplayDataModule(EnvDataModule):
         return DataLoader(self._train_dataset, batch_size=None, collate_fn=identity_collate)
 
     # ---------------------------------------------------------------- checkpointing
-    def state_dict(self) -> dict[str, Any]:
-        """Counters, RNG states, the owed gradient steps and (with ``save_replay_buffer``) the buffer."""
+    def rank_state_dict(self) -> dict[str, Any]:
+        """The owed gradient steps and (with ``save_replay_buffer``) this rank's buffer shard."""
         credit = self._train_dataset.gradient_credit if self._train_dataset is not None else Fraction(0)
-        state = {**super().state_dict(), "gradient_credit": (credit.numerator, credit.denominator)}
-        state["replay_buffer"] = self.buffer.state_dict() if self.hparams.save_replay_buffer else None
-        return state
+        return {
+            "gradient_credit": (credit.numerator, credit.denominator),
+            "replay_buffer": self.buffer.state_dict() if self.hparams.save_replay_buffer else None,
+        }
 
     def _fitting(self) -> bool:
         # Evaluating a checkpoint (trainer.test/validate) needs no buffer: no warning then.
         trainer = self.trainer
         return trainer is None or trainer.state.fn == TrainerFn.FITTING
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore counters, RNG states and the buffer when the checkpoint holds it."""
-        super().load_state_dict(state)
-        self._restored = {"gradient_credit": tuple(state["gradient_credit"])}
+    def check_world_size_change(self, saved_world: int) -> None:
+        """Each rank's buffer shard belongs to that rank: refuse to resume them on another world size."""
+        if self.hparams.save_replay_buffer and self._fitting():
+            raise ValueError(
+                f"This checkpoint holds replay buffer shards of {saved_world} rank(s), but this run has "
+                f"{self.world_size}: shards cannot be split or merged. Resume with the same number of processes "
+                f"(trainer.devices x trainer.num_nodes = {saved_world}), or with save_replay_buffer=false to refill "
+                "the buffers from scratch."
+            )
+
+    def load_rank_state_dict(self, state: dict[str, Any] | None) -> None:
+        """Restore the owed gradient steps and this rank's buffer shard when the checkpoint holds it."""
+        credit = (0, 1) if state is None else tuple(state["gradient_credit"])
+        self._restored = {"gradient_credit": credit}
         if self._train_dataset is not None:
-            self._train_dataset.gradient_credit = Fraction(*state["gradient_credit"])
-        if state.get("replay_buffer") is not None:
+            self._train_dataset.gradient_credit = Fraction(*credit)
+        if state is not None and state.get("replay_buffer") is not None:
             self.buffer.load_state_dict(state["replay_buffer"])
         elif self.counters.env_steps and self._fitting():
             warnings.warn(

@@ -18,7 +18,7 @@ from hydra.utils import get_class, instantiate
 from lightning.pytorch.utilities import rank_zero_only
 from omegaconf import DictConfig, OmegaConf
 
-from rl_lightning.callbacks import BestCheckpoint
+from rl_lightning.callbacks import ActorSync, BestCheckpoint
 from rl_lightning.data import ReplayDataModule
 from rl_lightning.launch.errors import ConfigError, explain_build_error
 from rl_lightning.launch.summary import RunSummary
@@ -51,8 +51,12 @@ def build_loggers(cfg: DictConfig) -> list[pl.loggers.Logger]:
 
 
 def build_callbacks(cfg: DictConfig) -> list[pl.Callback]:
-    """The ``callbacks`` group's callbacks."""
-    return [instantiate(node, _convert_="all") for node in (cfg.get("callbacks") or {}).values()]
+    """The ``callbacks`` group's callbacks; with ``debug=true`` an acting copy checks every sync."""
+    callbacks = [instantiate(node, _convert_="all") for node in (cfg.get("callbacks") or {}).values()]
+    for callback in callbacks:
+        if isinstance(callback, ActorSync) and cfg.get("debug"):
+            callback.verify = True
+    return callbacks
 
 
 def build_trainer(cfg: DictConfig, loggers: list, callbacks: list) -> pl.Trainer:

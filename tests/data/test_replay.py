@@ -127,7 +127,7 @@ def test_without_saved_buffer_resume_warns_and_waits_for_a_batch():
     )
     data = ReplayDataModule(**kwargs)
     state = {**data.state_dict(), "env_steps": 100}
-    assert state["replay_buffer"] is None
+    assert state["ranks"][0]["replay_buffer"] is None
     restored = ReplayDataModule(**kwargs)
     with pytest.warns(UserWarning, match="no replay buffer"):
         restored.load_state_dict(state)

@@ -11,6 +11,7 @@ from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
 from rl_lightning import DQN, PPO, SAC, ReplayDataModule, RolloutDataModule
+from rl_lightning.callbacks import ActorSync
 from rl_lightning.launch.app import (
     ENV_KEY_TO_ARG,
     build_callbacks,
@@ -88,3 +89,12 @@ def test_experiments_match_their_measured_settings(tmp_path):
     mujoco = _compose(["+experiment=ppo_continuous"], str(tmp_path))
     assert (mujoco.env.id, mujoco.data.rollout_steps, mujoco.data.num_minibatches) == ("InvertedPendulum-v5", 2048, 32)
     assert mujoco.algo.total_timesteps == 200_000
+
+
+def test_debug_makes_the_acting_copy_check_every_sync(tmp_path, monkeypatch):
+    """Test that debug=true turns on the fingerprint check of callbacks=split_actor's ActorSync."""
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    for debug, expected in (("false", False), ("true", True)):
+        cfg = _compose(["callbacks=split_actor", f"debug={debug}"], str(tmp_path))
+        (actor_sync,) = [c for c in build_callbacks(cfg) if isinstance(c, ActorSync)]
+        assert actor_sync.verify is expected and actor_sync.device == "cpu"

@@ -1,0 +1,49 @@
+"""Per-rank state in checkpoints: each rank restores its own entry; a world-size change is handled or refused."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from tests.helpers import tiny_replay_data, tiny_rollout_data
+
+
+def _two_rank_state(data) -> dict:
+    """A checkpoint entry as two ranks write it: rank 1's torch RNG differs from rank 0's."""
+    state = data.state_dict()
+    rank1 = dict(state["ranks"][0])
+    torch.manual_seed(123)
+    rank1["torch_rng"] = torch.get_rng_state()
+    return {**state, "world_size": 2, "ranks": [state["ranks"][0], rank1], "env_steps": 640}
+
+
+def test_each_rank_restores_its_own_entry():
+    """Test that rank 1 of 2 restores ranks[1] (its RNG stream), and the counters are the global ones."""
+    data = tiny_rollout_data()
+    state = _two_rank_state(data)
+    data.rank, data.world_size = 1, 2
+    torch.manual_seed(0)
+    data.load_state_dict(state)
+    assert torch.equal(torch.get_rng_state(), state["ranks"][1]["torch_rng"])
+    assert data.env_steps == 640
+
+
+def test_rollout_data_resumes_on_another_world_size_with_a_warning():
+    """Test that 2-rank rollout state loads into 1 rank: counters continue, RNG streams restart, a warning says so."""
+    data = tiny_rollout_data()
+    state = _two_rank_state(data)
+    with pytest.warns(UserWarning, match="written by 2 rank.*this run has 1"):
+        data.load_state_dict(state)
+    assert data.env_steps == 640 and data._pending_obs is None
+
+
+def test_replay_shards_refuse_another_world_size():
+    """Test that replay buffer shards of 2 ranks refuse to load into 1 rank, naming both counts and the fix."""
+    data = tiny_replay_data("CartPole-v1", save_replay_buffer=True)
+    state = _two_rank_state(data)
+    with pytest.raises(ValueError, match=r"shards of 2 rank\(s\), but this run has 1.*save_replay_buffer=false"):
+        data.load_state_dict(state)
+    # Without saved buffers there is nothing to split: it resumes with a warning.
+    data = tiny_replay_data("CartPole-v1")
+    with pytest.warns(UserWarning, match="written by 2 rank"):
+        data.load_state_dict(_two_rank_state(data))

@@ -1,0 +1,134 @@
+"""Fits an algorithm with DDP on CPU and writes what every rank saw (run by the DDP tests, not collected).
+
+    python tests/distributed/probe.py OUT_DIR [--algo ppo|dqn] [--devices 2] [--num-nodes 1] [--epochs 3]
+
+Lightning's DDP launcher starts the other local ranks by re-running this script; under
+torchrun (one process per "node") Lightning reads the rank from torchrun's environment.
+Each rank writes ``OUT_DIR/rank<r>.json``: per epoch a hash of its weights, the global and
+local env-step counts, its own episode returns and the reduced metric; its env seeds;
+its share of evaluation episodes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import sys
+import warnings
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+
+import lightning.pytorch as pl  # noqa: E402
+import torch  # noqa: E402
+
+from rl_lightning import DQN, PPO, ReplayDataModule, RolloutDataModule  # noqa: E402
+
+NUM_ENVS, ROLLOUT_STEPS, STEPS_PER_EPOCH, EVAL_EPISODES = 2, 16, 40, 3
+
+
+def weights_hash(module: torch.nn.Module) -> str:
+    digest = hashlib.sha256()
+    for tensor in module.state_dict().values():
+        digest.update(tensor.detach().cpu().contiguous().numpy().tobytes())
+    return digest.hexdigest()
+
+
+class Probe(pl.Callback):
+    def __init__(self):
+        self.record: dict = {"epochs": [], "eval": []}
+
+    def on_fit_start(self, trainer, pl_module):
+        data = trainer.datamodule
+        envs = data.train_envs
+        self.record.update(
+            rank=trainer.global_rank,
+            world_size=trainer.world_size,
+            env_seeds=[envs.seed + i for i in range(envs.num_envs)],
+            eval_share=EVAL_EPISODES // trainer.world_size + (trainer.global_rank < EVAL_EPISODES % trainer.world_size),
+        )
+
+    def on_train_epoch_end(self, trainer, pl_module):
+        data = trainer.datamodule
+        rollout = data.last_rollout
+        returns = [float(r) for r in rollout.episodes.returns]
+        # Callbacks' epoch-end hooks run before the module's, which logs this epoch's value:
+        # this is the previous epoch's reduced metric.
+        reduced = trainer.callback_metrics.get("rollout/episode_return")
+        self.record["epochs"].append(
+            {
+                "weights": weights_hash(pl_module),
+                "env_steps": data.env_steps,
+                "local_transitions": int(
+                    NUM_ENVS * ROLLOUT_STEPS if isinstance(data, RolloutDataModule) else STEPS_PER_EPOCH
+                ),
+                "local_returns": returns,
+                "reduced_return": None if reduced is None else float(reduced),
+                "buffer_size": len(data.buffer) if isinstance(data, ReplayDataModule) else None,
+            }
+        )
+
+    def on_validation_batch_end(self, trainer, pl_module, outputs, batch, batch_idx, dataloader_idx=0):
+        if batch["prefix"] == "eval":  # this rank's own episodes of the train set
+            self.record["eval"].append({"local_returns": [float(r) for r in batch["return"]]})
+
+    def on_validation_end(self, trainer, pl_module):
+        if self.record["eval"] and "eval/return_mean" in trainer.callback_metrics:
+            self.record["eval"][-1]["reduced"] = float(trainer.callback_metrics["eval/return_mean"])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("out")
+    parser.add_argument("--algo", default="ppo", choices=["ppo", "dqn"])
+    parser.add_argument("--devices", type=int, default=2)
+    parser.add_argument("--num-nodes", type=int, default=1)
+    parser.add_argument("--epochs", type=int, default=3)
+    args = parser.parse_args()
+    warnings.simplefilter("ignore")
+    torch.set_num_threads(1)
+    pl.seed_everything(0, verbose=False)
+    if args.algo == "ppo":
+        model = PPO(hidden_sizes=[16, 16], total_timesteps=100_000)
+        data = RolloutDataModule(
+            env="CartPole-v1",
+            num_envs=NUM_ENVS,
+            rollout_steps=ROLLOUT_STEPS,
+            update_epochs=2,
+            num_minibatches=2,
+            eval_episodes=EVAL_EPISODES,
+            eval_max_episode_steps=30,
+        )
+    else:
+        model = DQN(hidden_sizes=[16, 16], total_timesteps=100_000, target_update_interval=5)
+        data = ReplayDataModule(
+            env="CartPole-v1",
+            num_envs=NUM_ENVS,
+            steps_per_epoch=STEPS_PER_EPOCH,
+            learning_starts=20,
+            batch_size=8,
+            eval_episodes=EVAL_EPISODES,
+            eval_max_episode_steps=30,
+        )
+    probe = Probe()
+    trainer = pl.Trainer(
+        accelerator="cpu",
+        strategy="ddp",
+        devices=args.devices,
+        num_nodes=args.num_nodes,
+        max_epochs=args.epochs,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        callbacks=[probe],
+    )
+    trainer.fit(model, data)
+    os.makedirs(args.out, exist_ok=True)
+    with open(os.path.join(args.out, f"rank{trainer.global_rank}.json"), "w") as f:
+        json.dump(probe.record, f)
+
+
+if __name__ == "__main__":
+    main()
