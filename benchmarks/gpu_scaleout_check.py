@@ -12,6 +12,7 @@ state is measurable) learns on the GPU for a few epochs:
 3. ``OptimizerOffload``: the Adam state's device while acting and while updating, and the
    GPU memory allocated with the state on the GPU and with it offloaded.
 4. SAC (Pendulum-v1) and DQN (CartPole-v1) short fits on the GPU with a CPU actor copy.
+5. PPO under ``FSDPStrategy(cpu_offload=True)`` (``trainer=fsdp_offload``): fits, or the error.
 
 Prints and writes one JSON object.
 """
@@ -141,6 +142,34 @@ def check_off_policy() -> dict:
     return out
 
 
+def check_fsdp_offload() -> dict:
+    """PPO under Lightning's FSDPStrategy(cpu_offload=True) on one GPU: does it fit, and how long."""
+    from lightning.pytorch.strategies import FSDPStrategy
+
+    pl.seed_everything(0)
+    model = PPO(hidden_sizes=WIDE, total_timesteps=100_000)
+    trainer = pl.Trainer(
+        accelerator="gpu",
+        devices=1,
+        strategy=FSDPStrategy(cpu_offload=True),
+        max_epochs=2,
+        logger=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        enable_checkpointing=False,
+    )
+    start = time.perf_counter()
+    try:
+        trainer.fit(model, _ppo_data())
+    except Exception as err:  # the finding is the point: report it
+        return {"ok": False, "error": f"{type(err).__name__}: {err}"[:2000]}
+    return {
+        "ok": True,
+        "seconds": time.perf_counter() - start,
+        "policy_loss": float(trainer.callback_metrics["train/policy_loss"]),
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default="gpu_check.json")
@@ -156,6 +185,7 @@ def main() -> None:
         "bf16_actor": check_actor("bfloat16", None),
         "offload": check_offload(),
         "off_policy": check_off_policy(),
+        "fsdp_offload": check_fsdp_offload(),
     }
     text = json.dumps(result, indent=2)
     print(text)

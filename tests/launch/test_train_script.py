@@ -116,6 +116,7 @@ def test_debug_warm_up_runs_first_then_a_fresh_run(tmp_path):
         (["env.id=CartPol-v1"], ["'env.id'", "CartPole-v1"]),
         (["logger=tensorbord"], ["Unknown logger 'tensorbord'", "Did you mean 'tensorboard'", "logger=[wandb,csv]"]),
         (["test_ckpt=worst"], ["test_ckpt", "'worst'", "test_ckpt=best"]),
+        (["trainer=fsdp_offload"], ["cannot run here", "trainer=default"]),
     ],
 )
 def test_bad_config_ends_with_one_paragraph_naming_key_and_fix(tmp_path, overrides, expected):
