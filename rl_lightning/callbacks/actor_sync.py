@@ -56,10 +56,10 @@ class ActorSync(pl.Callback):
         self._attach_synced(pl_module)
 
     def _attach_synced(self, pl_module: pl.LightningModule) -> None:
-        # Evaluation measures the policy as trained: no update may be pending, whatever the interval.
+        # Evaluation measures the learner as it is now, whatever the interval, and also after
+        # weights were loaded behind the copy's back (trainer.test(ckpt_path=...)): always sync.
         self._attach(pl_module)
-        if pl_module.actor.pending_updates:
-            pl_module.actor.sync()
+        pl_module.actor.sync()
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         pl_module.actor.mark_stale()

@@ -107,8 +107,9 @@ def test_off_policy_copy_syncs_every_interval_gradient_steps(monkeypatch):
     trainer = _trainer([ActorSync(device="cpu", sync_interval=4)], max_epochs=2)
     trainer.fit(model, data)
     gradient_steps = trainer.global_step  # 101
-    # One sync per 4 updates while collecting, plus one before each of the 2 evaluations.
-    assert gradient_steps // 4 <= len(recorder.equal) <= gradient_steps // 4 + 2
+    # One sync per 4 updates while collecting, plus one as each of the 3 validation runs starts
+    # (the sanity check and 2 evaluations).
+    assert gradient_steps // 4 <= len(recorder.equal) <= gradient_steps // 4 + 3
     assert all(recorder.equal)
 
 
@@ -136,3 +137,32 @@ def test_bad_actor_sync_arguments_are_refused():
         ActorSync(dtype="half-ish")
     with pytest.raises(ValueError, match="sync_interval"):
         ActorSync(sync_interval=0)
+
+
+def test_testing_a_checkpoint_evaluates_its_weights_not_the_stale_copy(tmp_path):
+    """Test that trainer.test(ckpt_path=...) after fit acts with the checkpoint's weights through the copy."""
+    pl.seed_everything(0)
+    model, data = PPO(total_timesteps=10_000, save_interval=1), _ppo_data()
+    trainer = quiet_trainer(tmp_path, [ActorSync(device="cpu")], max_epochs=2)
+    trainer.fit(model, data)
+    first = tmp_path / "checkpoints" / "epoch=0-env_steps=32.ckpt"
+    seen = []
+
+    class _Spy(pl.Callback):
+        def on_test_batch_start(self, trainer, pl_module, batch, batch_idx, dataloader_idx=0):
+            seen.append(
+                all(
+                    torch.equal(a, b)
+                    for a, b in zip(
+                        pl_module.actor.module.state_dict().values(),
+                        pl_module.policy.state_dict().values(),
+                        strict=True,
+                    )
+                )
+            )
+
+    trainer.callbacks.append(_Spy())
+    trainer.test(model, data, ckpt_path=str(first), verbose=False)
+    expected = torch.load(first, weights_only=True)["state_dict"]
+    assert torch.equal(model.policy.state_dict()["critic.0.weight"], expected["policy.critic.0.weight"])
+    assert seen and all(seen)
