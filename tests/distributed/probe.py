@@ -35,6 +35,16 @@ def weights_hash(module: torch.nn.Module) -> str:
     return digest.hexdigest()
 
 
+def buffer_hash(data: ReplayDataModule) -> str | None:
+    if not len(data.buffer):
+        return None
+    stored = data.buffer.storage[: len(data.buffer)]
+    digest = hashlib.sha256()
+    for key in ("obs", "action", "reward", "next_obs", "terminated"):
+        digest.update(stored[key].contiguous().numpy().tobytes())
+    return digest.hexdigest()
+
+
 class Probe(pl.Callback):
     def __init__(self):
         self.record: dict = {"epochs": [], "eval": []}
@@ -42,6 +52,8 @@ class Probe(pl.Callback):
     def on_fit_start(self, trainer, pl_module):
         data = trainer.datamodule
         envs = data.train_envs
+        if isinstance(data, ReplayDataModule):  # what a resume restored into this rank's shard
+            self.record["buffer_at_start"] = buffer_hash(data)
         self.record.update(
             rank=trainer.global_rank,
             world_size=trainer.world_size,
@@ -66,6 +78,7 @@ class Probe(pl.Callback):
                 "local_returns": returns,
                 "reduced_return": None if reduced is None else float(reduced),
                 "buffer_size": len(data.buffer) if isinstance(data, ReplayDataModule) else None,
+                "buffer": buffer_hash(data) if isinstance(data, ReplayDataModule) else None,
             }
         )
 
@@ -85,6 +98,8 @@ def main() -> None:
     parser.add_argument("--devices", type=int, default=2)
     parser.add_argument("--num-nodes", type=int, default=1)
     parser.add_argument("--epochs", type=int, default=3)
+    parser.add_argument("--save", action="store_true", help="checkpoint every epoch under OUT/checkpoints")
+    parser.add_argument("--resume", default=None, help="a checkpoint to resume from")
     args = parser.parse_args()
     warnings.simplefilter("ignore")
     torch.set_num_threads(1)
@@ -101,7 +116,12 @@ def main() -> None:
             eval_max_episode_steps=30,
         )
     else:
-        model = DQN(hidden_sizes=[16, 16], total_timesteps=100_000, target_update_interval=5)
+        model = DQN(
+            hidden_sizes=[16, 16],
+            total_timesteps=100_000,
+            target_update_interval=5,
+            save_interval=1 if args.save else None,
+        )
         data = ReplayDataModule(
             env="CartPole-v1",
             num_envs=NUM_ENVS,
@@ -110,6 +130,7 @@ def main() -> None:
             batch_size=8,
             eval_episodes=EVAL_EPISODES,
             eval_max_episode_steps=30,
+            save_replay_buffer=True,
         )
     probe = Probe()
     trainer = pl.Trainer(
@@ -119,12 +140,13 @@ def main() -> None:
         num_nodes=args.num_nodes,
         max_epochs=args.epochs,
         logger=False,
-        enable_checkpointing=False,
+        enable_checkpointing=args.save,
+        default_root_dir=args.out,
         enable_progress_bar=False,
         enable_model_summary=False,
         callbacks=[probe],
     )
-    trainer.fit(model, data)
+    trainer.fit(model, data, ckpt_path=args.resume)
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, f"rank{trainer.global_rank}.json"), "w") as f:
         json.dump(probe.record, f)

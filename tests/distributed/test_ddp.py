@@ -58,3 +58,14 @@ def test_dqn_ddp_two_processes_fill_their_own_buffer_shards(tmp_path):
     ranks = run_probe(tmp_path, "--algo", "dqn", "--devices", "2")
     check_invariants(ranks, local_transitions_per_epoch=40)
     assert [e["buffer_size"] for e in ranks[0]["epochs"]] == [40, 80, 120]
+
+
+def test_dqn_ddp_resume_gives_every_rank_its_own_buffer_shard(tmp_path):
+    """Test a 2-rank DQN checkpoint with replay buffers: on resume each rank holds exactly its own shard again."""
+    first = run_probe(tmp_path / "first", "--algo", "dqn", "--devices", "2", "--epochs", "2", "--save")
+    shards = [rank["epochs"][-1]["buffer"] for rank in first]
+    assert shards[0] != shards[1]  # each rank stored its own envs' transitions
+    last = tmp_path / "first" / "checkpoints" / "last.ckpt"
+    resumed = run_probe(tmp_path / "second", "--algo", "dqn", "--devices", "2", "--epochs", "3", "--resume", str(last))
+    assert [rank["buffer_at_start"] for rank in resumed] == shards
+    assert [e["env_steps"] for e in resumed[0]["epochs"]] == [240]  # the third epoch continues the count
