@@ -30,13 +30,16 @@ from lightning.pytorch.cli import LightningCLI
 from rl_lightning.algos import RLModule
 from rl_lightning.algos.base import CHECKPOINT_KEY
 from rl_lightning.callbacks import EnvStepProgressBar, PhaseTimer
-from rl_lightning.data import RolloutDataModule
+from rl_lightning.data.base import EnvDataModule
 
 WANDB_LOGGER = "rl_lightning.loggers.WandbLogger"
 
 
 class RLCLI(LightningCLI):
-    """``LightningCLI`` over ``RLModule`` subclasses (``--model PPO``) and the data modules."""
+    """``LightningCLI`` over ``RLModule`` subclasses (``--model PPO``) and the data modules.
+
+    ``--data`` takes ``RolloutDataModule`` (the default) or ``ReplayDataModule`` (for SAC and DQN).
+    """
 
     def __init__(self, args: Sequence[str] | None = None, run: bool = True):
         from_argv = args is None
@@ -45,7 +48,7 @@ class RLCLI(LightningCLI):
             sys.argv = [sys.argv[0], *args]
         super().__init__(
             RLModule,
-            RolloutDataModule,
+            EnvDataModule,  # --data RolloutDataModule (the default) or ReplayDataModule
             subclass_mode_model=True,
             subclass_mode_data=True,
             trainer_defaults={
@@ -158,5 +161,10 @@ def main(args: Sequence[str] | None = None) -> RLCLI | None:
     return RLCLI(args=args)
 
 
-if __name__ == "__main__":
+def console() -> None:
+    """The ``rl-lightning`` console script: ``main`` without a return value, so a finished run exits with 0."""
     main()
+
+
+if __name__ == "__main__":
+    console()

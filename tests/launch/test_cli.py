@@ -5,13 +5,15 @@ from __future__ import annotations
 import csv
 import glob
 import os
+import subprocess
+import sys
 
 import pytest
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
 from rl_lightning.launch.cli import RLCLI, checkpoint_config, main
-from tests.launch.conftest import REPO, run
+from tests.launch.conftest import REPO, offline_env, run
 
 
 def _rows(path: str) -> list[dict[str, str]]:
@@ -132,3 +134,21 @@ def test_cli_default_logger_is_offline_wandb_inside_the_run_dir(tmp_path, monkey
     logger = cli.trainer.logger
     assert type(logger).__name__ == "WandbLogger" and logger.mode == "offline"
     assert logger.save_dir == cli.trainer.default_root_dir and cli.trainer.default_root_dir.startswith("runs/")
+
+
+def test_console_script_fits_dqn_on_replay_data_and_exits_zero(tmp_path):
+    """Test that the installed `rl-lightning` fits DQN with --data ReplayDataModule and exits with status 0."""
+    script = os.path.join(os.path.dirname(sys.executable), "rl-lightning")
+    args = ["fit", "--model", "DQN", "--model.hidden_sizes", "[16,16]", "--model.total_timesteps", "100"]
+    args += ["--model.save_interval", "1"]
+    args += ["--data", "ReplayDataModule", "--data.env", "CartPole-v1", "--data.steps_per_epoch", "100"]
+    args += ["--data.learning_starts", "50", "--data.eval_episodes", "1", "--trainer.default_root_dir", "fit"]
+    args += ["--trainer.logger", "CSVLogger", "--trainer.logger.save_dir", "fit"]
+    proc = subprocess.run(
+        [script, *args], cwd=tmp_path, env=offline_env(str(tmp_path)), capture_output=True, text=True, timeout=300
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (ckpt,) = glob.glob(str(tmp_path / "fit" / "**" / "checkpoints" / "last.ckpt"), recursive=True)
+    config = checkpoint_config(ckpt)
+    assert config["model"]["class_path"] == "rl_lightning.DQN"
+    assert config["data"]["class_path"].endswith("ReplayDataModule")
