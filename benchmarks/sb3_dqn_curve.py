@@ -12,6 +12,7 @@ same env (CartPole-v1 drawing a ``train`` variation per episode), and a determin
 from __future__ import annotations
 
 import argparse
+import tempfile
 import time
 import warnings
 
@@ -49,8 +50,14 @@ def main() -> None:
         seed=args.seed,
     )
     # One learn() call over the whole budget, so the exploration schedule spans all of it.
+    log_dir = tempfile.mkdtemp()  # EvalCallback keeps its results only when it has a log path
     evaluation = EvalCallback(
-        ObjectSetWrapper(obj_sets, "train"), eval_freq=args.eval_every, n_eval_episodes=10, deterministic=True
+        ObjectSetWrapper(obj_sets, "train"),
+        eval_freq=args.eval_every,
+        n_eval_episodes=10,
+        deterministic=True,
+        log_path=log_dir,
+        verbose=0,
     )
     start = time.perf_counter()
     model.learn(args.env_steps, callback=evaluation)
