@@ -140,6 +140,7 @@ class ReplayDataset(IterableDataset):
     ):
         super().__init__()
         self.envs, self.policy, self.buffer = envs, policy, buffer
+        self._maybe_sync = getattr(policy, "maybe_sync", None)  # only an ActorCopy has one
         self.steps_per_epoch = steps_per_epoch
         self.learning_starts = learning_starts
         self.utd_ratio = Fraction(utd_ratio).limit_denominator(1000)
@@ -186,10 +187,9 @@ class ReplayDataset(IterableDataset):
         if envs.obs is None:
             envs.reset(seed=self.reset_seed)
         obs = torch.tensor(envs.obs, dtype=torch.float32)
-        maybe_sync = getattr(self.policy, "maybe_sync", None)  # an acting copy pulls the learner's weights
-        if maybe_sync is not None:
+        if self._maybe_sync is not None:  # an acting copy pulls the learner's weights when due
             start = time.perf_counter()
-            maybe_sync()
+            self._maybe_sync()
             self._sync_seconds += time.perf_counter() - start
         t0 = time.perf_counter()
         if self.counters.env_steps < self.learning_starts:
