@@ -57,6 +57,24 @@ def check_hidden_sizes(hidden_sizes: Any) -> None:
         raise ValueError(f"hidden_sizes must be a non-empty list of positive integers, got {hidden_sizes!r}.")
 
 
+#: Strategies that refuse (FSDP) or ignore (DeepSpeed) clipping through ``configure_gradient_clipping``.
+_NO_HOOK_CLIPPING = {"FSDPStrategy": "refuses", "DeepSpeedStrategy": "ignores"}
+
+
+def check_clipping_strategy(strategy: Any, max_grad_norm: float | None) -> None:
+    """Refuse ``max_grad_norm`` under a strategy that would refuse or silently skip our clipping.
+
+    Raises:
+        ValueError: Naming the strategy and the fix, before the first update.
+    """
+    verdict = _NO_HOOK_CLIPPING.get(type(strategy).__name__)
+    if max_grad_norm is not None and verdict is not None:
+        raise ValueError(
+            f"{type(strategy).__name__} {verdict} the algorithm's gradient clipping (max_grad_norm={max_grad_norm}). "
+            "Set algo.max_grad_norm=null; with DeepSpeed, clip with trainer.gradient_clip_val instead."
+        )
+
+
 class RLModule(pl.LightningModule):
     """Base class of the algorithms (one level of inheritance: ``PPO(RLModule)``).
 
@@ -195,6 +213,7 @@ class RLModule(pl.LightningModule):
         return callbacks
 
     def on_fit_start(self) -> None:
+        check_clipping_strategy(self.trainer.strategy, self.hparams.get("max_grad_norm"))
         self._fit_start = (time.perf_counter(), self.env_steps)
 
     def log_rollout_metrics(self) -> None:
@@ -202,20 +221,26 @@ class RLModule(pl.LightningModule):
         rollout = getattr(self.trainer.datamodule, "last_rollout", None)
         if rollout is None:
             return
-        metrics = {**self._env_step_axis(), "train/explained_variance": rollout.explained_variance}
+        metrics = self._env_step_axis()
         if self._fit_start is not None:
             elapsed = time.perf_counter() - self._fit_start[0]
             metrics["time/sps"] = (self.env_steps - self._fit_start[1]) / max(elapsed, 1e-9)
         metrics["time/rollout_seconds"] = rollout.rollout_seconds
-        metrics = {k: v for k, v in metrics.items() if not math.isnan(v)}
-        # Timings and explained variance are per rank: average them; counters are already global.
+        # Timings are per rank: average them; counters are already global. Every rank logs the
+        # same keys (sync_dist is one collective per key).
         self.log_dict(metrics, on_step=False, on_epoch=True, sync_dist=True, batch_size=1)
-        # Episode statistics over every rank's episodes (ranks finish different numbers of them).
+        # Over every rank's episodes (ranks finish different numbers of them); explained
+        # variance over the ranks where it is defined (NaN where returns did not vary, and
+        # always off-policy), so every rank takes the same decision to log it.
         returns, lengths = np.asarray(rollout.episodes.returns), np.asarray(rollout.episodes.lengths)
-        total, return_sum, length_sum = self._global_sums([len(returns), returns.sum(), lengths.sum()]).tolist()
+        ev = rollout.explained_variance
+        sums = self._global_sums([len(returns), returns.sum(), lengths.sum(), not math.isnan(ev), np.nan_to_num(ev)])
+        total, return_sum, length_sum, ev_count, ev_sum = sums.tolist()
+        extra = {"train/explained_variance": ev_sum / ev_count} if ev_count else {}
         if total:
-            episode = {"rollout/episode_return": return_sum / total, "rollout/episode_length": length_sum / total}
-            self.log_dict(episode, on_step=False, on_epoch=True, batch_size=1)
+            extra.update({"rollout/episode_return": return_sum / total, "rollout/episode_length": length_sum / total})
+        if extra:
+            self.log_dict(extra, on_step=False, on_epoch=True, batch_size=1)
 
     def _global_sums(self, values: Sequence[float]) -> torch.Tensor:
         """``values`` summed over all ranks (a collective under DDP: every rank must call it)."""

@@ -115,6 +115,15 @@ class DQN(RLModule):
     def configure_optimizers(self):
         return torch.optim.Adam(self.policy.parameters(), lr=self.hparams.lr)
 
+    def on_fit_start(self) -> None:
+        super().on_fit_start()
+        if self.trainer.accumulate_grad_batches != 1:
+            # global_step stands still on accumulating batches: the target update would repeat.
+            raise ValueError(
+                f"DQN takes one optimizer step per replay batch; Trainer(accumulate_grad_batches="
+                f"{self.trainer.accumulate_grad_batches}) is not supported. Raise the data's batch_size instead."
+            )
+
     def on_train_batch_start(self, batch, batch_idx: int) -> None:
         if self.hparams.anneal_lr:
             self.anneal_lr(self.hparams.lr)

@@ -40,6 +40,7 @@ class OptimizerOffload(pl.Callback):
         self._freed_bytes = 0
         self._allocated_bytes: int | None = None
         self._homes: list[tuple[dict, str, torch.device]] = []  # (optimizer state, key, device it came from)
+        self._grads: list[tuple[torch.Tensor, torch.Tensor]] = []  # (parameter, its offloaded gradient)
 
     @staticmethod
     def _on_cuda(trainer: pl.Trainer) -> bool:
@@ -58,7 +59,9 @@ class OptimizerOffload(pl.Callback):
                         self._homes.append((state, key, value.device))
                         state[key] = _move(value, self.device, self.pin_memory)
                 if param.grad is not None:
-                    param.grad = _move(param.grad, self.device, self.pin_memory)
+                    # A CUDA parameter cannot hold a CPU gradient: the gradient waits beside it.
+                    self._grads.append((param, _move(param.grad, self.device, self.pin_memory)))
+                    param.grad = None
         self.offloaded = True
         self.moves.append(("offload", str(self.device)))
         if self._on_cuda(trainer):
@@ -72,11 +75,9 @@ class OptimizerOffload(pl.Callback):
         for state, key, device in self._homes:
             state[key] = state[key].to(device, non_blocking=True)
         self._homes = []
-        for optimizer in trainer.optimizers:
-            for group in optimizer.param_groups:
-                for param in group["params"]:
-                    if param.grad is not None:
-                        param.grad = param.grad.to(param.device, non_blocking=True)
+        for param, grad in self._grads:
+            param.grad = grad.to(param.device, non_blocking=True)
+        self._grads = []
         self.offloaded = False
         self.moves.append(("onload", str(trainer.strategy.root_device)))
 

@@ -128,6 +128,7 @@ class EnvDataModule(pl.LightningDataModule):
         self.hparams["obj_sets"] = {k: [dataclasses.asdict(v) for v in vs] for k, vs in self.obj_sets.items()}
         self.counters = RolloutCounters()
         self.rank, self.world_size = 0, 1
+        self._gloo_group = None
         self.train_envs: EnvGroup | None = None
         self.eval_envs: dict[str, EnvGroup] = {}
 
@@ -247,7 +248,7 @@ class EnvDataModule(pl.LightningDataModule):
         ranks = [local]
         if self.world_size > 1 and dist.is_available() and dist.is_initialized():
             gathered = [None] * self.world_size if self.rank == 0 else None
-            dist.gather_object(local, gathered, dst=0)
+            dist.gather_object(local, gathered, dst=0, group=self._host_group())
             ranks = gathered if self.rank == 0 else [local]
         return {
             "env_steps": self.counters.env_steps,
@@ -255,6 +256,15 @@ class EnvDataModule(pl.LightningDataModule):
             "world_size": self.world_size,
             "ranks": ranks,
         }
+
+    def _host_group(self):
+        """A gloo process group for gathering state: over NCCL, ``gather_object`` would stage every
+        rank's pickled state (replay shards too) in GPU memory. ``None``: the default group is gloo."""
+        if dist.get_backend() == "gloo":
+            return None
+        if self._gloo_group is None:  # created on every rank: state_dict runs on every rank
+            self._gloo_group = dist.new_group(backend="gloo")
+        return self._gloo_group
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore counters and this rank's state; envs restart their episodes.
@@ -265,14 +275,18 @@ class EnvDataModule(pl.LightningDataModule):
         """
         self.counters.env_steps = int(state["env_steps"])
         self.counters.iterations = int(state["iterations"])
-        ranks = state.get("ranks") or [state]  # checkpoints of version 0.1.0 kept one flat state
+        legacy = "ranks" not in state  # version 0.1.0 kept one flat state: rank 0's
+        ranks = [state] if legacy else state["ranks"]
         saved_world = int(state.get("world_size", 1))
-        if saved_world != self.world_size or len(ranks) != saved_world:
-            self.check_world_size_change(saved_world)
+        if saved_world != self.world_size or len(ranks) != self.world_size:
+            if saved_world != self.world_size:
+                self.check_world_size_change(saved_world, ranks)
+                why = f"The checkpoint was written by {saved_world} rank(s), this run has {self.world_size}"
+            else:
+                why = "The checkpoint (an older format) holds rank 0's state only"
             warnings.warn(
-                f"The checkpoint was written by {saved_world} rank(s), this run has {self.world_size}: counters "
-                "and the step budget continue, and every rank restarts its RNG streams from the seed and the "
-                "env-step count.",
+                f"{why}: counters and the step budget continue, and every rank restarts its RNG streams from "
+                "the seed and the env-step count.",
                 stacklevel=2,
             )
             offset = self.hparams.seed + self.counters.env_steps + 104729 * self.rank
@@ -295,8 +309,8 @@ class EnvDataModule(pl.LightningDataModule):
     def load_rank_state_dict(self, state: dict[str, Any] | None) -> None:
         """Restore what :meth:`rank_state_dict` saved; ``None`` after a change of world size."""
 
-    def check_world_size_change(self, saved_world: int) -> None:
-        """Raise if this data module cannot resume on another number of ranks (subclasses decide)."""
+    def check_world_size_change(self, saved_world: int, ranks: list[dict[str, Any]]) -> None:
+        """Raise if the saved per-rank state ``ranks`` cannot resume on another number of ranks."""
 
     def close(self) -> None:
         """Close every environment."""

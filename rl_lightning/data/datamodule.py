@@ -121,6 +121,8 @@ class RolloutDataModule(EnvDataModule):
                 world_size=self.world_size,
             )
             self._train_dataset.pending_obs = self._pending_obs
+        else:  # a later fit with this data module: act with what the algorithm acts with now
+            self._train_dataset.set_policy(self._policy())
         return DataLoader(self._train_dataset, batch_size=None, collate_fn=identity_collate)
 
     # ---------------------------------------------------------------- checkpointing

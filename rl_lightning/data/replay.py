@@ -139,8 +139,8 @@ class ReplayDataset(IterableDataset):
         action_seed: int = 0,
     ):
         super().__init__()
-        self.envs, self.policy, self.buffer = envs, policy, buffer
-        self._maybe_sync = getattr(policy, "maybe_sync", None)  # only an ActorCopy has one
+        self.envs, self.buffer = envs, buffer
+        self.set_policy(policy)
         self.steps_per_epoch = steps_per_epoch
         self.learning_starts = learning_starts
         self.utd_ratio = Fraction(utd_ratio).limit_denominator(1000)
@@ -153,6 +153,11 @@ class ReplayDataset(IterableDataset):
         self.gradient_credit = Fraction(0)
         self.last_metrics: RolloutMetrics | None = None
         self._env_seconds = self._inference_seconds = self._sync_seconds = 0.0
+
+    def set_policy(self, policy: ExplorationPolicy) -> None:
+        """Act with ``policy`` from now on (a data module reused by another fit hands over the current one)."""
+        self.policy = policy
+        self._maybe_sync = getattr(policy, "maybe_sync", None)  # only an ActorCopy has one
 
     @property
     def learning(self) -> bool:

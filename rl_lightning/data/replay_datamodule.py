@@ -145,6 +145,8 @@ class ReplayDataModule(EnvDataModule):
             )
             if "gradient_credit" in self._restored:
                 self._train_dataset.gradient_credit = Fraction(*self._restored["gradient_credit"])
+        else:  # a later fit with this data module: act with what the algorithm acts with now
+            self._train_dataset.set_policy(self._policy())
         return DataLoader(self._train_dataset, batch_size=None, collate_fn=identity_collate)
 
     # ---------------------------------------------------------------- checkpointing
@@ -161,9 +163,9 @@ class ReplayDataModule(EnvDataModule):
         trainer = self.trainer
         return trainer is None or trainer.state.fn == TrainerFn.FITTING
 
-    def check_world_size_change(self, saved_world: int) -> None:
+    def check_world_size_change(self, saved_world: int, ranks: list[dict[str, Any]]) -> None:
         """Each rank's buffer shard belongs to that rank: refuse to resume them on another world size."""
-        if self.hparams.save_replay_buffer and self._fitting():
+        if any(rank.get("replay_buffer") is not None for rank in ranks) and self._fitting():
             raise ValueError(
                 f"This checkpoint holds replay buffer shards of {saved_world} rank(s), but this run has "
                 f"{self.world_size}: shards cannot be split or merged. Resume with the same number of processes "
@@ -179,7 +181,7 @@ class ReplayDataModule(EnvDataModule):
             self._train_dataset.gradient_credit = Fraction(*credit)
         if state is not None and state.get("replay_buffer") is not None:
             self.buffer.load_state_dict(state["replay_buffer"])
-        elif self.counters.env_steps and self._fitting():
+        elif state is not None and self.counters.env_steps and self._fitting():
             warnings.warn(
                 "The checkpoint holds no replay buffer (save_replay_buffer=False when it was written): learning "
                 "resumes once a batch's worth of new transitions is stored, from a buffer that starts empty.",

@@ -156,6 +156,10 @@ class RolloutDataset(IterableDataset):
         self.pending_obs: torch.Tensor | None = None
         self.last_metrics: RolloutMetrics | None = None
 
+    def set_policy(self, policy: RolloutPolicy) -> None:
+        """Act with ``policy`` from now on (a data module reused by another fit hands over the current one)."""
+        self.policy = policy
+
     def __len__(self) -> int:
         return self.update_epochs * self.num_minibatches
 

@@ -188,7 +188,7 @@ def train(cfg: DictConfig) -> RunSummary | None:
             tested_checkpoint=tested,
             env_steps=env_steps,
             wall_seconds=wall,
-            env_steps_per_second=data.env_steps / max(wall, 1e-9),
+            env_steps_per_second=env_steps / max(wall, 1e-9),
             checkpoint=checkpoint or None,
             run_dir=os.path.abspath(cfg.run_dir),
             seed=cfg.seed,

@@ -33,23 +33,29 @@ def _named_tensors(module: nn.Module) -> list[tuple[str, torch.Tensor]]:
     return [*module.named_parameters(), *module.named_buffers()]
 
 
-def copy_dtype(tensor: torch.Tensor, dtype: torch.dtype) -> torch.dtype:
-    """The dtype a tensor takes in a copy of dtype ``dtype``: weights and float buffers take it;
-    float64 buffers (e.g. the normalizer's sample count) and integer ones keep theirs."""
-    return dtype if tensor.is_floating_point() and tensor.dtype != torch.float64 else tensor.dtype
+def _copy_dtypes(module: nn.Module, dtype: torch.dtype) -> list[torch.dtype]:
+    """The dtype of each of ``_named_tensors(module)`` in a copy of dtype ``dtype``.
+
+    Floating parameters take ``dtype``; buffers keep theirs: observation statistics in bf16
+    would erase features (a feature of mean 50 and std 0.05 normalizes to all zeros), so the
+    networks normalize in float32 and cast after (``ActorCritic._features``).
+    """
+    params = [p.dtype if not p.is_floating_point() else dtype for p in module.parameters()]
+    return params + [b.dtype for b in module.buffers()]
 
 
 def fingerprint(module: nn.Module, dtype: torch.dtype | None = None) -> dict[str, torch.Tensor]:
     """Per-tensor ``(sum, sum of squares)`` in float64, of the tensors cast to ``dtype`` first.
 
-    Tensors are cast as a copy in ``dtype`` holds them (:func:`copy_dtype`), then summed in
+    Tensors are cast as a copy in ``dtype`` holds them (:func:`_copy_dtypes`), then summed in
     float64 on their own device.
     """
     prints = {}
+    named = _named_tensors(module)
+    dtypes = _copy_dtypes(module, dtype) if dtype is not None else [t.dtype for _, t in named]
     with torch.no_grad():
-        for name, tensor in _named_tensors(module):
-            if dtype is not None:
-                tensor = tensor.to(copy_dtype(tensor, dtype))
+        for (name, tensor), target in zip(named, dtypes, strict=True):
+            tensor = tensor.to(target)
             t = tensor.double()
             prints[name] = torch.stack([t.sum(), (t * t).sum()]).cpu()
     return prints
@@ -86,8 +92,10 @@ class ActorCopy:
         self.verify_each_sync = verify
         self.module = copy.deepcopy(learner).to(self.device).requires_grad_(False).eval()
         with torch.no_grad():
-            for _, tensor in _named_tensors(self.module):
-                tensor.data = tensor.data.to(copy_dtype(tensor, self.dtype))
+            for (_, tensor), target in zip(
+                _named_tensors(self.module), _copy_dtypes(self.module, self.dtype), strict=True
+            ):
+                tensor.data = tensor.data.to(target)
         self.pending_updates = 0  # learner updates not yet pulled in
         self.syncs = 0
         self.sync_seconds = 0.0
@@ -132,8 +140,10 @@ class ActorCopy:
 
     # ------------------------------------------------------------ the policy protocols
     def _obs(self, obs: torch.Tensor) -> torch.Tensor:
+        # Observations stay float32: the networks cast to their weights' dtype after any
+        # normalization.
         self.maybe_sync()
-        return obs.to(device=self.device, dtype=self.dtype)
+        return obs.to(device=self.device)
 
     @staticmethod
     def _out(t: torch.Tensor | None) -> torch.Tensor | None:

@@ -70,9 +70,10 @@ class ActorCritic(nn.Module):
         self.log_std = None if self.discrete else nn.Parameter(torch.full((act_dim,), float(init_log_std)))
 
     def _features(self, obs: torch.Tensor) -> torch.Tensor:
-        # In the weights' dtype: float32, or bf16/fp16 in a reduced-precision acting copy.
-        dtype = next(self.parameters()).dtype
-        return self.normalizer(obs.reshape(obs.shape[0], self.obs_dim).to(dtype))
+        # Normalized in float32 (the statistics stay float32 in every copy), then in the
+        # weights' dtype: float32, or bf16/fp16 in a reduced-precision acting copy.
+        features = self.normalizer(obs.reshape(obs.shape[0], self.obs_dim).float())
+        return features.to(next(self.parameters()).dtype)
 
     def _dist(self, x: torch.Tensor) -> Distribution:
         out = self.actor(x)

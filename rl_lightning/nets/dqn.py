@@ -73,12 +73,12 @@ class QValueNetwork(nn.Module):
         self.epsilon = epsilon
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        """Q-values ``[B, num_actions]`` for observations ``[B, obs_dim]``."""
-        return self.net(obs)
+        """Q-values ``[B, num_actions]`` for observations ``[B, obs_dim]`` (in the weights' dtype)."""
+        return self.net(obs.to(next(self.parameters()).dtype))
 
     def greedy(self, obs: torch.Tensor) -> torch.Tensor:
         """The action of highest Q-value, ``[B]`` (int64)."""
-        return self.net(obs).argmax(-1)
+        return self(obs).argmax(-1)
 
     def epsilon_greedy(self, obs: torch.Tensor, epsilon: float) -> torch.Tensor:
         """Uniform random actions with probability ``epsilon``, greedy ones otherwise (torch's RNG)."""

@@ -67,8 +67,8 @@ class SquashedGaussianActor(nn.Module):
 
     def distribution(self, obs: torch.Tensor) -> TanhNormal:
         """The policy's action distribution for observations ``[B, obs_dim]``."""
-        loc, scale = self.net(obs)
-        return TanhNormal(loc, scale, low=self.low, high=self.high)
+        loc, scale = self.net(obs.to(next(self.parameters()).dtype))
+        return TanhNormal(loc.float(), scale.float(), low=self.low, high=self.high)
 
     def explore(self, obs: torch.Tensor, env_steps: int = 0) -> torch.Tensor:
         """Sampled actions ``[B, act_dim]`` within the bounds (exploration while collecting; no schedule)."""
@@ -82,8 +82,8 @@ class SquashedGaussianActor(nn.Module):
         """
         if not deterministic:
             return self.explore(obs), None, None
-        loc, _ = self.net(obs)
-        return self.low + (torch.tanh(loc) + 1) * (self.high - self.low) / 2, None, None
+        loc, _ = self.net(obs.to(next(self.parameters()).dtype))
+        return self.low + (torch.tanh(loc.float()) + 1) * (self.high - self.low) / 2, None, None
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         """Deterministic actions for observations ``[B, obs_dim]``."""

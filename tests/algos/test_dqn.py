@@ -221,3 +221,11 @@ def test_impossible_hyperparameters_are_refused(kwargs, match):
     """Test that impossible DQN hyperparameters raise a ValueError naming them."""
     with pytest.raises(ValueError, match=match):
         DQN(**kwargs)
+
+
+def test_gradient_accumulation_is_refused():
+    """Test that accumulate_grad_batches > 1 stops DQN at start with a message naming it."""
+    pl.seed_everything(0)
+    trainer = quiet_trainer(accumulate_grad_batches=2, max_epochs=1)
+    with pytest.raises(ValueError, match="accumulate_grad_batches=2"):
+        trainer.fit(DQN(hidden_sizes=[16, 16], total_timesteps=1000), small_data())

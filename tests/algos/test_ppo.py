@@ -250,3 +250,15 @@ def test_corrupt_checkpoint_gets_clear_error(tmp_path):
     with pytest.raises(ValueError, match="broken.ckpt.*not a complete checkpoint.*earlier checkpoint"):
         PPO.load_from_checkpoint(broken)
     assert PPO.load_from_checkpoint(good).policy is not None  # the good one still loads
+
+
+def test_clipping_is_refused_under_strategies_that_would_refuse_or_skip_it():
+    """Test that max_grad_norm under FSDP gets an error naming the strategy and the fix; DDP is fine."""
+    from lightning.pytorch.strategies import DDPStrategy, FSDPStrategy
+
+    from rl_lightning.algos.base import check_clipping_strategy
+
+    with pytest.raises(ValueError, match="FSDPStrategy refuses.*algo.max_grad_norm=null"):
+        check_clipping_strategy(FSDPStrategy(cpu_offload=True), 0.5)
+    check_clipping_strategy(FSDPStrategy(cpu_offload=True), None)
+    check_clipping_strategy(DDPStrategy(), 0.5)

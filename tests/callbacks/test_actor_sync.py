@@ -9,7 +9,7 @@ import torch
 from rl_lightning import DQN, PPO, ReplayDataModule
 from rl_lightning.callbacks import ActorSync, PhaseTimer
 from rl_lightning.nets.actor_copy import ActorCopy, WeightSyncError
-from tests.helpers import quiet_trainer, tiny_rollout_data
+from tests.helpers import quiet_trainer, tiny_replay_data, tiny_rollout_data
 
 
 def _trainer(callbacks, max_epochs=3):
@@ -165,4 +165,22 @@ def test_testing_a_checkpoint_evaluates_its_weights_not_the_stale_copy(tmp_path)
     trainer.test(model, data, ckpt_path=str(first), verbose=False)
     expected = torch.load(first, weights_only=True)["state_dict"]
     assert torch.equal(model.policy.state_dict()["critic.0.weight"], expected["policy.critic.0.weight"])
+    assert seen and all(seen)
+
+
+def test_a_data_module_reused_by_a_second_fit_acts_with_the_new_copy():
+    """Test that a second fit with the same data module collects with that fit's acting copy, not the first one's."""
+    seen = []
+
+    class _Spy(pl.Callback):
+        def on_train_epoch_start(self, trainer, pl_module):
+            dataset = trainer.datamodule._train_dataset
+            if dataset is not None:
+                seen.append(dataset.policy is pl_module.actor)
+
+    pl.seed_everything(0)
+    model = DQN(hidden_sizes=[16, 16], total_timesteps=1000)
+    data = tiny_replay_data("CartPole-v1", learning_starts=20, batch_size=8)
+    _trainer([ActorSync(device="cpu"), _Spy()], max_epochs=1).fit(model, data)
+    _trainer([ActorSync(device="cpu"), _Spy()], max_epochs=2).fit(model, data)
     assert seen and all(seen)

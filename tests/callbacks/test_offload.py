@@ -69,3 +69,21 @@ def test_offloading_changes_nothing_learned():
     b = offloaded_trainer.optimizers[0].state_dict()["state"]
     for k in a:
         torch.testing.assert_close(b[k]["exp_avg_sq"], a[k]["exp_avg_sq"])
+
+
+def test_gradients_wait_off_their_parameters_and_come_back():
+    """Test that offloading leaves no gradient on a parameter (a CUDA one cannot hold a CPU one); onload restores it."""
+    from types import SimpleNamespace
+
+    net = torch.nn.Linear(3, 2)
+    optimizer = torch.optim.Adam(net.parameters())
+    net(torch.randn(4, 3)).sum().backward()
+    optimizer.step()
+    grads = [p.grad.clone() for p in net.parameters()]
+    trainer = SimpleNamespace(optimizers=[optimizer], strategy=SimpleNamespace(root_device=torch.device("cpu")))
+    offload = OptimizerOffload()
+    offload.offload(trainer)
+    assert all(p.grad is None for p in net.parameters())
+    offload.onload(trainer)
+    for p, g in zip(net.parameters(), grads, strict=True):
+        assert torch.equal(p.grad, g)

@@ -101,3 +101,17 @@ def test_bad_arguments_are_refused():
         ActorCopy(_learner(), "cpu", "int8")
     with pytest.raises(ValueError, match="sync_interval"):
         ActorCopy(_learner(), "cpu", "float32", sync_interval=0)
+
+
+def test_bfloat16_copy_normalizes_observations_in_float32():
+    """Test that a bf16 copy keeps a narrow feature (mean 50, std 0.05): values close to the learner's, none lost."""
+    torch.manual_seed(0)
+    learner = ActorCritic(gym.spaces.Box(-np.inf, np.inf, (2,)), gym.spaces.Discrete(2))
+    data = torch.stack([50 + 0.05 * torch.randn(4096), torch.zeros(4096)], dim=1)  # feature 2 constant
+    learner.update_normalizer(data)
+    actor = ActorCopy(learner, "cpu", "bfloat16")
+    assert actor.module.normalizer.mean.dtype == torch.float32  # statistics are not rounded
+    obs = torch.stack([50 + 0.05 * torch.randn(256), torch.zeros(256)], dim=1)
+    features = actor.module._features(obs)
+    assert torch.isfinite(features).all() and features[:, 0].float().std() > 0.5  # feature 1 survives
+    torch.testing.assert_close(actor.value(obs), learner.value(obs).detach(), rtol=0.05, atol=0.05)
