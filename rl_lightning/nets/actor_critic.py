@@ -15,7 +15,7 @@ import torch
 from torch import nn
 from torch.distributions import Categorical, Distribution, Normal
 
-from rl_lightning.nets.mlp import mlp
+from rl_lightning.nets.mlp import mlp, weight_dtype
 from rl_lightning.nets.normalizer import RunningNormalizer
 
 
@@ -73,7 +73,7 @@ class ActorCritic(nn.Module):
         # Normalized in float32 (the statistics stay float32 in every copy), then in the
         # weights' dtype: float32, or bf16/fp16 in a reduced-precision acting copy.
         features = self.normalizer(obs.reshape(obs.shape[0], self.obs_dim).float())
-        return features.to(next(self.parameters()).dtype)
+        return features.to(weight_dtype(self))
 
     def _dist(self, x: torch.Tensor) -> Distribution:
         out = self.actor(x)

@@ -15,7 +15,7 @@ import gymnasium as gym
 import torch
 from torch import nn
 
-from rl_lightning.nets.mlp import mlp
+from rl_lightning.nets.mlp import mlp, weight_dtype
 
 
 def check_discrete_spaces(observation_space: gym.Space, action_space: gym.Space) -> None:
@@ -74,7 +74,7 @@ class QValueNetwork(nn.Module):
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         """Q-values ``[B, num_actions]`` for observations ``[B, obs_dim]`` (in the weights' dtype)."""
-        return self.net(obs.to(next(self.parameters()).dtype))
+        return self.net(obs.to(weight_dtype(self)))
 
     def greedy(self, obs: torch.Tensor) -> torch.Tensor:
         """The action of highest Q-value, ``[B]`` (int64)."""

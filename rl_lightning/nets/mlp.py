@@ -5,7 +5,18 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
+import torch
 from torch import nn
+
+
+def weight_dtype(module: nn.Module) -> torch.dtype:
+    """The dtype of ``module``'s first parameter (bf16 in a reduced-precision acting copy).
+
+    float32 when it has none in sight: functional calls (torchrl's losses, ``torch.func``)
+    lift the parameters out of the module while it runs.
+    """
+    param = next(module.parameters(), None)
+    return torch.float32 if param is None else param.dtype
 
 
 def layer_init(layer: nn.Linear, gain: float = math.sqrt(2), bias: float = 0.0) -> nn.Linear:

@@ -18,7 +18,7 @@ import torch
 from tensordict.nn import NormalParamExtractor
 from torch import nn
 
-from rl_lightning.nets.mlp import mlp
+from rl_lightning.nets.mlp import mlp, weight_dtype
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore")
@@ -65,10 +65,15 @@ class SquashedGaussianActor(nn.Module):
         self.register_buffer("low", torch.as_tensor(action_space.low, dtype=torch.float32))
         self.register_buffer("high", torch.as_tensor(action_space.high, dtype=torch.float32))
 
+    def _loc_scale(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        # In the weights' dtype (bf16 in a reduced-precision acting copy), out in float32.
+        loc, scale = self.net(obs.to(weight_dtype(self)))
+        return loc.float(), scale.float()
+
     def distribution(self, obs: torch.Tensor) -> TanhNormal:
         """The policy's action distribution for observations ``[B, obs_dim]``."""
-        loc, scale = self.net(obs.to(next(self.parameters()).dtype))
-        return TanhNormal(loc.float(), scale.float(), low=self.low, high=self.high)
+        loc, scale = self._loc_scale(obs)
+        return TanhNormal(loc, scale, low=self.low, high=self.high)
 
     def explore(self, obs: torch.Tensor, env_steps: int = 0) -> torch.Tensor:
         """Sampled actions ``[B, act_dim]`` within the bounds (exploration while collecting; no schedule)."""
@@ -82,8 +87,8 @@ class SquashedGaussianActor(nn.Module):
         """
         if not deterministic:
             return self.explore(obs), None, None
-        loc, _ = self.net(obs.to(next(self.parameters()).dtype))
-        return self.low + (torch.tanh(loc.float()) + 1) * (self.high - self.low) / 2, None, None
+        loc, _ = self._loc_scale(obs)
+        return self.low + (torch.tanh(loc) + 1) * (self.high - self.low) / 2, None, None
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         """Deterministic actions for observations ``[B, obs_dim]``."""
