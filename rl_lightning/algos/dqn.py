@@ -20,19 +20,10 @@ from tensordict import TensorDict
 from rl_lightning.algos.base import RLModule, check_hidden_sizes, check_positive
 from rl_lightning.algos.dqn_loss import LOSS_FUNCTIONS, dqn_loss
 from rl_lightning.data import ReplayDataModule
+from rl_lightning.data.base import check_positive_int, check_unit_interval
 from rl_lightning.nets.dqn import LinearSchedule, QValueNetwork
 
 _TRAIN_METRICS = ("loss", "q_value", "td_error")
-
-
-def _check_fraction(name: str, value: float, low_open: bool) -> None:
-    ok = (
-        isinstance(value, (int, float))
-        and not isinstance(value, bool)
-        and (0 < value <= 1 if low_open else 0 <= value <= 1)
-    )
-    if not ok:
-        raise ValueError(f"{name} must be a number in {'(0, 1]' if low_open else '[0, 1]'}, got {value!r}.")
 
 
 class DQN(RLModule):
@@ -79,16 +70,11 @@ class DQN(RLModule):
     ):
         super().__init__(total_timesteps=total_timesteps, save_interval=save_interval)
         check_positive(lr=lr)
-        _check_fraction("gamma", gamma, low_open=True)
-        _check_fraction("tau", tau, low_open=True)
+        check_unit_interval("gamma", gamma, open_low=True)
+        check_unit_interval("tau", tau, open_low=True)
         for name in ("exploration_fraction", "exploration_initial_eps", "exploration_final_eps"):
-            _check_fraction(name, locals()[name], low_open=False)
-        if (
-            not isinstance(target_update_interval, int)
-            or isinstance(target_update_interval, bool)
-            or target_update_interval <= 0
-        ):
-            raise ValueError(f"target_update_interval must be a positive integer, got {target_update_interval!r}.")
+            check_unit_interval(name, locals()[name])
+        check_positive_int("target_update_interval", target_update_interval)
         if loss_function not in LOSS_FUNCTIONS:
             raise ValueError(f"loss_function must be one of {sorted(LOSS_FUNCTIONS)}, got {loss_function!r}.")
         if max_grad_norm is not None:

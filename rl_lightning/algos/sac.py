@@ -19,6 +19,7 @@ from tensordict.nn import TensorDictModule
 
 from rl_lightning.algos.base import RLModule, check_hidden_sizes, check_positive
 from rl_lightning.data import ReplayDataModule
+from rl_lightning.data.base import check_unit_interval
 from rl_lightning.data.replay import to_torchrl_batch
 from rl_lightning.nets.sac import QNetwork, SquashedGaussianActor
 
@@ -65,9 +66,8 @@ class SAC(RLModule):
     ):
         super().__init__(total_timesteps=total_timesteps, save_interval=save_interval)
         check_positive(actor_lr=actor_lr, critic_lr=critic_lr, alpha_lr=alpha_lr, init_alpha=init_alpha)
-        for name, value in (("gamma", gamma), ("tau", tau)):
-            if not isinstance(value, (int, float)) or isinstance(value, bool) or not 0 < value <= 1:
-                raise ValueError(f"{name} must be a number in (0, 1], got {value!r}.")
+        check_unit_interval("gamma", gamma, open_low=True)
+        check_unit_interval("tau", tau, open_low=True)
         if max_grad_norm is not None:
             check_positive(max_grad_norm=max_grad_norm)
         check_hidden_sizes(hidden_sizes)

@@ -45,10 +45,11 @@ def check_positive_int(name: str, value: Any) -> None:
         raise ValueError(f"{name} must be a positive integer, got {value!r}.")
 
 
-def check_unit_interval(name: str, value: Any) -> None:
-    """Raise a ``ValueError`` naming ``name`` unless ``value`` is a number in [0, 1]."""
-    if not isinstance(value, (int, float)) or isinstance(value, bool) or not 0.0 <= value <= 1.0:
-        raise ValueError(f"{name} must be a number in [0, 1], got {value!r}.")
+def check_unit_interval(name: str, value: Any, open_low: bool = False) -> None:
+    """Raise a ``ValueError`` naming ``name`` unless ``value`` is a number in [0, 1] (``open_low``: (0, 1])."""
+    number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if not number or not (0.0 < value <= 1.0 if open_low else 0.0 <= value <= 1.0):
+        raise ValueError(f"{name} must be a number in {'(0, 1]' if open_low else '[0, 1]'}, got {value!r}.")
 
 
 def _numpy_state_to_plain(state: tuple) -> tuple:
