@@ -59,6 +59,13 @@ class ObsValuePolicy(nn.Module):
         n = obs.shape[0]
         return torch.zeros(n, dtype=torch.long), torch.zeros(n), obs[:, 0].clone()
 
+    def explore(self, obs, env_steps=0):
+        return torch.zeros(obs.shape[0], dtype=torch.long)
+
+    def evaluate_actions(self, obs, action):
+        n = obs.shape[0]
+        return torch.zeros(n), torch.zeros(n), obs[:, 0].clone()
+
     def value(self, obs):
         return obs[:, 0].clone()
 

@@ -17,7 +17,7 @@ import gymnasium as gym
 import torch
 from tensordict import TensorDict
 
-from rl_lightning.algos.base import RLModule, check_hidden_sizes, check_positive
+from rl_lightning.algos.base import RLModule, adam, check_hidden_sizes, check_positive
 from rl_lightning.algos.dqn_loss import LOSS_FUNCTIONS, dqn_loss
 from rl_lightning.data import ReplayDataModule
 from rl_lightning.data.base import check_positive_int, check_unit_interval
@@ -99,7 +99,7 @@ class DQN(RLModule):
         return policy
 
     def configure_optimizers(self):
-        return torch.optim.Adam(self.policy.parameters(), lr=self.hparams.lr)
+        return adam(self.policy.parameters(), lr=self.hparams.lr)
 
     def on_fit_start(self) -> None:
         super().on_fit_start()

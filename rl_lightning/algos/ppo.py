@@ -16,7 +16,7 @@ import torch
 from tensordict import TensorDict
 from torch import nn
 
-from rl_lightning.algos.base import RLModule, check_hidden_sizes, check_non_negative, check_positive
+from rl_lightning.algos.base import RLModule, adam, check_hidden_sizes, check_non_negative, check_positive
 from rl_lightning.algos.ppo_loss import minibatch_loss
 from rl_lightning.data import RolloutDataModule
 from rl_lightning.nets import ActorCritic
@@ -94,7 +94,7 @@ class PPO(RLModule):
         )
 
     def configure_optimizers(self) -> torch.optim.Optimizer:
-        return torch.optim.Adam(self.policy.parameters(), lr=self.hparams.lr, eps=1e-5)
+        return adam(self.policy.parameters(), lr=self.hparams.lr, eps=1e-5)
 
     def on_train_epoch_start(self) -> None:
         # One rollout per epoch: the learning rate steps down once per rollout (CleanRL's detail 4).

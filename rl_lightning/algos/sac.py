@@ -17,7 +17,7 @@ import torch
 from tensordict import TensorDict
 from tensordict.nn import TensorDictModule
 
-from rl_lightning.algos.base import RLModule, check_hidden_sizes, check_positive
+from rl_lightning.algos.base import RLModule, adam, check_hidden_sizes, check_positive
 from rl_lightning.data import ReplayDataModule
 from rl_lightning.data.base import check_unit_interval
 from rl_lightning.data.replay import to_torchrl_batch
@@ -118,9 +118,9 @@ class SAC(RLModule):
     def configure_optimizers(self):
         hp, loss = self.hparams, self.loss_module
         return (
-            torch.optim.Adam(list(loss.actor_network_params.values(True, True)), lr=hp.actor_lr),
-            torch.optim.Adam(list(loss.qvalue_network_params.values(True, True)), lr=hp.critic_lr),
-            torch.optim.Adam([loss.log_alpha], lr=hp.alpha_lr),
+            adam(loss.actor_network_params.values(True, True), lr=hp.actor_lr),
+            adam(loss.qvalue_network_params.values(True, True), lr=hp.critic_lr),
+            adam([loss.log_alpha], lr=hp.alpha_lr),
         )
 
     def training_step(self, batch: TensorDict, batch_idx: int) -> None:

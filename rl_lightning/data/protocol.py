@@ -9,10 +9,22 @@ import torch
 
 @runtime_checkable
 class RolloutPolicy(Protocol):
-    """What rollouts and evaluation need from a policy (e.g. ``ActorCritic``)."""
+    """What rollouts and evaluation need from a policy (e.g. ``ActorCritic``).
+
+    A rollout calls ``explore`` once per env step and ``evaluate_actions`` once for the whole
+    rollout; evaluation calls ``act``.
+    """
 
     def act(self, obs: torch.Tensor, deterministic: bool = False) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Return ``(action, log_prob, value)`` for raw observations ``[B, *obs_shape]``."""
+
+    def explore(self, obs: torch.Tensor, env_steps: int) -> torch.Tensor:
+        """Return sampled actions for raw observations ``[B, *obs_shape]``."""
+
+    def evaluate_actions(
+        self, obs: torch.Tensor, action: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Return ``(log_prob, entropy, value)``, each ``[B]``, of given actions."""
 
     def value(self, obs: torch.Tensor) -> torch.Tensor:
         """Return state values ``[B]`` for raw observations."""

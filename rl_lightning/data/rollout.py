@@ -21,6 +21,9 @@ from torchrl.objectives.value.functional import generalized_advantage_estimate
 from rl_lightning.data.protocol import RolloutPolicy
 from rl_lightning.envs import EnvGroup, EpisodeStats
 
+#: Rows per batched forward pass when a rollout's log-probabilities and values are computed.
+EVAL_CHUNK = 8192
+
 
 def compute_gae(
     reward: torch.Tensor,
@@ -172,6 +175,20 @@ class RolloutDataset(IterableDataset):
             for start in range(0, size, minibatch_size):
                 yield batch[order[start : start + minibatch_size]]
 
+    @staticmethod
+    def _evaluate(
+        policy: RolloutPolicy, obs: torch.Tensor, actions: torch.Tensor, device: torch.device
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Log-probabilities and values of a rollout's actions, in chunks of ``EVAL_CHUNK`` rows (bounded memory)."""
+        log_prob, value = [], []
+        for first in range(0, obs.shape[0], EVAL_CHUNK):
+            lp, _, v = policy.evaluate_actions(
+                obs[first : first + EVAL_CHUNK].to(device), actions[first : first + EVAL_CHUNK]
+            )
+            log_prob.append(lp.float().cpu())
+            value.append(v.float().cpu())
+        return torch.cat(log_prob), torch.cat(value)
+
     @torch.no_grad()  # no_grad, not inference_mode: the rollout tensors are training inputs
     def collect(self) -> TensorDict:
         """Step the envs ``rollout_steps`` times with the policy and compute advantages.
@@ -193,46 +210,59 @@ class RolloutDataset(IterableDataset):
         device = next(policy.parameters()).device
         if envs.obs is None:
             envs.reset(seed=self.reset_seed)
-        obs = torch.as_tensor(envs.obs, dtype=torch.float32)
-        obs_buf = torch.empty((T, *obs.shape), dtype=torch.float32)
-        reward = torch.empty((T, N))
-        terminated = torch.empty((T, N), dtype=torch.bool)
-        truncated = torch.empty((T, N), dtype=torch.bool)
-        value = torch.empty((T, N))
-        log_prob = torch.empty((T, N))
-        bootstrap = torch.zeros((T, N))  # V(final obs) where an episode was truncated
+        # Per-step results go into numpy arrays (an indexed numpy write costs well under a
+        # microsecond, an indexed torch write several) and become tensors once, below.
+        obs = envs.obs
+        obs_buf = np.empty((T, *obs.shape), dtype=np.float32)
+        reward = np.empty((T, N), dtype=np.float32)
+        terminated = np.empty((T, N), dtype=bool)
+        truncated = np.empty((T, N), dtype=bool)
         actions = []
+        final_steps, final_obs = [], []  # where episodes were truncated, and their final observations
         for t in range(T):
             obs_buf[t] = obs
             t0 = clock()
-            action, log_prob_t, value_t = policy.act(obs.to(device))
+            action = policy.explore(torch.from_numpy(obs_buf[t]).to(device), self.counters.env_steps)
             t1 = clock()
             step = envs.step(to_env_action(action, envs.action_space))
             t2 = clock()
             inference_seconds += t1 - t0
             env_seconds += t2 - t1
             actions.append(action)
-            log_prob[t] = log_prob_t
-            value[t] = value_t
-            reward[t] = torch.from_numpy(step.reward)
-            terminated[t] = torch.from_numpy(step.terminated)
-            truncated[t] = torch.from_numpy(step.truncated)
-            if step.truncated.any():
-                idx = np.flatnonzero(step.truncated)
-                final = torch.as_tensor(np.stack([step.final_obs[i] for i in idx]), dtype=torch.float32)
-                t3 = clock()
-                bootstrap[t, idx] = policy.value(final.to(device)).cpu()
-                inference_seconds += clock() - t3
-            obs = torch.as_tensor(step.obs, dtype=torch.float32)
+            reward[t] = step.reward
+            terminated[t] = step.terminated
+            truncated[t] = step.truncated
+            for i in np.flatnonzero(step.truncated):
+                final_steps.append((t, i))
+                final_obs.append(step.final_obs[i])
+            obs = step.obs
         t0 = clock()
-        last_value = policy.value(obs.to(device)).cpu()
+        # Log-probabilities and values of the whole rollout in one batched pass instead of
+        # one per env step: the acting policy has not changed since it chose these actions.
+        flat_obs = torch.from_numpy(obs_buf).reshape(T * N, *obs.shape[1:])
+        flat_actions = torch.stack(actions).reshape(T * N, *actions[0].shape[1:])
+        log_prob, value = self._evaluate(policy, flat_obs, flat_actions, device)
+        log_prob, value = log_prob.view(T, N), value.view(T, N)
+        # V(s_T) of the last observations, and V(final obs) where the time limit cut an
+        # episode: the return bootstraps from the true final observation, never from the
+        # first observation of the next episode.
+        ends = torch.as_tensor(
+            np.concatenate([obs, np.asarray(final_obs).reshape(-1, *obs.shape[1:])]), dtype=torch.float32
+        )
+        end_values = policy.value(ends.to(device)).cpu()
         t1 = clock()
         inference_seconds += t1 - t0
-        next_value = torch.cat([value[1:], last_value.unsqueeze(0)])
-        next_value = torch.where(truncated, bootstrap, next_value)
+        reward, terminated, truncated = (
+            torch.from_numpy(reward),
+            torch.from_numpy(terminated),
+            torch.from_numpy(truncated),
+        )
+        next_value = torch.cat([value[1:], end_values[:N].unsqueeze(0)])
+        for k, (t, i) in enumerate(final_steps):
+            next_value[t, i] = end_values[N + k]
         advantage, returns = compute_gae(reward, value, next_value, terminated, truncated, self.gamma, self.gae_lambda)
         advantage_seconds = clock() - t1
-        self.pending_obs = obs_buf.reshape(T * N, -1)
+        self.pending_obs = flat_obs
         steps = T * N * self.world_size
         self.counters.env_steps += steps
         self.counters.iterations += 1
@@ -248,8 +278,8 @@ class RolloutDataset(IterableDataset):
         )
         batch = TensorDict(
             {
-                "obs": obs_buf,
-                "action": torch.stack(actions).cpu(),
+                "obs": flat_obs.view(T, N, *obs.shape[1:]),
+                "action": flat_actions.cpu().view(T, N, *actions[0].shape[1:]),
                 "log_prob": log_prob,
                 "value": value,
                 "advantage": advantage,

@@ -158,6 +158,10 @@ class ActorCopy:
         """The copy's state values, float32."""
         return self._out(self.module.value(self._obs(obs)))
 
+    def evaluate_actions(self, obs: torch.Tensor, action: torch.Tensor):
+        """The copy's log-probabilities, entropies and values of given actions, float32."""
+        return tuple(self._out(t) for t in self.module.evaluate_actions(self._obs(obs), action.to(self.device)))
+
     def explore(self, obs: torch.Tensor, env_steps: int) -> torch.Tensor:
         """The copy's exploration actions (off-policy collection)."""
         return self._out(self.module.explore(self._obs(obs), env_steps))

@@ -7,16 +7,18 @@ observations go in everywhere (rollout, training, evaluation, deployment).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import gymnasium as gym
 import numpy as np
 import torch
 from torch import nn
-from torch.distributions import Categorical, Distribution, Normal
 
 from rl_lightning.nets.mlp import mlp, weight_dtype
 from rl_lightning.nets.normalizer import RunningNormalizer
+
+_HALF_LOG_2PI = 0.5 * math.log(2 * math.pi)
 
 
 def check_spaces(observation_space: gym.Space, action_space: gym.Space) -> None:
@@ -75,19 +77,32 @@ class ActorCritic(nn.Module):
         features = self.normalizer(obs.reshape(obs.shape[0], self.obs_dim).float())
         return features.to(weight_dtype(self))
 
-    def _dist(self, x: torch.Tensor) -> Distribution:
-        out = self.actor(x)
+    # The distributions are written out on tensors rather than built as torch.distributions
+    # objects: constructing Categorical/Normal (argument broadcasting, logits normalization)
+    # costs more than the 64x64 networks themselves on CPU. Same formulas as
+    # torch.distributions (tests/nets/test_actor_critic.py compares them).
+    def _sample(self, out: torch.Tensor) -> torch.Tensor:
         if self.discrete:
-            return Categorical(logits=out, validate_args=False)
-        return Normal(out, self.log_std.exp().expand_as(out), validate_args=False)
+            # What Categorical(logits=out).sample() does, minus its bookkeeping.
+            return torch.multinomial(torch.softmax(out, -1), 1, True).squeeze(-1)
+        return torch.normal(out, self.log_std.exp().expand_as(out))
 
-    def _log_prob(self, dist: Distribution, action: torch.Tensor) -> torch.Tensor:
-        log_prob = dist.log_prob(action)
-        return log_prob if self.discrete else log_prob.sum(-1)
+    def _mode(self, out: torch.Tensor) -> torch.Tensor:
+        return out.argmax(-1) if self.discrete else out
+
+    def _log_prob_entropy(self, out: torch.Tensor, action: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        if self.discrete:
+            # Clamped like Categorical.logits, so a probability of 0 gives entropy 0, not nan.
+            log_p = torch.log_softmax(out, -1).clamp(min=torch.finfo(out.dtype).min)
+            log_prob = log_p.gather(-1, action.long().unsqueeze(-1)).squeeze(-1)
+            return log_prob, -(log_p.exp() * log_p).sum(-1)
+        log_std = self.log_std.expand_as(out)
+        log_prob = (-((action - out) ** 2) / (2 * (2 * log_std).exp()) - log_std - _HALF_LOG_2PI).sum(-1)
+        return log_prob, (0.5 + _HALF_LOG_2PI + log_std).sum(-1)
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         """Deterministic action (argmax or mean) for raw observations ``[B, *obs_shape]``."""
-        return self.act(obs, deterministic=True)[0]
+        return self._mode(self.actor(self._features(obs)))
 
     def act(self, obs: torch.Tensor, deterministic: bool = False) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Choose actions for raw observations.
@@ -102,12 +117,19 @@ class ActorCritic(nn.Module):
             and the env side clips to the action bounds.
         """
         x = self._features(obs)
-        dist = self._dist(x)
-        if deterministic:
-            action = dist.probs.argmax(-1) if self.discrete else dist.mean
-        else:
-            action = dist.sample()
-        return action, self._log_prob(dist, action), self.critic(x).squeeze(-1)
+        out = self.actor(x)
+        action = self._mode(out) if deterministic else self._sample(out)
+        return action, self._log_prob_entropy(out, action)[0], self.critic(x).squeeze(-1)
+
+    def explore(self, obs: torch.Tensor, env_steps: int = 0) -> torch.Tensor:
+        """Sampled actions only: what a rollout needs per env step.
+
+        Log-probabilities and values are computed for the whole rollout at once afterwards
+        (:meth:`evaluate_actions`), which saves the critic and the log-probability on every
+        step (``benchmarks/run.py`` measures the rollout). ``env_steps`` is unused (the
+        exploration protocol's schedule argument).
+        """
+        return self._sample(self.actor(self._features(obs)))
 
     def value(self, obs: torch.Tensor) -> torch.Tensor:
         """State values ``[B]`` of raw observations ``[B, *obs_shape]``."""
@@ -122,9 +144,8 @@ class ActorCritic(nn.Module):
             ``(log_prob, entropy, value)``, each of shape ``[B]``.
         """
         x = self._features(obs)
-        dist = self._dist(x)
-        entropy = dist.entropy() if self.discrete else dist.entropy().sum(-1)
-        return self._log_prob(dist, action), entropy, self.critic(x).squeeze(-1)
+        log_prob, entropy = self._log_prob_entropy(self.actor(x), action)
+        return log_prob, entropy, self.critic(x).squeeze(-1)
 
     def update_normalizer(self, obs: torch.Tensor) -> None:
         """Merge raw observations ``[B, *obs_shape]`` into the normalizer's statistics."""

@@ -55,3 +55,38 @@ def test_unsupported_spaces_rejected(obs_space, act_space, match):
     """Test that unsupported spaces raise a clear TypeError."""
     with pytest.raises(TypeError, match=match):
         ActorCritic(obs_space, act_space)
+
+
+@pytest.mark.parametrize("action_space", [gym.spaces.Discrete(3), gym.spaces.Box(-1, 1, (2,))])
+def test_distributions_match_torch_distributions(action_space):
+    """Test that sampling, log-probabilities and entropies equal torch.distributions' on the same outputs."""
+    torch.manual_seed(0)
+    policy = ActorCritic(BOX4, action_space, init_log_std=-0.3)
+    obs = torch.randn(64, 4) * 3
+    out = policy.actor(policy._features(obs))
+    if policy.discrete:
+        reference = torch.distributions.Categorical(logits=out)
+    else:
+        reference = torch.distributions.Normal(out, policy.log_std.exp().expand_as(out))
+    torch.manual_seed(1)
+    expected_action = reference.sample()
+    torch.manual_seed(1)
+    action = policy.explore(obs)
+    torch.testing.assert_close(action, expected_action)
+    log_prob, entropy, _ = policy.evaluate_actions(obs, action)
+    expected_log_prob, expected_entropy = reference.log_prob(action), reference.entropy()
+    if not policy.discrete:
+        expected_log_prob, expected_entropy = expected_log_prob.sum(-1), expected_entropy.sum(-1)
+    torch.testing.assert_close(log_prob, expected_log_prob)
+    torch.testing.assert_close(entropy, expected_entropy)
+    log_prob.sum().backward()  # differentiable in the policy's parameters
+    assert policy.actor[0].weight.grad.abs().sum() > 0
+
+
+def test_certain_action_has_zero_entropy_not_nan():
+    """Test that logits with a zero-probability action give finite log-probabilities and entropy 0."""
+    policy = ActorCritic(BOX4, gym.spaces.Discrete(2), normalize_obs=False)
+    out = torch.tensor([[0.0, -1e6], [1e6, 0.0]])
+    log_prob, entropy = policy._log_prob_entropy(out, torch.tensor([0, 0]))
+    torch.testing.assert_close(log_prob, torch.zeros(2))
+    torch.testing.assert_close(entropy, torch.zeros(2))
