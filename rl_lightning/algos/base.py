@@ -71,7 +71,8 @@ def check_clipping_strategy(strategy: Any, max_grad_norm: float | None) -> None:
     if max_grad_norm is not None and verdict is not None:
         raise ValueError(
             f"{type(strategy).__name__} {verdict} the algorithm's gradient clipping (max_grad_norm={max_grad_norm}). "
-            "Set algo.max_grad_norm=null; with DeepSpeed, clip with trainer.gradient_clip_val instead."
+            "Set algo.max_grad_norm=null; under DeepSpeed, DQN can clip with trainer.gradient_clip_val instead "
+            "(PPO and SAC optimize manually, where Lightning refuses the Trainer's clipping)."
         )
 
 
@@ -181,7 +182,7 @@ class RLModule(pl.LightningModule):
     def configure_gradient_clipping(self, optimizer, gradient_clip_val=None, gradient_clip_algorithm=None) -> None:
         """Clip to the algorithm's ``max_grad_norm`` unless the Trainer was given its own clipping value.
 
-        Used by automatically optimized algorithms (PPO, DQN); SAC clips by hand per optimizer.
+        Used by automatically optimized algorithms (DQN); PPO and SAC optimize manually and clip by hand.
         """
         max_grad_norm = self.hparams.get("max_grad_norm")
         if gradient_clip_val is None and max_grad_norm is not None:

@@ -1,8 +1,8 @@
 """PPO (Schulman et al., 2017) as a LightningModule.
 
-Data flow of one epoch: ``RolloutDataset`` collects a rollout and yields minibatches;
-``training_step`` evaluates them under the current policy and returns the clipped loss
-(``rl_lightning/algos/ppo_loss.py``); Lightning runs backward, gradient clipping
+Data flow of one epoch: ``RolloutDataset`` collects a rollout and yields it with its
+shuffled minibatch plan; ``training_step`` runs the update phase: for each minibatch the
+clipped loss (``rl_lightning/algos/ppo_loss.py``), backward, gradient clipping
 (``max_grad_norm``) and the optimizer step. Implementation details follow CleanRL's
 ``ppo.py`` / ``ppo_continuous_action.py``; see ``docs/algos/ppo.md``.
 """
@@ -10,10 +10,10 @@ Data flow of one epoch: ``RolloutDataset`` collects a rollout and yields minibat
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import gymnasium as gym
 import torch
-from tensordict import TensorDict
 from torch import nn
 
 from rl_lightning.algos.base import RLModule, adam, check_hidden_sizes, check_non_negative, check_positive
@@ -22,6 +22,7 @@ from rl_lightning.data import RolloutDataModule
 from rl_lightning.nets import ActorCritic
 
 _TRAIN_METRICS = ("policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction")
+ROLLOUT_KEYS = ("obs", "action", "log_prob", "value", "advantage", "return")
 
 
 class PPO(RLModule):
@@ -37,8 +38,9 @@ class PPO(RLModule):
         clip_vloss: Clip value updates around the rollout's values.
         ent_coef: Entropy bonus coefficient.
         vf_coef: Value loss coefficient.
-        max_grad_norm: Global gradient-norm clip, applied through the Trainer's clipping
-            unless the Trainer sets its own ``gradient_clip_val``; ``None`` disables it.
+        max_grad_norm: Global gradient-norm clip before every optimizer step (Lightning's
+            ``clip_gradients``); ``None`` disables it. The Trainer's ``gradient_clip_val`` does
+            not apply (PPO optimizes manually): set this instead.
         norm_adv: Normalize advantages per minibatch.
         hidden_sizes: Hidden widths of the default actor and critic MLPs.
         normalize_obs: Running observation normalization inside the policy.
@@ -71,6 +73,7 @@ class PPO(RLModule):
         critic: nn.Module | None = None,
     ):
         super().__init__(total_timesteps=total_timesteps, save_interval=save_interval)
+        self.automatic_optimization = False  # the update phase runs inside training_step
         check_positive(lr=lr, clip_coef=clip_coef)
         check_non_negative(ent_coef=ent_coef, vf_coef=vf_coef)
         if max_grad_norm is not None:
@@ -101,21 +104,35 @@ class PPO(RLModule):
         if self.hparams.anneal_lr:
             self.anneal_lr(self.hparams.lr)
 
-    def training_step(self, batch: TensorDict, batch_idx: int) -> torch.Tensor:
-        """The PPO loss on one minibatch of the rollout."""
+    def training_step(self, batch: dict[str, Any], batch_idx: int) -> None:
+        """PPO's update phase on one rollout: ``update_epochs x num_minibatches`` clipped-loss steps.
+
+        Manual optimization: one Lightning batch is a whole rollout, so Lightning's per-batch
+        machinery runs once per rollout rather than once per minibatch (see
+        ``rl_lightning/data/rollout.py``). ``manual_backward`` keeps DDP's gradient all-reduce
+        on every step; ``global_step`` counts every optimizer step.
+        """
         hp = self.hparams
-        terms = minibatch_loss(
-            self.policy,
-            batch,
-            clip_coef=hp.clip_coef,
-            ent_coef=hp.ent_coef,
-            vf_coef=hp.vf_coef,
-            norm_adv=hp.norm_adv,
-            clip_vloss=hp.clip_vloss,
-        )
-        # Logged once per epoch from these (self.log on every step costs ~1 ms each).
-        self._train_terms.append(torch.stack([getattr(terms, name) for name in _TRAIN_METRICS]))
-        return terms.loss
+        optimizer = self.optimizers()
+        # Plain tensors: indexing six tensors costs less than indexing the TensorDict.
+        rollout = {key: batch["rollout"][key] for key in ROLLOUT_KEYS}
+        for index in batch["minibatches"]:
+            terms = minibatch_loss(
+                self.policy,
+                {key: value[index] for key, value in rollout.items()},
+                clip_coef=hp.clip_coef,
+                ent_coef=hp.ent_coef,
+                vf_coef=hp.vf_coef,
+                norm_adv=hp.norm_adv,
+                clip_vloss=hp.clip_vloss,
+            )
+            optimizer.zero_grad(set_to_none=True)
+            self.manual_backward(terms.loss)
+            if hp.max_grad_norm is not None:
+                self.clip_gradients(optimizer, gradient_clip_val=hp.max_grad_norm, gradient_clip_algorithm="norm")
+            optimizer.step()
+            # Logged once per epoch from these (self.log on every step costs ~1 ms each).
+            self._train_terms.append(torch.stack([getattr(terms, name) for name in _TRAIN_METRICS]))
 
     def on_train_epoch_end(self) -> None:
         if self._train_terms:

@@ -11,9 +11,9 @@ on the same batch. It is written out because the TensorDict machinery around
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 
 import torch
-from tensordict import TensorDict
 
 
 @dataclasses.dataclass
@@ -89,13 +89,13 @@ def ppo_loss(
     )
 
 
-def minibatch_loss(policy, batch: TensorDict, **coefs) -> PPOLossTerms:
+def minibatch_loss(policy, batch: Mapping[str, torch.Tensor], **coefs) -> PPOLossTerms:
     """Evaluate a rollout minibatch under ``policy`` and return its PPO loss terms.
 
     Args:
         policy: Has ``evaluate_actions(obs, action) -> (log_prob, entropy, value)``.
         batch: Rollout minibatch with keys ``obs``, ``action``, ``log_prob``, ``value``,
-            ``advantage``, ``return`` (as yielded by ``RolloutDataset``).
+            ``advantage``, ``return`` (rows of the rollout ``RolloutDataset`` yields).
         **coefs: ``clip_coef``, ``ent_coef``, ``vf_coef``, ``norm_adv``, ``clip_vloss``.
     """
     log_prob, entropy, value = policy.evaluate_actions(batch["obs"], batch["action"])

@@ -262,3 +262,31 @@ def test_clipping_is_refused_under_strategies_that_would_refuse_or_skip_it():
         check_clipping_strategy(FSDPStrategy(cpu_offload=True), 0.5)
     check_clipping_strategy(FSDPStrategy(cpu_offload=True), None)
     check_clipping_strategy(DDPStrategy(), 0.5)
+
+
+def _weight_change(max_grad_norm):
+    pl.seed_everything(0)
+    model = PPO(total_timesteps=10_000, max_grad_norm=max_grad_norm)
+    data = small_data("CartPole-v1", seed=0)
+    data.setup("fit")
+    model._ensure_policy(data.observation_space, data.action_space)
+    before = torch.cat([p.detach().flatten().clone() for p in model.policy.parameters()])
+    quiet_trainer(max_epochs=1).fit(model, data)
+    after = torch.cat([p.detach().flatten() for p in model.policy.parameters()])
+    return (after - before).abs().max().item()
+
+
+def test_max_grad_norm_clips_every_update_step():
+    """Test that max_grad_norm is applied to the manual update steps: a tiny norm leaves Adam's steps tiny."""
+    # Adam divides by sqrt(v) + eps (1e-5): gradients clipped to norm 1e-9 move no weight
+    # by more than about lr * 1e-4, while unclipped ones move weights by about lr per step.
+    assert _weight_change(1e-9) < 1e-7
+    assert _weight_change(None) > 1e-4
+    assert _weight_change(0.5) > 1e-4
+
+
+def test_trainer_gradient_clip_val_is_refused_for_ppo():
+    """Test that Trainer(gradient_clip_val=...) stops PPO at start, pointing to the Trainer setting."""
+    data = small_data("CartPole-v1", seed=0)
+    with pytest.raises(Exception, match="gradient_clip_val"):
+        quiet_trainer(max_epochs=1, gradient_clip_val=1.0).fit(PPO(total_timesteps=10_000), data)

@@ -47,18 +47,21 @@ def _dataset(rollout_steps=6, num_envs=2, update_epochs=3, num_minibatches=4, ma
     return dataset, policy
 
 
-def test_dataset_yields_exact_minibatch_count_and_shapes():
-    """Test that one iteration yields update_epochs x num_minibatches minibatches of the right shape."""
+def test_dataset_yields_the_rollout_once_with_its_minibatch_plan():
+    """Test that one iteration yields the rollout once with update_epochs x num_minibatches index sets."""
     dataset, _ = _dataset(rollout_steps=6, num_envs=2, update_epochs=3, num_minibatches=4)
     batches = list(dataset)
-    assert len(batches) == len(dataset) == 12
-    for batch in batches:
-        assert batch.batch_size == torch.Size([3])
-        assert batch["obs"].shape == (3, 1)
-        assert set(batch.keys()) == {"obs", "action", "log_prob", "value", "advantage", "return"}
-    # Each update epoch is a permutation of the whole rollout.
-    epoch = torch.cat([b["obs"][:, 0] for b in batches[:4]]).sort().values
-    assert epoch.tolist() == sorted([0.0, 1.0, 2.0, 3.0, 4.0, 0.0] * 2)
+    assert len(batches) == len(dataset) == 1
+    rollout, minibatches = batches[0]["rollout"], batches[0]["minibatches"]
+    assert rollout.batch_size == torch.Size([12]) and rollout["obs"].shape == (12, 1)
+    assert set(rollout.keys()) == {"obs", "action", "log_prob", "value", "advantage", "return"}
+    assert minibatches.shape == (12, 3)
+    # Each update epoch (4 consecutive minibatches) is a permutation of the whole rollout,
+    # and the epochs are shuffled differently.
+    epochs = minibatches.view(3, 12)
+    for epoch in epochs:
+        assert sorted(epoch.tolist()) == list(range(12))
+    assert not torch.equal(epochs[0], epochs[1])
     assert dataset.counters.env_steps == 12 and dataset.counters.iterations == 1
 
 

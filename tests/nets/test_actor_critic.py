@@ -68,11 +68,12 @@ def test_distributions_match_torch_distributions(action_space):
         reference = torch.distributions.Categorical(logits=out)
     else:
         reference = torch.distributions.Normal(out, policy.log_std.exp().expand_as(out))
-    torch.manual_seed(1)
-    expected_action = reference.sample()
-    torch.manual_seed(1)
+    if not policy.discrete:  # the same draw from the same generator state
+        torch.manual_seed(1)
+        expected_action = reference.sample()
+        torch.manual_seed(1)
+        torch.testing.assert_close(policy.explore(obs), expected_action)
     action = policy.explore(obs)
-    torch.testing.assert_close(action, expected_action)
     log_prob, entropy, _ = policy.evaluate_actions(obs, action)
     expected_log_prob, expected_entropy = reference.log_prob(action), reference.entropy()
     if not policy.discrete:
@@ -90,3 +91,17 @@ def test_certain_action_has_zero_entropy_not_nan():
     log_prob, entropy = policy._log_prob_entropy(out, torch.tensor([0, 0]))
     torch.testing.assert_close(log_prob, torch.zeros(2))
     torch.testing.assert_close(entropy, torch.zeros(2))
+
+
+def test_discrete_samples_follow_the_policy_probabilities():
+    """Test that sampled discrete actions (Gumbel-max) occur with the softmax probabilities of the logits."""
+    torch.manual_seed(0)
+    policy = ActorCritic(BOX4, gym.spaces.Discrete(3), normalize_obs=False)
+    with torch.no_grad():
+        policy.actor[-1].bias.copy_(torch.tensor([1.0, 0.0, -1.0]))
+    obs = torch.zeros(20_000, 4)
+    with torch.no_grad():
+        probs = torch.softmax(policy.actor(obs[:1]), -1)[0]
+        counts = torch.bincount(policy.explore(obs), minlength=3).float() / obs.shape[0]
+    torch.testing.assert_close(counts, probs, atol=0.01, rtol=0)
+    assert probs.max() - probs.min() > 0.4  # the probabilities really differ

@@ -1,0 +1,183 @@
+"""Training throughput of rl_lightning against Stable-Baselines3 and a plain PyTorch loop, same hyperparameters.
+
+Each function trains once and returns what it measured; ``benchmarks/run.py`` alternates
+them over repeats and reports medians and ratios. Timing covers the training call only
+(``Trainer.fit`` / ``model.learn`` / the plain loop): environments are built before the
+clock starts for every contender, no evaluation runs, nothing is logged.
+
+- PPO on CartPole-v1 at CleanRL's ``ppo.py`` defaults (4 envs x 128 steps, 4 minibatches,
+  4 update epochs, lr 2.5e-4 annealed, gamma 0.99, GAE lambda 0.95, clip 0.2 with clipped
+  value loss, entropy 0.01, value 0.5, max grad norm 0.5, 64x64 tanh networks, no
+  observation normalization): env-steps/s.
+- DQN on CartPole-v1 (256x256, batch 64, lr 2.3e-3, one gradient step per env step after
+  1000 random steps, target copied every 500 gradient steps, Huber loss, max grad norm 10):
+  gradient-steps/s and env-steps/s. SAC lives in ``benchmarks/sac_vs_sb3.py``.
+"""
+
+from __future__ import annotations
+
+import time
+import warnings
+
+import lightning.pytorch as pl
+
+from benchmarks.plain_ppo import PPOSettings
+from benchmarks.plain_ppo import train as plain_ppo_train
+
+PPO_SETTINGS = PPOSettings()
+DQN_LEARNING_STARTS = 1000
+
+
+def _trainer(max_epochs: int = -1) -> pl.Trainer:
+    warnings.filterwarnings("ignore")
+    return pl.Trainer(
+        max_epochs=max_epochs,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        num_sanity_val_steps=0,
+    )
+
+
+def ppo_ours(env_steps: int, seed: int) -> dict[str, float]:
+    """rl_lightning's PPO through the Python API (``Trainer.fit(PPO(...), RolloutDataModule(...))``)."""
+    from rl_lightning import PPO, RolloutDataModule
+
+    s = PPO_SETTINGS
+    pl.seed_everything(seed, verbose=False)
+    data = RolloutDataModule(
+        env=s.env_id,
+        num_envs=s.num_envs,
+        rollout_steps=s.rollout_steps,
+        update_epochs=s.update_epochs,
+        num_minibatches=s.num_minibatches,
+        gamma=s.gamma,
+        gae_lambda=s.gae_lambda,
+        eval_interval=10**9,  # no evaluation inside the timed run (none for the others either)
+        eval_episodes=1,
+        seed=seed,
+    )
+    data.setup("fit")  # envs built before the clock starts, as for the other contenders
+    model = PPO(
+        lr=s.lr,
+        anneal_lr=s.anneal_lr,
+        clip_coef=s.clip_coef,
+        clip_vloss=True,
+        ent_coef=s.ent_coef,
+        vf_coef=s.vf_coef,
+        max_grad_norm=s.max_grad_norm,
+        normalize_obs=False,
+        total_timesteps=env_steps,
+    )
+    trainer = _trainer()
+    start = time.perf_counter()
+    trainer.fit(model, data)
+    seconds = time.perf_counter() - start
+    data.close()
+    return {"env_steps": data.env_steps, "seconds": seconds, "env_steps_per_second": data.env_steps / seconds}
+
+
+def ppo_sb3(env_steps: int, seed: int) -> dict[str, float]:
+    """Stable-Baselines3's PPO with the same settings (``clip_range_vf`` = CleanRL's clipped value loss)."""
+    from stable_baselines3 import PPO as SB3PPO
+    from stable_baselines3.common.env_util import make_vec_env
+
+    s = PPO_SETTINGS
+    warnings.filterwarnings("ignore")
+    envs = make_vec_env(s.env_id, n_envs=s.num_envs, seed=seed)
+    model = SB3PPO(
+        "MlpPolicy",
+        envs,
+        n_steps=s.rollout_steps,
+        batch_size=s.rollout_steps * s.num_envs // s.num_minibatches,
+        n_epochs=s.update_epochs,
+        learning_rate=lambda remaining: s.lr * remaining,
+        gamma=s.gamma,
+        gae_lambda=s.gae_lambda,
+        clip_range=s.clip_coef,
+        clip_range_vf=s.clip_coef,
+        ent_coef=s.ent_coef,
+        vf_coef=s.vf_coef,
+        max_grad_norm=s.max_grad_norm,
+        policy_kwargs={"net_arch": [64, 64]},
+        seed=seed,
+        device="cpu",
+        verbose=0,
+    )
+    start = time.perf_counter()
+    model.learn(env_steps)
+    seconds = time.perf_counter() - start
+    envs.close()
+    return {"env_steps": model.num_timesteps, "seconds": seconds, "env_steps_per_second": model.num_timesteps / seconds}
+
+
+def ppo_plain(env_steps: int, seed: int) -> dict[str, float]:
+    """The plain PyTorch loop of ``benchmarks/plain_ppo.py``."""
+    return plain_ppo_train(PPO_SETTINGS, env_steps, seed)
+
+
+def dqn_ours(env_steps: int, seed: int) -> dict[str, float]:
+    """rl_lightning's DQN, one gradient step per env step after the random steps."""
+    from rl_lightning import DQN, ReplayDataModule
+
+    pl.seed_everything(seed, verbose=False)
+    data = ReplayDataModule(
+        env="CartPole-v1",
+        num_envs=1,
+        steps_per_epoch=env_steps,
+        learning_starts=DQN_LEARNING_STARTS,
+        utd_ratio=1.0,
+        batch_size=64,
+        buffer_size=100_000,
+        eval_interval=10**9,
+        eval_episodes=1,
+        seed=seed,
+    )
+    data.setup("fit")
+    model = DQN(lr=2.3e-3, target_update_interval=500, max_grad_norm=10.0, total_timesteps=env_steps)
+    trainer = _trainer(max_epochs=1)
+    start = time.perf_counter()
+    trainer.fit(model, data)
+    seconds = time.perf_counter() - start
+    data.close()
+    return {
+        "env_steps": data.env_steps,
+        "seconds": seconds,
+        "env_steps_per_second": data.env_steps / seconds,
+        "gradient_steps_per_second": trainer.global_step / seconds,
+    }
+
+
+def dqn_sb3(env_steps: int, seed: int) -> dict[str, float]:
+    """Stable-Baselines3's DQN with the same settings (``target_update_interval`` counts env steps there)."""
+    import gymnasium as gym
+    from stable_baselines3 import DQN as SB3DQN
+
+    warnings.filterwarnings("ignore")
+    model = SB3DQN(
+        "MlpPolicy",
+        gym.make("CartPole-v1"),
+        learning_rate=2.3e-3,
+        batch_size=64,
+        buffer_size=100_000,
+        learning_starts=DQN_LEARNING_STARTS,
+        gamma=0.99,
+        train_freq=1,
+        gradient_steps=1,
+        target_update_interval=500,
+        max_grad_norm=10.0,
+        policy_kwargs={"net_arch": [256, 256]},
+        seed=seed,
+        device="cpu",
+        verbose=0,
+    )
+    start = time.perf_counter()
+    model.learn(env_steps)
+    seconds = time.perf_counter() - start
+    return {
+        "env_steps": model.num_timesteps,
+        "seconds": seconds,
+        "env_steps_per_second": model.num_timesteps / seconds,
+        "gradient_steps_per_second": model._n_updates / seconds,
+    }
