@@ -26,6 +26,8 @@ from benchmarks.plain_ppo import train as plain_ppo_train
 
 PPO_SETTINGS = PPOSettings()
 DQN_LEARNING_STARTS = 1000
+#: The unmodified env for both object sets: the other contenders step plain CartPole-v1 too.
+PLAIN = {"train": [{}], "test": [{}]}
 
 
 def _trainer(max_epochs: int = -1) -> pl.Trainer:
@@ -54,6 +56,7 @@ def ppo_ours(env_steps: int, seed: int) -> dict[str, float]:
         num_minibatches=s.num_minibatches,
         gamma=s.gamma,
         gae_lambda=s.gae_lambda,
+        obj_sets=PLAIN,
         eval_interval=10**9,  # no evaluation inside the timed run (none for the others either)
         eval_episodes=1,
         seed=seed,
@@ -130,6 +133,7 @@ def dqn_ours(env_steps: int, seed: int) -> dict[str, float]:
         utd_ratio=1.0,
         batch_size=64,
         buffer_size=100_000,
+        obj_sets=PLAIN,
         eval_interval=10**9,
         eval_episodes=1,
         seed=seed,

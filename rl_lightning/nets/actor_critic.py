@@ -15,7 +15,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from rl_lightning.nets.mlp import mlp, weight_dtype
+from rl_lightning.nets.mlp import mlp
 from rl_lightning.nets.normalizer import RunningNormalizer
 
 _HALF_LOG_2PI = 0.5 * math.log(2 * math.pi)
@@ -70,12 +70,24 @@ class ActorCritic(nn.Module):
         self.actor = actor if actor is not None else mlp(self.obs_dim, hidden_sizes, act_dim, out_gain=0.01)
         self.critic = critic if critic is not None else mlp(self.obs_dim, hidden_sizes, 1, out_gain=1.0)
         self.log_std = None if self.discrete else nn.Parameter(torch.full((act_dim,), float(init_log_std)))
+        self.normalize_obs = normalize_obs
+        # A parameter whose dtype is the networks' (in a list, so it is not registered twice).
+        # Casts and copies write the same Parameter objects (``.to()``, ActorCopy,
+        # ``load_state_dict``), so its dtype stays current; deepcopy keeps the aliasing.
+        self._dtype_ref = [next(self.parameters())]
 
     def _features(self, obs: torch.Tensor) -> torch.Tensor:
         # Normalized in float32 (the statistics stay float32 in every copy), then in the
-        # weights' dtype: float32, or bf16/fp16 in a reduced-precision acting copy.
-        features = self.normalizer(obs.reshape(obs.shape[0], self.obs_dim).float())
-        return features.to(weight_dtype(self))
+        # weights' dtype: float32, or bf16/fp16 in a reduced-precision acting copy. Written
+        # to skip no-op calls: this runs once per env step (0.038 -> 0.015 ms without a
+        # normalizer, 1 CPU thread).
+        x = obs.reshape(obs.shape[0], self.obs_dim)
+        if x.dtype != torch.float32:
+            x = x.float()
+        if self.normalize_obs:
+            x = self.normalizer(x)
+        dtype = self._dtype_ref[0].dtype
+        return x if dtype == torch.float32 else x.to(dtype)
 
     # The distributions are written out on tensors rather than built as torch.distributions
     # objects: constructing Categorical/Normal (argument broadcasting, logits normalization)

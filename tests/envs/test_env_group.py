@@ -1,5 +1,9 @@
 """Tests for EnvGroup: vector stepping, final observations and episode statistics."""
 
+import multiprocessing
+import sys
+import time
+
 import numpy as np
 import pytest
 
@@ -57,6 +61,23 @@ def test_async_vectorization_matches_sync():
         group.close()
         results.append(np.stack(obs))
     np.testing.assert_array_equal(results[0], results[1])
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="workers are forked on Linux only")
+def test_async_workers_are_forked_not_spawned_after_torchrl_import():
+    """Test that async workers start forked (fast) although importing torchrl made "spawn" the default."""
+    import torchrl  # noqa: F401  (sets the process-wide start method to spawn)
+
+    assert multiprocessing.get_start_method() == "spawn"
+    start = time.perf_counter()
+    group = EnvGroup("CartPole-v1", 2, vectorization="async")
+    group.reset(seed=0)
+    seconds = time.perf_counter() - start
+    kinds = {type(process).__name__ for process in group.envs.processes}
+    group.close()
+    assert kinds == {"ForkProcess"}
+    # Spawned workers re-import torch, Lightning and torchrl: tens of seconds here.
+    assert seconds < 5.0, seconds
 
 
 @pytest.mark.parametrize(
