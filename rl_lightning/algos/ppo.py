@@ -135,10 +135,10 @@ class PPO(RLModule):
             self._train_terms.append(torch.stack([getattr(terms, name) for name in _TRAIN_METRICS]))
 
     def on_train_epoch_end(self) -> None:
+        train = {}
         if self._train_terms:
-            means = torch.stack(self._train_terms).mean(0)
+            means = torch.stack(self._train_terms).mean(0).tolist()
             self._train_terms = []
-            metrics = {f"train/{name}": means[i] for i, name in enumerate(_TRAIN_METRICS)}
-            metrics["train/lr"] = torch.tensor(self.optimizers().param_groups[0]["lr"])
-            self.log_dict(metrics, on_step=False, on_epoch=True, sync_dist=True, batch_size=1)
-        self.log_rollout_metrics()
+            train = {f"train/{name}": means[i] for i, name in enumerate(_TRAIN_METRICS)}
+            train["train/lr"] = self.optimizers().param_groups[0]["lr"]
+        self.log_rollout_metrics(train)

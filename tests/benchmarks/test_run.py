@@ -1,0 +1,60 @@
+"""Tests for the benchmark runner's bookkeeping (the figures themselves come from running it)."""
+
+import json
+import os
+
+import pytest
+import torch
+
+from benchmarks import run
+
+
+def test_summary_and_table_report_medians_ranges_and_ratios():
+    """Test that medians, ranges and the ratio to each baseline are computed from the runs."""
+    results = {
+        "ours": [{"sps": 300.0}, {"sps": 100.0}, {"sps": 200.0}],
+        "theirs": [{"sps": 100.0}, {"sps": 50.0}, {"sps": 150.0}],
+    }
+    summary = run.summarize(results, "sps")
+    assert summary["ours"] == {"median": 200.0, "min": 100.0, "max": 300.0, "n": 3}
+    text = run.table("PPO", summary, "env-steps/s", ["theirs"])
+    assert "| ours | 200 | 100-300 | 2.00x |" in text
+    assert "| theirs | 100 | 50-150 | 1.00x |" in text
+
+
+def test_alternate_runs_contenders_in_turn_with_the_repeat_as_seed():
+    """Test that repeats alternate the contenders (a, b, a, b) and pass the repeat index as the seed."""
+    calls = []
+    run.alternate(
+        {"a": lambda seed: calls.append(("a", seed)) or {}, "b": lambda seed: calls.append(("b", seed)) or {}}, 2
+    )
+    assert calls == [("a", 0), ("b", 0), ("a", 1), ("b", 1)]
+
+
+@pytest.fixture
+def restore_threads(monkeypatch):
+    """The runner sets one thread for the process: give the rest of the suite its setting back."""
+    threads = torch.get_num_threads()
+    monkeypatch.setenv("OMP_NUM_THREADS", os.environ.get("OMP_NUM_THREADS", ""))
+    yield
+    torch.set_num_threads(threads)
+
+
+def test_ceiling_suite_writes_json_and_markdown(tmp_path, restore_threads):
+    """Test that a run writes results.json (machine, thread count, figures) and the markdown table."""
+    report = run.main(["--quick", "--suites", "ceiling", "--repeats", "1", "--out", str(tmp_path)])
+    saved = json.loads((tmp_path / "results.json").read_text())
+    assert saved["machine"]["torch_threads"] == 1 and saved["machine"]["versions"]["torch"]
+    rates = saved["ceiling"]["env_steps_per_second"]
+    assert set(rates) == {"gymnasium SyncVectorEnv", "rl_lightning EnvGroup"}
+    assert all(r["median"] > 1000 for r in rates.values())
+    markdown = (tmp_path / "results.md").read_text()
+    assert "| gymnasium SyncVectorEnv |" in markdown and "cores" in markdown
+    assert report["suite_seconds"]["ceiling"] > 0
+
+
+def test_unknown_suite_is_refused_with_the_choices(capsys):
+    """Test that an unknown suite name stops the runner with the list of suites."""
+    with pytest.raises(SystemExit):
+        run.main(["--suites", "ppo,speed"])
+    assert "unknown suite(s) ['speed']" in capsys.readouterr().err
