@@ -55,7 +55,7 @@ class _SolveWatch(pl.Callback):
             trainer.should_stop = True
 
 
-def solve_ours(seed: int, eval_every: int = 5120) -> dict[str, float | bool]:
+def solve_ours(seed: int, eval_every: int = 2048) -> dict[str, float | bool]:
     """Train ``+experiment=ppo`` until solved; returns solved, env steps and training seconds."""
     from hydra import compose, initialize_config_dir
 
@@ -93,7 +93,7 @@ def solve_ours(seed: int, eval_every: int = 5120) -> dict[str, float | bool]:
     }
 
 
-def solve_sb3(seed: int, eval_every: int = 5120) -> dict[str, float | bool]:
+def solve_sb3(seed: int, eval_every: int = 2048) -> dict[str, float | bool]:
     """Train Stable-Baselines3's PPO with RL-Zoo's preset until solved, evaluated the same way."""
     import gymnasium as gym
     from stable_baselines3 import PPO

@@ -74,7 +74,9 @@ def ppo_loss(
     else:
         value_loss = 0.5 * ((value - returns) ** 2).mean()
     entropy_mean = entropy.mean()
-    loss = policy_loss + vf_coef * value_loss - ent_coef * entropy_mean
+    loss = policy_loss + vf_coef * value_loss
+    if ent_coef:  # with no entropy bonus, backward skips the entropy's graph (it is only logged)
+        loss = loss - ent_coef * entropy_mean
     with torch.no_grad():
         # Unbiased low-variance KL estimator k3 (Schulman, "Approximating KL Divergence").
         approx_kl = ((ratio - 1) - log_ratio).mean()

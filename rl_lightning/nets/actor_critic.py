@@ -106,9 +106,11 @@ class ActorCritic(nn.Module):
 
     def _log_prob_entropy(self, out: torch.Tensor, action: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         if self.discrete:
-            # Clamped like Categorical.logits, so a probability of 0 gives entropy 0, not nan.
-            log_p = torch.log_softmax(out, -1).clamp(min=torch.finfo(out.dtype).min)
+            log_p = torch.log_softmax(out, -1)
             log_prob = log_p.gather(-1, action.long().unsqueeze(-1)).squeeze(-1)
+            # Clamped like Categorical.logits (for the entropy only, so the policy gradient
+            # does not pass through the clamp), so a probability of 0 gives entropy 0, not nan.
+            log_p = log_p.clamp(min=torch.finfo(out.dtype).min)
             return log_prob, -(log_p.exp() * log_p).sum(-1)
         log_std = self.log_std.expand_as(out)
         log_prob = (-((action - out) ** 2) / (2 * (2 * log_std).exp()) - log_std - _HALF_LOG_2PI).sum(-1)
