@@ -56,6 +56,9 @@ def compute_gae(
     Returns:
         ``(advantage, return)``, each ``[T, N]``, with ``return = advantage + value``.
     """
+    # Kept although it is not the fastest: 2.1 ms for a 128 x 4 rollout against 0.43 ms for
+    # a numpy loop over time (1 CPU thread), about 3% of a CleanRL-sized PPO iteration; the
+    # design takes torchrl's tested implementation unless a cost is decisive.
     advantage, returns = generalized_advantage_estimate(
         gamma,
         gae_lambda,
