@@ -26,8 +26,8 @@ from rl_lightning import SAC, ReplayDataModule
 LEARNING_STARTS = 100
 
 
-def ours(env_steps: int, seed: int) -> float:
-    """Gradient steps per second of rl_lightning's SAC."""
+def ours(env_steps: int, seed: int) -> dict[str, float]:
+    """Gradient steps and env steps per second of rl_lightning's SAC."""
     pl.seed_everything(seed, verbose=False)
     data = ReplayDataModule(
         env="Pendulum-v1",
@@ -51,11 +51,15 @@ def ours(env_steps: int, seed: int) -> float:
     trainer.fit(model, data)
     seconds = time.perf_counter() - start
     data.close()
-    return (trainer.global_step // 3) / seconds  # three optimizer steps per gradient step
+    return {  # one optimizer step (three parameter groups) per gradient step
+        "gradient_steps_per_second": trainer.global_step / seconds,
+        "env_steps_per_second": data.env_steps / seconds,
+        "seconds": seconds,
+    }
 
 
-def sb3(env_steps: int, seed: int) -> float:
-    """Gradient steps per second of Stable-Baselines3's SAC with the same settings."""
+def sb3(env_steps: int, seed: int) -> dict[str, float]:
+    """Gradient steps and env steps per second of Stable-Baselines3's SAC with the same settings."""
     from stable_baselines3 import SAC as SB3SAC
 
     model = SB3SAC(
@@ -77,7 +81,12 @@ def sb3(env_steps: int, seed: int) -> float:
     )
     start = time.perf_counter()
     model.learn(env_steps)
-    return model._n_updates / (time.perf_counter() - start)
+    seconds = time.perf_counter() - start
+    return {
+        "gradient_steps_per_second": model._n_updates / seconds,
+        "env_steps_per_second": model.num_timesteps / seconds,
+        "seconds": seconds,
+    }
 
 
 def main() -> None:
@@ -90,8 +99,8 @@ def main() -> None:
     warnings.filterwarnings("ignore")
     rates: dict[str, list[float]] = {"rl_lightning": [], "stable_baselines3": []}
     for repeat in range(args.repeats):
-        rates["rl_lightning"].append(ours(args.env_steps, repeat))
-        rates["stable_baselines3"].append(sb3(args.env_steps, repeat))
+        rates["rl_lightning"].append(ours(args.env_steps, repeat)["gradient_steps_per_second"])
+        rates["stable_baselines3"].append(sb3(args.env_steps, repeat)["gradient_steps_per_second"])
     medians = {k: statistics.median(v) for k, v in rates.items()}
     print(
         json.dumps(

@@ -83,9 +83,16 @@ def adam(params, lr: float, eps: float = 1e-8) -> torch.optim.Adam:
     against 0.52 ms per step for PPO's 64x64 actor-critic on one CPU thread, and the same
     numbers to rounding. It needs every parameter to be a floating tensor on CPU or CUDA;
     otherwise (e.g. another accelerator) the default implementation runs.
+
+    Args:
+        params: Tensors, or parameter-group dicts (``{"params": [...], "lr": ...}``).
+        lr: Learning rate (of groups that set none).
+        eps: Adam's epsilon.
     """
     params = list(params)
-    fused = all(p.is_floating_point() and p.device.type in ("cpu", "cuda") for p in params)
+    groups = params if params and isinstance(params[0], dict) else [{"params": params}]
+    tensors = [p for group in groups for p in group["params"]]
+    fused = all(p.is_floating_point() and p.device.type in ("cpu", "cuda") for p in tensors)
     return torch.optim.Adam(params, lr=lr, eps=eps, fused=fused or None)
 
 

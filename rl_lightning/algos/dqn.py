@@ -142,5 +142,4 @@ class DQN(RLModule):
             means = torch.stack(self._train_terms).mean(0)
             self._train_terms = []
             metrics.update({f"train/{name}": means[i] for i, name in enumerate(_TRAIN_METRICS)})
-        self.log_dict(metrics, on_step=False, on_epoch=True, sync_dist=True, batch_size=1)
-        self.log_rollout_metrics()
+        self.log_rollout_metrics(metrics)

@@ -81,6 +81,22 @@ def make_replay_buffer(
     return TensorDictReplayBuffer(storage=store, sampler=sampler, batch_size=batch_size)
 
 
+def sample_batch(buffer: TensorDictReplayBuffer) -> TensorDict:
+    """One batch of ``buffer.batch_size`` transitions: ``buffer.sample()``, or the same draw read from storage.
+
+    With uniform sampling (``RandomSampler``, no transforms: every buffer
+    :func:`make_replay_buffer` builds unless ``prioritized``), the sampler's indices read
+    straight from the storage give what ``buffer.sample()`` gives (the same indices from the
+    same random stream, the same entries, ``index`` included), without its locks, prefetch
+    bookkeeping and info handling: 0.16 ms against 0.21 ms per batch of 256 from a 1M
+    buffer, one CPU thread (``python -m benchmarks.sac_loss``). Any other sampler goes through ``sample``.
+    """
+    if type(buffer.sampler) is RandomSampler and not len(buffer.transform):
+        index, _ = buffer.sampler.sample(buffer.storage, buffer.batch_size)
+        return buffer.storage[index]
+    return buffer.sample()
+
+
 def to_torchrl_batch(batch: TensorDict) -> TensorDict:
     """A replay batch (``obs``, ``next_obs``, ...) in the keys torchrl's losses read (SAC, DQN).
 
@@ -173,7 +189,7 @@ class ReplayDataset(IterableDataset):
                 self.gradient_credit += self.utd_ratio * self.envs.num_envs
                 while self.gradient_credit >= 1:
                     self.gradient_credit -= 1
-                    yield self.buffer.sample()
+                    yield sample_batch(self.buffer)
         self.counters.iterations += 1
         self.last_metrics = RolloutMetrics(
             episodes=self.envs.pop_stats(),
@@ -219,6 +235,10 @@ class ReplayDataset(IterableDataset):
                     "terminated": torch.as_tensor(step.terminated),
                 },
                 batch_size=[envs.num_envs],
+                # On the storage's device already: the buffer's write skips a device cast of the
+                # whole TensorDict (0.25 ms against 0.37 ms per one-transition extend, one
+                # CPU thread; python -m benchmarks.sac_loss).
+                device=self.buffer.storage.device,
             )
         )
         self.counters.env_steps += envs.num_envs * self.world_size

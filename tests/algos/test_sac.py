@@ -9,7 +9,8 @@ import pytest
 import torch
 
 from rl_lightning import PPO, SAC, RolloutDataModule
-from rl_lightning.data.replay import to_torchrl_batch
+from rl_lightning.algos.sac import clear_grads, merge_optimizer_states
+from rl_lightning.data.replay import sample_batch
 from tests.helpers import REPLAY_LEARNING_STARTS, REPLAY_STEPS, quiet_trainer, tiny_replay_data
 
 STEPS, LEARNING_STARTS = REPLAY_STEPS, REPLAY_LEARNING_STARTS
@@ -37,23 +38,95 @@ def test_two_epoch_fit_updates_and_logs_every_metric():
         assert torch.isfinite(metrics[f"train/{name}"]), name
     assert "eval/return_mean" in metrics and "eval_ood/return_mean" in metrics
     assert metrics["train/alpha"] < 1.0  # the temperature moved from its initial value
-    # One gradient step after each env step from learning_starts on, three optimizer steps each.
-    assert trainer.global_step == 3 * (2 * STEPS - LEARNING_STARTS + 1)
+    # One gradient step after each env step from learning_starts on: one step of the one optimizer.
+    assert trainer.global_step == 2 * STEPS - LEARNING_STARTS + 1
 
 
 def test_target_critics_move_by_polyak_averaging():
     """Test that update_targets sets target = (1 - tau) target + tau online, exactly."""
     model, _, _ = fit(max_epochs=1, model_kwargs={"tau": 0.25})
-    loss = model.loss_module
-    online = loss.qvalue_network_params.clone().detach()
     with torch.no_grad():  # move the online critics away from the targets
-        loss.qvalue_network_params.apply_(lambda p: p.add_(1.0))
-    online = loss.qvalue_network_params.clone().detach()
-    before = loss.target_qvalue_network_params.clone().detach()
+        for p in model.critics.parameters():
+            p.add_(1.0)
+    online = {k: v.clone() for k, v in model.critics.state_dict().items()}
+    before = {k: v.clone() for k, v in model.target_critics.state_dict().items()}
     model.update_targets()
-    after = loss.target_qvalue_network_params
-    for key, value in after.items(True, True):
+    after = model.target_critics.state_dict()
+    assert after.keys() == online.keys() and len(after) == 6  # 3 stacked layers, weights and biases
+    for key, value in after.items():
         torch.testing.assert_close(value, 0.75 * before[key] + 0.25 * online[key])
+
+
+def test_clear_grads_empties_every_groups_gradients_and_nothing_else():
+    """Test that clear_grads sets the gradients of every parameter group to None and leaves other tensors' alone."""
+    first, second = torch.nn.Parameter(torch.ones(2)), torch.nn.Parameter(torch.ones(2))
+    other = torch.nn.Parameter(torch.ones(1))
+    optimizer = torch.optim.Adam([{"params": [first]}, {"params": [second], "lr": 0.5}], lr=0.1)
+    for p in (first, second, other):
+        p.grad = torch.ones_like(p)
+    clear_grads(optimizer)
+    assert first.grad is None and second.grad is None and other.grad is not None
+
+
+def test_one_optimizer_steps_each_group_with_its_learning_rate_and_clips_groups_apart():
+    """Test that actor, critics and temperature are Adam groups with their own rates, clipped group by group."""
+    model, data, _ = fit(max_epochs=1, model_kwargs={"actor_lr": 1e-4, "critic_lr": 2e-3, "alpha_lr": 5e-2})
+    optimizer = model.optimizers()
+    groups = optimizer.param_groups
+    assert [g["lr"] for g in groups] == [1e-4, 2e-3, 5e-2]
+    assert [len(g["params"]) for g in groups] == [6, 6, 1]
+    assert groups[2]["params"][0] is model.log_alpha
+
+    model.hparams.max_grad_norm = 1e-3
+    seen = []
+    original = torch.nn.utils.clip_grad_norm_
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(
+            torch.nn.utils,
+            "clip_grad_norm_",
+            lambda params, *a, **k: seen.append(len(params)) or original(params, *a, **k),
+        )
+        model.training_step(sample_batch(data.buffer), 0)
+    assert seen == [6, 6, 1]
+
+
+def test_three_optimizer_states_of_older_checkpoints_merge_into_the_groups():
+    """Test that merge_optimizer_states gives the state a three-group Adam would have after the same steps."""
+    torch.manual_seed(0)
+    params = [torch.nn.Parameter(torch.randn(3)) for _ in range(5)]
+    split = [[params[0], params[1]], [params[2], params[3]], [params[4]]]
+    separate = [torch.optim.Adam([p.detach().clone().requires_grad_() for p in g], lr=0.1) for g in split]
+    joined = torch.optim.Adam([{"params": g, "lr": 0.1} for g in split])
+    for _ in range(2):
+        for optimizer in separate:
+            for p in optimizer.param_groups[0]["params"]:
+                p.grad = torch.ones_like(p)
+            optimizer.step()
+        for p in params:
+            p.grad = torch.ones_like(p)
+        joined.step()
+    merged = merge_optimizer_states([o.state_dict() for o in separate])
+    expected = joined.state_dict()
+    assert [g["params"] for g in merged["param_groups"]] == [[0, 1], [2, 3], [4]]
+    assert merged["state"].keys() == expected["state"].keys()
+    for i, state in expected["state"].items():
+        for key, value in state.items():
+            torch.testing.assert_close(merged["state"][i][key], value)
+    fresh = torch.optim.Adam([{"params": g, "lr": 0.1} for g in split])
+    fresh.load_state_dict(merged)  # loads without complaint into the one-optimizer layout
+
+
+def test_training_step_updates_critics_actor_and_temperature_from_one_batch():
+    """Test that one training step moves all three parameter sets and the targets by tau toward the new critics."""
+    model, data, trainer = fit(max_epochs=1, model_kwargs={"tau": 0.5})
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    batch = sample_batch(data.buffer)
+    model.training_step(batch, 0)
+    after = model.state_dict()
+    for prefix in ("policy.net.", "critics.", "log_alpha", "target_critics."):
+        assert any(not torch.equal(before[k], after[k]) for k in after if k.startswith(prefix)), prefix
+    for key, value in model.target_critics.state_dict().items():
+        torch.testing.assert_close(value, 0.5 * before[f"target_critics.{key}"] + 0.5 * after[f"critics.{key}"])
 
 
 def _q_loss(model, terminated: bool, next_obs: torch.Tensor) -> float:
@@ -71,7 +144,7 @@ def _q_loss(model, terminated: bool, next_obs: torch.Tensor) -> float:
         batch_size=[batch_size],
     )
     torch.manual_seed(0)  # the same sampled next actions for every call
-    return float(model.loss_module(to_torchrl_batch(batch))["loss_qvalue"])
+    return float(model.loss(batch).loss_qvalue)
 
 
 def test_truncated_transitions_bootstrap_from_next_obs_terminated_do_not():
@@ -98,8 +171,8 @@ class _ResumeSpy(pl.Callback):
     def on_fit_start(self, trainer, pl_module):
         data = trainer.datamodule
         self.buffer = data.buffer.storage[: len(data.buffer)].clone()
-        self.log_alpha = pl_module.loss_module.log_alpha.detach().clone()
-        self.targets = pl_module.loss_module.target_qvalue_network_params.clone().detach()
+        self.log_alpha = pl_module.log_alpha.detach().clone()
+        self.targets = {k: v.clone() for k, v in pl_module.target_critics.state_dict().items()}
         self.env_steps = data.env_steps
 
 
@@ -109,8 +182,8 @@ def test_resume_restores_replay_buffer_temperature_and_targets(tmp_path):
         tmp_path, max_epochs=2, model_kwargs={"save_interval": 1}, data_kwargs={"save_replay_buffer": True}
     )
     saved_buffer = data.buffer.storage[: len(data.buffer)].clone()
-    saved_alpha = model.loss_module.log_alpha.detach().clone()
-    saved_targets = model.loss_module.target_qvalue_network_params.clone().detach()
+    saved_alpha = model.log_alpha.detach().clone()
+    saved_targets = {k: v.clone() for k, v in model.target_critics.state_dict().items()}
     spy = _ResumeSpy()
     last = os.path.join(tmp_path, "checkpoints", "last.ckpt")
     fit(
@@ -125,7 +198,8 @@ def test_resume_restores_replay_buffer_temperature_and_targets(tmp_path):
     for key in ("obs", "action", "reward", "next_obs", "terminated"):
         torch.testing.assert_close(spy.buffer[key], saved_buffer[key])
     torch.testing.assert_close(spy.log_alpha, saved_alpha)
-    for key, value in saved_targets.items(True, True):
+    assert spy.targets.keys() == saved_targets.keys()
+    for key, value in saved_targets.items():
         torch.testing.assert_close(spy.targets[key], value)
 
 

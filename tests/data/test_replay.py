@@ -8,12 +8,18 @@ import warnings
 import lightning.pytorch as pl
 import pytest
 import torch
+from tensordict import TensorDict
 from torch import nn
 
 from rl_lightning.algos import RLModule
 from rl_lightning.data import ReplayDataModule, ReplayDataset, RolloutCounters, make_replay_buffer
+from rl_lightning.data.replay import sample_batch
 from rl_lightning.envs import EnvGroup
 from tests.conftest import SCRIPTED_ID, SCRIPTED_SETS
+
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore")
+    from torchrl.data.replay_buffers.samplers import SamplerWithoutReplacement
 
 
 class ConstantExplorer(nn.Module):
@@ -176,6 +182,43 @@ def test_memmap_storage_holds_transitions_on_disk(tmp_path):
     list(dataset)
     assert len(buffer) == 4 and buffer.storage[:4]["obs"][:, 0].tolist() == [0, 1, 2, 3]
     assert any(tmp_path.rglob("*.memmap"))
+
+
+@pytest.mark.parametrize("storage", ["memory", "memmap"])
+def test_sample_batch_reads_what_buffer_sample_draws(storage, tmp_path):
+    """Test that sample_batch's uniform fast path returns buffer.sample()'s transitions and keys under the same seed."""
+    buffer = make_replay_buffer(50, 8, storage=storage, scratch_dir=str(tmp_path))
+    for i in range(30):
+        buffer.extend(
+            TensorDict(
+                {"obs": torch.full((1, 2), float(i)), "reward": torch.tensor([float(i)])},
+                batch_size=[1],
+            )
+        )
+    for seed in range(5):
+        torch.manual_seed(seed)
+        ours = sample_batch(buffer)
+        torch.manual_seed(seed)
+        expected = buffer.sample()
+        assert set(ours.keys()) == set(expected.keys()) and "index" in ours.keys()
+        for key in expected.keys():
+            torch.testing.assert_close(ours[key], expected[key])
+    assert len(set(ours["reward"].tolist())) > 1  # a real draw, not one repeated row
+
+
+def test_sample_batch_leaves_other_samplers_to_the_buffer():
+    """Test that a buffer whose sampler is not uniform is sampled through its own sample()."""
+    buffer = make_replay_buffer(10, 2)
+    calls = []
+    original = buffer.sample
+    buffer.extend(TensorDict({"obs": torch.zeros(4, 1)}, batch_size=[4]))
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(buffer, "sample", lambda *a, **k: calls.append(1) or original(*a, **k))
+        sample_batch(buffer)
+        assert calls == []  # uniform: the fast path
+        mp.setattr(buffer, "_sampler", SamplerWithoutReplacement())
+        sample_batch(buffer)
+        assert calls == [1]
 
 
 class _ReplayLearner(RLModule):
