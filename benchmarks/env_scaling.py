@@ -33,6 +33,8 @@ import gymnasium as gym
 import numpy as np
 import torch
 
+#: Start method of async workers, as in rl_lightning.envs.env_group (fork on Linux).
+ASYNC_CONTEXT = "fork" if sys.platform.startswith("linux") else None
 NUM_ACTIONS = 64  # pre-sampled action batches, cycled
 WARMUP_STEPS = 10
 WINDOWS = 3  # the median of a few windows shrugs off a burst of load from others on a shared machine
@@ -62,9 +64,15 @@ def _measure(
         group.reset(seed)
         envs, step = group.envs, group.step
     else:
-        vector_cls = {"sync": gym.vector.SyncVectorEnv, "async": gym.vector.AsyncVectorEnv}[vectorization]
         env_fns = [lambda: gym.make(env_id) for _ in range(num_envs)]
-        envs = vector_cls(env_fns, autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
+        if vectorization == "sync":
+            envs = gym.vector.SyncVectorEnv(env_fns, autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
+        else:
+            # Forked like EnvGroup's workers: once torchrl is imported the default is spawn,
+            # whose workers re-import torch and take seconds each to start.
+            envs = gym.vector.AsyncVectorEnv(
+                env_fns, autoreset_mode=gym.vector.AutoresetMode.SAME_STEP, context=ASYNC_CONTEXT
+            )
         envs.reset(seed=seed)
         step = envs.step
     startup = time.perf_counter() - start
@@ -93,7 +101,7 @@ def _measure(
         startup_seconds=startup,
         env_steps_per_second=statistics.median(rates),
         window_env_steps_per_second=rates,
-        start_method=multiprocessing.get_start_method(allow_none=True) if vectorization == "async" else None,
+        start_method=(ASYNC_CONTEXT or multiprocessing.get_start_method()) if vectorization == "async" else None,
     )
 
 

@@ -192,6 +192,7 @@ def suite_offpolicy(quick: bool, repeats: int, report: dict) -> list[str]:
             table(algo.split(",")[0], grad, "gradient-steps/s", ["stable_baselines3"]),
             "",
             table(algo.split(",")[0], env, "env-steps/s", ["stable_baselines3"]),
+            "",
         ]
     return lines
 

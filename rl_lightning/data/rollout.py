@@ -5,7 +5,7 @@ One iteration of :class:`RolloutDataset` is one Trainer epoch: a rollout of
 batch together with ``update_epochs x num_minibatches`` shuffled index sets (the same count
 on every rank, so DDP never waits on a rank that ran out of minibatches). PPO's
 ``training_step`` runs the whole update phase on it: one Lightning batch per rollout
-instead of one per minibatch saves Lightning's per-batch machinery (about 1.3 ms per
+instead of one per minibatch saves Lightning's per-batch machinery (0.6-1.2 ms per
 minibatch here, ``benchmarks/run.py``).
 """
 
