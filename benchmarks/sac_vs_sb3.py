@@ -14,13 +14,13 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import time
 import warnings
 
 import gymnasium as gym
 import lightning.pytorch as pl
 import torch
 
+from benchmarks.throughput import bare_trainer, timed_fit, timed_learn
 from rl_lightning import SAC, ReplayDataModule
 
 LEARNING_STARTS = 100
@@ -39,23 +39,8 @@ def ours(env_steps: int, seed: int) -> dict[str, float]:
         seed=seed,
     )
     model = SAC(actor_lr=1e-3, critic_lr=1e-3, alpha_lr=1e-3, total_timesteps=env_steps)
-    trainer = pl.Trainer(
-        max_epochs=1,
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        num_sanity_val_steps=0,
-    )
-    start = time.perf_counter()
-    trainer.fit(model, data)
-    seconds = time.perf_counter() - start
-    data.close()
-    return {  # one optimizer step (three parameter groups) per gradient step
-        "gradient_steps_per_second": trainer.global_step / seconds,
-        "env_steps_per_second": data.env_steps / seconds,
-        "seconds": seconds,
-    }
+    data.setup("fit")  # envs built before the clock starts, as for Stable-Baselines3
+    return timed_fit(bare_trainer(max_epochs=1), model, data)  # one optimizer step per gradient step
 
 
 def sb3(env_steps: int, seed: int) -> dict[str, float]:
@@ -79,14 +64,7 @@ def sb3(env_steps: int, seed: int) -> dict[str, float]:
         device="cpu",
         verbose=0,
     )
-    start = time.perf_counter()
-    model.learn(env_steps)
-    seconds = time.perf_counter() - start
-    return {
-        "gradient_steps_per_second": model._n_updates / seconds,
-        "env_steps_per_second": model.num_timesteps / seconds,
-        "seconds": seconds,
-    }
+    return timed_learn(model, env_steps, gradient_steps=True)
 
 
 def main() -> None:

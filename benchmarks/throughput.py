@@ -30,7 +30,8 @@ DQN_LEARNING_STARTS = 1000
 PLAIN = {"train": [{}], "test": [{}]}
 
 
-def _trainer(max_epochs: int = -1) -> pl.Trainer:
+def bare_trainer(max_epochs: int = -1) -> pl.Trainer:
+    """A ``Trainer`` with nothing beside training: no loggers, checkpoints, progress bar or sanity check."""
     warnings.filterwarnings("ignore")
     return pl.Trainer(
         max_epochs=max_epochs,
@@ -40,6 +41,35 @@ def _trainer(max_epochs: int = -1) -> pl.Trainer:
         enable_model_summary=False,
         num_sanity_val_steps=0,
     )
+
+
+def timed_fit(trainer: pl.Trainer, model: pl.LightningModule, data) -> dict[str, float]:
+    """``trainer.fit`` timed: env steps, seconds, env-steps/s and optimizer-steps/s; closes the envs."""
+    start = time.perf_counter()
+    trainer.fit(model, data)
+    seconds = time.perf_counter() - start
+    data.close()
+    return {
+        "env_steps": data.env_steps,
+        "seconds": seconds,
+        "env_steps_per_second": data.env_steps / seconds,
+        "gradient_steps_per_second": trainer.global_step / seconds,
+    }
+
+
+def timed_learn(model, env_steps: int, gradient_steps: bool = False) -> dict[str, float]:
+    """Stable-Baselines3's ``model.learn`` timed; ``gradient_steps`` adds ``_n_updates`` per second (off-policy)."""
+    start = time.perf_counter()
+    model.learn(env_steps)
+    seconds = time.perf_counter() - start
+    result = {
+        "env_steps": model.num_timesteps,
+        "seconds": seconds,
+        "env_steps_per_second": model.num_timesteps / seconds,
+    }
+    if gradient_steps:
+        result["gradient_steps_per_second"] = model._n_updates / seconds
+    return result
 
 
 def ppo_ours(env_steps: int, seed: int) -> dict[str, float]:
@@ -73,12 +103,7 @@ def ppo_ours(env_steps: int, seed: int) -> dict[str, float]:
         normalize_obs=False,
         total_timesteps=env_steps,
     )
-    trainer = _trainer()
-    start = time.perf_counter()
-    trainer.fit(model, data)
-    seconds = time.perf_counter() - start
-    data.close()
-    return {"env_steps": data.env_steps, "seconds": seconds, "env_steps_per_second": data.env_steps / seconds}
+    return timed_fit(bare_trainer(), model, data)
 
 
 def ppo_sb3(env_steps: int, seed: int) -> dict[str, float]:
@@ -108,11 +133,9 @@ def ppo_sb3(env_steps: int, seed: int) -> dict[str, float]:
         device="cpu",
         verbose=0,
     )
-    start = time.perf_counter()
-    model.learn(env_steps)
-    seconds = time.perf_counter() - start
+    result = timed_learn(model, env_steps)
     envs.close()
-    return {"env_steps": model.num_timesteps, "seconds": seconds, "env_steps_per_second": model.num_timesteps / seconds}
+    return result
 
 
 def ppo_plain(env_steps: int, seed: int) -> dict[str, float]:
@@ -140,17 +163,7 @@ def dqn_ours(env_steps: int, seed: int) -> dict[str, float]:
     )
     data.setup("fit")
     model = DQN(lr=2.3e-3, target_update_interval=500, max_grad_norm=10.0, total_timesteps=env_steps)
-    trainer = _trainer(max_epochs=1)
-    start = time.perf_counter()
-    trainer.fit(model, data)
-    seconds = time.perf_counter() - start
-    data.close()
-    return {
-        "env_steps": data.env_steps,
-        "seconds": seconds,
-        "env_steps_per_second": data.env_steps / seconds,
-        "gradient_steps_per_second": trainer.global_step / seconds,
-    }
+    return timed_fit(bare_trainer(max_epochs=1), model, data)
 
 
 def dqn_sb3(env_steps: int, seed: int) -> dict[str, float]:
@@ -176,12 +189,4 @@ def dqn_sb3(env_steps: int, seed: int) -> dict[str, float]:
         device="cpu",
         verbose=0,
     )
-    start = time.perf_counter()
-    model.learn(env_steps)
-    seconds = time.perf_counter() - start
-    return {
-        "env_steps": model.num_timesteps,
-        "seconds": seconds,
-        "env_steps_per_second": model.num_timesteps / seconds,
-        "gradient_steps_per_second": model._n_updates / seconds,
-    }
+    return timed_learn(model, env_steps, gradient_steps=True)
