@@ -14,11 +14,13 @@ directory (``runs/<date_time>``) and ends with a printed summary.
 from __future__ import annotations
 
 import os
+import signal
 import sys
 
 import hydra
 from omegaconf import DictConfig
 
+from rl_lightning.faults import EnvFault, NumericalFault, TrainingInterrupted
 from rl_lightning.launch.app import train
 from rl_lightning.launch.errors import ConfigError, check_overrides
 
@@ -31,6 +33,13 @@ def main(cfg: DictConfig) -> float | None:
         summary = train(cfg)
     except ConfigError as err:
         sys.exit(f"Config error: {err}")
+    except (TrainingInterrupted, EnvFault) as err:
+        print(f"{err}\nResume with:\n  {err.resume_command}", file=sys.stderr, flush=True)
+        # 128 + the signal's number, as a shell reports a process a signal stopped (143 for SIGTERM).
+        name = getattr(err, "signal_name", "")
+        sys.exit(128 + getattr(signal, name).value if name.startswith("SIG") and hasattr(signal, name) else 1)
+    except NumericalFault as err:
+        sys.exit(f"Numerical fault: {err}")
     # The return value is what Hydra's sweepers optimize.
     return None if summary is None else summary.eval_return
 

@@ -7,10 +7,11 @@ and adds the env-step budget and interval checkpoints to whatever ``Trainer`` ru
 
 from __future__ import annotations
 
+import contextvars
+import dataclasses
 import math
 import os
 import time
-import zipfile
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -21,9 +22,12 @@ import torch
 from lightning.pytorch.trainer.states import TrainerFn
 from torch import nn
 
-from rl_lightning.callbacks import BestCheckpoint, EnvStepBudget, IntervalCheckpoint
+from rl_lightning.callbacks import BestCheckpoint, EnvStepBudget, Interruption, IntervalCheckpoint
+from rl_lightning.callbacks.checkpoint import check_checkpoint_file, install_atomic_checkpoint_io
 from rl_lightning.data.rollout import to_env_action
+from rl_lightning.envs.checks import ON_NONFINITE
 from rl_lightning.envs.spaces import space_from_dict, space_to_dict
+from rl_lightning.faults import NumericalFault
 from rl_lightning.nets.actor_copy import ActorCopy
 
 CHECKPOINT_KEY = "rl_lightning"
@@ -96,6 +100,27 @@ def adam(params, lr: float, eps: float = 1e-8) -> torch.optim.Adam:
     return torch.optim.Adam(params, lr=lr, eps=eps, fused=fused or None)
 
 
+def _named_loss_tensors(losses: Any) -> dict[str, torch.Tensor]:
+    """The scalar tensors of loss terms given as a mapping, a NamedTuple or a dataclass."""
+    if dataclasses.is_dataclass(losses):
+        items = vars(losses).items()
+    elif hasattr(losses, "_asdict"):
+        items = losses._asdict().items()
+    else:
+        items = (losses or {}).items()
+    return {k: v for k, v in items if isinstance(v, torch.Tensor) and v.numel() == 1}
+
+
+def _loss_tensors(losses: Any) -> list[torch.Tensor]:
+    """The losses to check on every update: the total ``loss`` when the terms have one (its parts
+    are in it), else every scalar term (SAC's three losses)."""
+    total = getattr(losses, "loss", None)
+    if isinstance(total, torch.Tensor):
+        return [total]
+    values = losses.values() if isinstance(losses, Mapping) else (losses or ())
+    return [v for v in values if isinstance(v, torch.Tensor) and v.numel() == 1]
+
+
 class RLModule(pl.LightningModule):
     """Base class of the algorithms (one level of inheritance: ``PPO(RLModule)``).
 
@@ -107,17 +132,34 @@ class RLModule(pl.LightningModule):
         save_interval: Epochs between checkpoints (plus an always-current ``last.ckpt`` and
             ``best.ckpt``, the highest ``eval/return_mean`` so far);
             ``None`` leaves checkpointing to the Trainer's own callbacks.
+        keep_last: Interval checkpoints kept on disk (the newest; ``last.ckpt`` and
+            ``best.ckpt`` come on top); ``None`` keeps every one.
+        on_nonfinite: ``"stop"``: a NaN or inf in observations, rewards, losses or gradients
+            ends the run with a message naming where it appeared (the last good checkpoint
+            stays the newest); ``"skip"``: such an update is skipped (counted in
+            ``train/skipped_updates``) and such an env episode is cut short (counted in
+            ``rollout/nonfinite_steps``).
     """
 
     #: The data module class this algorithm's training_step expects batches from.
     datamodule_class: type | None = None
 
-    def __init__(self, total_timesteps: int, save_interval: int | None = None):
+    def __init__(
+        self,
+        total_timesteps: int,
+        save_interval: int | None = None,
+        keep_last: int | None = 5,
+        on_nonfinite: str = "stop",
+    ):
         super().__init__()
         if not isinstance(total_timesteps, int) or isinstance(total_timesteps, bool) or total_timesteps <= 0:
             raise ValueError(f"total_timesteps must be a positive integer, got {total_timesteps!r}.")
         if save_interval is not None and (not isinstance(save_interval, int) or save_interval <= 0):
             raise ValueError(f"save_interval must be a positive integer or None, got {save_interval!r}.")
+        if keep_last is not None and (not isinstance(keep_last, int) or isinstance(keep_last, bool) or keep_last <= 0):
+            raise ValueError(f"keep_last must be a positive integer or None (keep all), got {keep_last!r}.")
+        if on_nonfinite not in ON_NONFINITE:
+            raise ValueError(f"on_nonfinite must be one of {ON_NONFINITE}, got {on_nonfinite!r}.")
         self.total_timesteps = total_timesteps
         self.save_interval = save_interval
         self.policy: nn.Module | None = None
@@ -126,6 +168,9 @@ class RLModule(pl.LightningModule):
         self._spaces: tuple[gym.Space, gym.Space] | None = None
         self._fit_start: tuple[float, int] | None = None
         self._eval_returns: dict[str, float] = {}
+        self._skipped_updates = 0
+        #: The loss terms of the update in progress (automatic optimization: named if it is refused).
+        self.update_losses: Any = None
 
     # ---------------------------------------------------------------- policy
     def build_policy(self, observation_space: gym.Space, action_space: gym.Space) -> nn.Module:
@@ -144,7 +189,9 @@ class RLModule(pl.LightningModule):
             )
 
     def setup(self, stage: str) -> None:
-        """Build the policy from the data module's env spaces."""
+        """Build the policy from the data module's env spaces; make checkpoint writes atomic."""
+        if self._trainer is not None:
+            install_atomic_checkpoint_io(self.trainer)
         datamodule = getattr(self.trainer, "datamodule", None)
         if datamodule is None or not hasattr(datamodule, "observation_space"):
             if self.policy is None:
@@ -187,14 +234,114 @@ class RLModule(pl.LightningModule):
         return action[0] if single else action
 
     def configure_gradient_clipping(self, optimizer, gradient_clip_val=None, gradient_clip_algorithm=None) -> None:
-        """Clip to the algorithm's ``max_grad_norm`` unless the Trainer was given its own clipping value.
+        """Clip to the algorithm's ``max_grad_norm`` unless the Trainer was given its own clipping value,
+        and refuse (or skip) a non-finite update (:meth:`gradients_finite`).
 
-        Used by automatically optimized algorithms (DQN); PPO and SAC optimize manually and clip by hand.
+        Used by automatically optimized algorithms (DQN), where Lightning calls it between backward
+        and the optimizer step; PPO and SAC optimize manually and call :meth:`gradients_finite` by hand.
+        A skipped update leaves no gradients, so the optimizer step changes nothing.
         """
-        max_grad_norm = self.hparams.get("max_grad_norm")
-        if gradient_clip_val is None and max_grad_norm is not None:
-            gradient_clip_val, gradient_clip_algorithm = max_grad_norm, "norm"
-        self.clip_gradients(optimizer, gradient_clip_val, gradient_clip_algorithm)
+        if gradient_clip_val is not None:
+            self.clip_gradients(optimizer, gradient_clip_val, gradient_clip_algorithm)
+        self.gradients_finite(optimizer, self.update_losses, clip=gradient_clip_val is None)
+
+    def gradients_finite(
+        self, optimizer: torch.optim.Optimizer, losses: Any, clip_per_group: bool = False, clip: bool = True
+    ) -> bool:
+        """Clip the gradients to ``max_grad_norm`` (if set) and tell whether the update may go ahead.
+
+        Called after backward, when DDP has already averaged the gradients: a NaN on any rank
+        is then a NaN on every rank, so every rank takes the same decision without another
+        collective. Non-finite gradients (a NaN or inf loss always leads there) stop the run
+        with :class:`~rl_lightning.faults.NumericalFault` naming the loss terms and parameters
+        where they appeared, or, with ``on_nonfinite="skip"``, drop the gradients (Adam skips
+        parameters without one) and count the skipped update.
+
+        The norm is the one clipping computes anyway; without clipping, one fused norm over
+        the gradients (about 15 us for PPO's 64x64 actor-critic on one CPU thread).
+
+        Args:
+            optimizer: The optimizer about to step.
+            losses: The loss terms of this update (a mapping, NamedTuple or dataclass of
+                tensors), read only for the message.
+            clip_per_group: Clip each parameter group to the norm on its own (SAC's actor,
+                critics and temperature, as separate optimizers would).
+            clip: Clip to ``max_grad_norm``; ``False`` only checks (the Trainer clipped already).
+
+        Returns:
+            ``True`` when the optimizer should step.
+        """
+        max_norm = self.hparams.get("max_grad_norm") if clip else None
+        everything = [p for group in optimizer.param_groups for p in group["params"]]
+        groups = optimizer.param_groups if clip_per_group else [{"params": everything}]
+        norms = []
+        for group in groups:
+            grads = [p for p in group["params"] if p.grad is not None]
+            if not grads:
+                continue
+            if max_norm is None:
+                norms.append(torch.nn.utils.get_total_norm([p.grad for p in grads]))
+            else:
+                norms.append(torch.nn.utils.clip_grad_norm_(grads, max_norm))
+        if not norms:
+            return True
+        # One check (one device sync) of the sum of the norms and, in a single process, the
+        # losses (a NaN or inf in any addend makes the sum one): a NaN can sit in a loss without
+        # reaching the gradients. Under DDP only the averaged gradients are checked, the one
+        # thing every rank sees alike, so every rank decides the same.
+        total = norms[0] if len(norms) == 1 else torch.stack(norms).sum()
+        if self.trainer.world_size == 1:
+            for loss in _loss_tensors(losses):
+                total = total + loss.detach().reshape(())
+        if bool(total.isfinite()):
+            return True
+        where = self._nonfinite_report(optimizer, losses)
+        if self.hparams.get("on_nonfinite", "stop") == "stop":
+            raise NumericalFault(
+                f"{type(self).__name__}: non-finite {where} at gradient step {self.global_step} "
+                f"(env step {self.env_steps:,}, epoch {self.current_epoch}); the update was not applied. "
+                f"{self._last_good_checkpoint()} Fix: check the env's observations and rewards (env.obs_bound clips "
+                "observations), lower the learning rate, clip gradients (algo.max_grad_norm), or skip such updates "
+                "with algo.on_nonfinite=skip."
+            )
+        for group in optimizer.param_groups:
+            for param in group["params"]:
+                param.grad = None
+        self._skipped_updates += 1
+        return False
+
+    def _nonfinite_report(self, optimizer: torch.optim.Optimizer, losses: Any) -> str:
+        """Which loss terms and parameters' gradients hold a NaN or inf (the failure path only)."""
+        terms = _named_loss_tensors(losses)
+        bad_losses = [f"{name}={float(value):g}" for name, value in terms.items() if not torch.isfinite(value).all()]
+        names = {id(p): name for name, p in self.named_parameters()}
+        bad_params = [
+            names.get(id(p), "?")
+            for group in optimizer.param_groups
+            for p in group["params"]
+            if p.grad is not None and not torch.isfinite(p.grad).all()
+        ]
+        parts = []
+        if bad_losses:
+            parts.append(f"loss ({', '.join(bad_losses)})")
+        if bad_params:
+            shown = ", ".join(bad_params[:4]) + (f" and {len(bad_params) - 4} more" if len(bad_params) > 4 else "")
+            parts.append(f"gradients of {shown}")
+        return " and ".join(parts) or "gradient norm (overflow)"
+
+    def _last_good_checkpoint(self) -> str:
+        callback = self.trainer.checkpoint_callback if self._trainer is not None else None
+        path = getattr(callback, "last_model_path", "") or ""
+        if path and os.path.isfile(path):
+            return f"The last good checkpoint is {path}."
+        return "No checkpoint was written before it (set algo.save_interval to keep some)."
+
+    def pop_skipped_updates(self) -> dict[str, float]:
+        """``{"train/skipped_updates": n}`` since the last call, with ``on_nonfinite="skip"``; else nothing."""
+        if self.hparams.get("on_nonfinite", "stop") != "skip":
+            return {}
+        skipped, self._skipped_updates = self._skipped_updates, 0
+        return {"train/skipped_updates": float(skipped)}
 
     def anneal_lr(self, base_lr: float) -> None:
         """Set every optimizer's learning rate to ``base_lr`` times the unspent env-step budget fraction.
@@ -224,13 +371,17 @@ class RLModule(pl.LightningModule):
         return self._data_counter("steps_per_epoch")
 
     def configure_callbacks(self) -> Sequence[pl.Callback]:
-        """When fitting: the budget; with ``save_interval``, interval checkpoints and ``best.ckpt``."""
+        """When fitting: the budget, a checkpoint on interruption; with ``save_interval``, interval
+        checkpoints (the last ``keep_last`` kept) and ``best.ckpt``."""
         if self._trainer is None or self.trainer.state.fn != TrainerFn.FITTING:
             return []
         callbacks: list[pl.Callback] = [EnvStepBudget(self.total_timesteps)]
+        if not any(isinstance(c, Interruption) for c in self.trainer.callbacks):
+            callbacks.append(Interruption())
         if self.save_interval is not None:
             # Interval first: trainer.checkpoint_callback (the last.ckpt path) is the first one.
-            callbacks += [IntervalCheckpoint(self.save_interval), BestCheckpoint()]
+            keep_last = self.hparams.get("keep_last", 5)
+            callbacks += [IntervalCheckpoint(self.save_interval, keep_last=keep_last), BestCheckpoint()]
         return callbacks
 
     def on_fit_start(self) -> None:
@@ -239,6 +390,9 @@ class RLModule(pl.LightningModule):
 
     def log_rollout_metrics(self, rank_metrics: Mapping[str, float] | None = None) -> None:
         """Log ``rollout/`` and ``time/`` metrics of the rollout that fed this epoch, with the caller's own.
+
+        The env fault counters of the epoch (``rollout/env_restarts``, ``rollout/nonfinite_steps``,
+        ``rollout/obs_clipped``, see :class:`~rl_lightning.envs.EpisodeStats`) are summed over ranks.
 
         Args:
             rank_metrics: This rank's epoch scalars (e.g. PPO's ``train/`` means), averaged over ranks.
@@ -256,11 +410,19 @@ class RLModule(pl.LightningModule):
         # (ranks finish different numbers of them). Explained variance over the ranks where it
         # is defined (NaN where returns did not vary, and always off-policy).
         rank_metrics["time/rollout_seconds"] = rollout.rollout_seconds
-        returns, lengths = np.asarray(rollout.episodes.returns), np.asarray(rollout.episodes.lengths)
+        episodes = rollout.episodes
+        returns, lengths = np.asarray(episodes.returns), np.asarray(episodes.lengths)
         ev = rollout.explained_variance
-        sums = self._global_sums([len(returns), returns.sum(), lengths.sum(), not math.isnan(ev), np.nan_to_num(ev)])
-        total, return_sum, length_sum, ev_count, ev_sum = sums.tolist()
+        faults = [episodes.env_restarts, episodes.nonfinite_steps, episodes.obs_clipped]
+        sums = self._global_sums(
+            [len(returns), returns.sum(), lengths.sum(), not math.isnan(ev), np.nan_to_num(ev), *faults]
+        )
+        total, return_sum, length_sum, ev_count, ev_sum, restarts, nonfinite, clipped = sums.tolist()
         global_metrics = {"train/explained_variance": ev_sum / ev_count} if ev_count else {}
+        # Counts of env fault events this epoch, over all ranks (envs/env_group.py).
+        global_metrics["rollout/env_restarts"] = restarts
+        global_metrics["rollout/nonfinite_steps"] = nonfinite
+        global_metrics["rollout/obs_clipped"] = clipped
         if total:
             global_metrics["rollout/episode_return"] = return_sum / total
             global_metrics["rollout/episode_length"] = length_sum / total
@@ -343,6 +505,9 @@ class RLModule(pl.LightningModule):
 
     def on_validation_epoch_end(self) -> None:
         self._end_evaluation()
+        # Interval checkpoints are named from callback_metrics["step"] at validation end, which
+        # comes before this epoch's on_train_epoch_end logging: keep it the current env-step count.
+        self.trainer.callback_metrics["step"] = torch.tensor(float(self.env_steps))
 
     def on_test_epoch_end(self) -> None:
         self._end_evaluation()
@@ -350,23 +515,33 @@ class RLModule(pl.LightningModule):
     # ---------------------------------------------------------------- checkpoints
     @classmethod
     def load_from_checkpoint(cls, checkpoint_path, *args, **kwargs):
-        """Load a model from a checkpoint; a corrupt or truncated file gets a clear error.
+        """Load a model from a checkpoint; a missing, corrupt or unfitting file gets one clear error.
 
         Args:
             checkpoint_path: Path of a checkpoint written by this library.
             *args: Passed to ``LightningModule.load_from_checkpoint``.
             **kwargs: Passed on too (e.g. ``map_location``, or ``actor``/``critic`` modules
-                that were not saved in the hyperparameters).
+                that were not saved in the hyperparameters); settings given here replace the
+                checkpoint's.
+
+        Raises:
+            FileNotFoundError: The file does not exist.
+            ValueError: It is not a complete checkpoint archive, or :meth:`on_load_checkpoint`
+                refuses it (the message names the file and the fix).
         """
         path = os.fspath(checkpoint_path) if isinstance(checkpoint_path, (str, os.PathLike)) else None
-        if path is not None and os.path.isfile(path) and not zipfile.is_zipfile(path):
-            # torch.save writes a zip archive; anything else is a partial write or another file.
-            raise ValueError(
-                f"Cannot read checkpoint '{path}': it is not a complete checkpoint archive (a write "
-                "may have been interrupted, or it is another kind of file). Load an earlier checkpoint "
-                "from the same directory instead."
-            )
-        return super().load_from_checkpoint(checkpoint_path, *args, **kwargs)
+        if path is not None:
+            check_checkpoint_file(path)  # missing, or not a complete archive (a torn write, another file)
+        # on_load_checkpoint has no trainer here to ask for the file's name or the strictness, and
+        # Lightning has written the settings given here over the checkpoint's by then.
+        overrides = {
+            k: v for k, v in kwargs.items() if k not in ("map_location", "hparams_file", "strict", "weights_only")
+        }
+        token = _LOADING.set({"path": path, "strict": kwargs.get("strict") is not False, "overrides": overrides})
+        try:
+            return super().load_from_checkpoint(checkpoint_path, *args, **kwargs)
+        finally:
+            _LOADING.reset(token)
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         """Store the algorithm and env spaces so the policy can be rebuilt without envs."""
@@ -379,16 +554,142 @@ class RLModule(pl.LightningModule):
         }
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        """Rebuild the policy from the stored spaces before the weights are loaded."""
+        """Rebuild the policy from the stored spaces before the weights are loaded.
+
+        Everything is checked here, before Lightning loads a tensor or the data module's
+        counters, so a refused checkpoint leaves the run (and the file) as it was.
+
+        Raises:
+            ValueError: Naming the file and the fix when the checkpoint was not written by
+                rl_lightning, holds another algorithm, was trained on other observation or
+                action spaces than this model's env, or its weights do not fit this model's
+                settings (the settings that differ are listed).
+        """
+        name = type(self).__name__
+        path = _checkpoint_path(self)
+        where = f"Checkpoint '{path}'" if path else "This checkpoint"
         meta = checkpoint.get(CHECKPOINT_KEY)
         if meta is None:
             raise ValueError(
-                "This checkpoint was not written by rl_lightning (it has no 'rl_lightning' entry); "
-                f"load it with the class that wrote it, not {type(self).__name__}."
+                f"{where} was not written by rl_lightning (it has no '{CHECKPOINT_KEY}' entry), so {name} cannot "
+                "rebuild its policy from it. Load it with the class that wrote it, or pass a checkpoint from an "
+                "rl_lightning run's checkpoints/ directory."
             )
-        if meta["algorithm"] != type(self).__name__:
+        algorithm = meta["algorithm"]
+        if algorithm != name:
             raise ValueError(
-                f"This checkpoint holds a {meta['algorithm']} model; load it with "
-                f"{meta['algorithm']}.load_from_checkpoint, not {type(self).__name__}."
+                f"{where} holds a {algorithm} model, not a {name} one. Load it with {algorithm}.load_from_checkpoint "
+                f"(Hydra: algo={algorithm.lower()}; CLI: --model {algorithm}), or pass a {name} checkpoint."
             )
-        self._ensure_policy(space_from_dict(meta["observation_space"]), space_from_dict(meta["action_space"]))
+        spaces = (space_from_dict(meta["observation_space"]), space_from_dict(meta["action_space"]))
+        if self.policy is not None and self._spaces != spaces:
+            raise ValueError(_spaces_mismatch(self, where, checkpoint, spaces))
+        self._ensure_policy(*spaces)
+        problem = _weights_mismatch(self, checkpoint)
+        if problem is not None:
+            raise ValueError(f"{where} does not fit this {name}: {problem}")
+
+
+#: The file and strictness of a ``load_from_checkpoint`` in progress (no trainer holds them there).
+_LOADING: contextvars.ContextVar[dict[str, Any] | None] = contextvars.ContextVar("rl_lightning_loading", default=None)
+
+
+def _checkpoint_path(module: RLModule) -> str | None:
+    """The file being loaded: the trainer's ``ckpt_path`` (fit/validate/test) or ``load_from_checkpoint``'s."""
+    trainer = module._trainer
+    path = trainer.ckpt_path if trainer is not None else (_LOADING.get() or {}).get("path")
+    return None if path is None else os.fspath(path)
+
+
+def _describe_space(space: gym.Space) -> str:
+    if isinstance(space, gym.spaces.Box):
+        return f"Box{tuple(space.shape)}"
+    if isinstance(space, gym.spaces.Discrete):
+        return f"Discrete({int(space.n)})"
+    return str(space)
+
+
+def _spaces_mismatch(module: RLModule, where: str, checkpoint: dict[str, Any], spaces: tuple) -> str:
+    """Explain a checkpoint trained on other spaces than the env this model was built for."""
+    saved_env = (checkpoint.get("datamodule_hyper_parameters") or {}).get("env")
+    datamodule = getattr(module._trainer, "datamodule", None) if module._trainer else None
+    env = getattr(datamodule, "hparams", {}).get("env") or "the data module's env"
+    saved = f"{_describe_space(spaces[0])} observations, {_describe_space(spaces[1])} actions"
+    own = f"{_describe_space(module._spaces[0])} observations, {_describe_space(module._spaces[1])} actions"
+    return (
+        f"{where} was trained on {saved_env or 'another env'} ({saved}), but this {type(module).__name__} was "
+        f"built for {env} ({own}). Give the data module the env the "
+        f"checkpoint was trained on{f' (env={saved_env!r})' if saved_env else ''}, or train from scratch without "
+        "the checkpoint."
+    )
+
+
+def _plain_value(value: Any) -> Any:
+    if isinstance(value, (list, tuple)):
+        return [_plain_value(v) for v in value]
+    if isinstance(value, Mapping):
+        return {k: _plain_value(v) for k, v in value.items()}
+    return value
+
+
+def _saved_hparams(checkpoint: dict[str, Any], loading: dict[str, Any]) -> dict[str, Any]:
+    """The checkpoint's own settings (``load_from_checkpoint`` has written the ones it was given over them)."""
+    hparams = dict(checkpoint.get("hyper_parameters") or {})
+    overrides, path = loading.get("overrides") or {}, loading.get("path")
+    if overrides and path:
+        try:  # only on the way to an error: mmap reads the settings without the tensors
+            original = torch.load(path, map_location="cpu", weights_only=True, mmap=True).get("hyper_parameters")
+        except Exception:  # noqa: BLE001 - then the settings given are compared as they are
+            original = None
+        for key in overrides:
+            if original and key in original:
+                hparams[key] = original[key]
+    return hparams
+
+
+def _weights_mismatch(module: RLModule, checkpoint: dict[str, Any]) -> str | None:
+    """Why the checkpoint's ``state_dict`` cannot load into ``module`` (``None`` if it can).
+
+    Compared before loading, so the user gets the settings that differ rather than PyTorch's
+    list of tensors. Tensors whose shapes differ always refuse the load; entries present on
+    one side only do when the settings differ too (otherwise a subclass may still rename
+    them, as SAC does for old checkpoints, or the load is not strict).
+    """
+    saved = checkpoint.get("state_dict") or {}
+    own = module.state_dict()
+    shapes = [
+        (key, tuple(saved[key].shape), tuple(value.shape))
+        for key, value in own.items()
+        if key in saved and hasattr(saved[key], "shape") and tuple(saved[key].shape) != tuple(value.shape)
+    ]
+    if not shapes and set(saved) == set(own):
+        return None
+    loading = _LOADING.get() or {}
+    saved_hparams = _saved_hparams(checkpoint, loading)
+    differ = [
+        (key, _plain_value(saved_hparams[key]), _plain_value(value))
+        for key, value in module.hparams.items()
+        if not key.startswith("_") and key in saved_hparams and _plain_value(saved_hparams[key]) != _plain_value(value)
+    ]
+    if not shapes and not (differ and module.strict_loading and loading.get("strict", True)):
+        return None
+    name = type(module).__name__
+    given = [key for key, _, _ in differ if key in (loading.get("overrides") or {})]
+    if given:
+        settings = "; ".join(f"{key}: checkpoint {old!r}, given {new!r}" for key, old, new in differ if key in given)
+        return (
+            f"it was trained with other settings than those given to {name}.load_from_checkpoint ({settings}). "
+            f"Drop {', '.join(f'{key}=...' for key in given)}: load_from_checkpoint takes the settings from the "
+            "checkpoint."
+        )
+    if differ:
+        settings = "; ".join(f"{key}: checkpoint {old!r}, this model {new!r}" for key, old, new in differ)
+        return (
+            f"it was trained with other settings ({settings}). Build the model with the checkpoint's settings, "
+            f"or load it with {name}.load_from_checkpoint(path), which takes them from the checkpoint."
+        )
+    tensors = "; ".join(f"{key}: checkpoint {old}, this model {new}" for key, old, new in shapes[:3])
+    return (
+        f"tensor shapes differ ({tensors}{'; ...' if len(shapes) > 3 else ''}). Build the model with the "
+        "networks the checkpoint was trained with (pass the same actor/critic modules)."
+    )

@@ -47,6 +47,8 @@ class DQN(RLModule):
             unless the Trainer sets its own ``gradient_clip_val``; ``None`` disables it.
         total_timesteps: Environment-step budget over all ranks.
         save_interval: Epochs between checkpoints (``None``: the Trainer decides).
+        keep_last: Interval checkpoints kept on disk (``None``: all).
+        on_nonfinite: ``"stop"`` or ``"skip"`` on a NaN or inf (see :class:`~rl_lightning.algos.RLModule`).
     """
 
     datamodule_class = ReplayDataModule
@@ -67,8 +69,10 @@ class DQN(RLModule):
         max_grad_norm: float | None = 10.0,
         total_timesteps: int = 100_000,
         save_interval: int | None = None,
+        keep_last: int | None = 5,
+        on_nonfinite: str = "stop",
     ):
-        super().__init__(total_timesteps=total_timesteps, save_interval=save_interval)
+        super().__init__(total_timesteps, save_interval, keep_last, on_nonfinite)
         check_positive(lr=lr)
         check_unit_interval("gamma", gamma, open_low=True)
         check_unit_interval("tau", tau, open_low=True)
@@ -119,6 +123,7 @@ class DQN(RLModule):
         hp = self.hparams
         terms = dqn_loss(self.policy, self.target_net, batch, hp.gamma, hp.double_dqn, hp.loss_function)
         self._train_terms.append(torch.stack([terms.loss.detach(), terms.q_value, terms.td_error]))
+        self.update_losses = terms  # named in the message if the gradients turn out non-finite
         return terms.loss
 
     def on_train_batch_end(self, outputs, batch, batch_idx: int) -> None:
@@ -142,4 +147,4 @@ class DQN(RLModule):
             means = torch.stack(self._train_terms).mean(0)
             self._train_terms = []
             metrics.update({f"train/{name}": means[i] for i, name in enumerate(_TRAIN_METRICS)})
-        self.log_rollout_metrics(metrics)
+        self.log_rollout_metrics({**metrics, **self.pop_skipped_updates()})

@@ -19,6 +19,7 @@ from torch import nn
 from rl_lightning.algos.base import RLModule, adam, check_hidden_sizes, check_non_negative, check_positive
 from rl_lightning.algos.ppo_loss import minibatch_loss
 from rl_lightning.data import RolloutDataModule
+from rl_lightning.faults import interrupt_request
 from rl_lightning.nets import ActorCritic
 
 _TRAIN_METRICS = ("policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction")
@@ -47,6 +48,8 @@ class PPO(RLModule):
         init_log_std: Initial log standard deviation for continuous actions.
         total_timesteps: Environment-step budget over all ranks.
         save_interval: Epochs between checkpoints (``None``: the Trainer decides).
+        keep_last: Interval checkpoints kept on disk (``None``: all).
+        on_nonfinite: ``"stop"`` or ``"skip"`` on a NaN or inf (see :class:`~rl_lightning.algos.RLModule`).
         actor: Optional actor network (normalized obs -> logits or means); not saved in
             hyperparameters, so pass it again to ``load_from_checkpoint``.
         critic: Optional critic network (normalized obs -> value ``[B, 1]``); likewise.
@@ -69,10 +72,12 @@ class PPO(RLModule):
         init_log_std: float = 0.0,
         total_timesteps: int = 500_000,
         save_interval: int | None = None,
+        keep_last: int | None = 5,
+        on_nonfinite: str = "stop",
         actor: nn.Module | None = None,
         critic: nn.Module | None = None,
     ):
-        super().__init__(total_timesteps=total_timesteps, save_interval=save_interval)
+        super().__init__(total_timesteps, save_interval, keep_last, on_nonfinite)
         self.automatic_optimization = False  # the update phase runs inside training_step
         check_positive(lr=lr, clip_coef=clip_coef)
         check_non_negative(ent_coef=ent_coef, vf_coef=vf_coef)
@@ -128,11 +133,12 @@ class PPO(RLModule):
             )
             optimizer.zero_grad(set_to_none=True)
             self.manual_backward(terms.loss)
-            if hp.max_grad_norm is not None:
-                self.clip_gradients(optimizer, gradient_clip_val=hp.max_grad_norm, gradient_clip_algorithm="norm")
-            optimizer.step()
+            # Clips to max_grad_norm and refuses (or, by option, skips) a NaN or inf update.
+            if self.gradients_finite(optimizer, terms):
+                optimizer.step()
             # Logged once per epoch from these (self.log on every step costs ~1 ms each).
             self._train_terms.append(torch.stack([getattr(terms, name) for name in _TRAIN_METRICS]))
+            interrupt_request.check()  # a signal stops the update phase between minibatches
 
     def on_train_epoch_end(self) -> None:
         train = {}
@@ -141,4 +147,4 @@ class PPO(RLModule):
             self._train_terms = []
             train = {f"train/{name}": means[i] for i, name in enumerate(_TRAIN_METRICS)}
             train["train/lr"] = self.optimizers().param_groups[0]["lr"]
-        self.log_rollout_metrics(train)
+        self.log_rollout_metrics({**train, **self.pop_skipped_updates()})

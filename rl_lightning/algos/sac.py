@@ -44,6 +44,8 @@ class SAC(RLModule):
         max_grad_norm: Gradient-norm clip applied to each optimizer's parameters; ``None`` disables.
         total_timesteps: Environment-step budget over all ranks.
         save_interval: Epochs between checkpoints (``None``: the Trainer decides).
+        keep_last: Interval checkpoints kept on disk (``None``: all).
+        on_nonfinite: ``"stop"`` or ``"skip"`` on a NaN or inf (see :class:`~rl_lightning.algos.RLModule`).
     """
 
     datamodule_class = ReplayDataModule
@@ -61,8 +63,10 @@ class SAC(RLModule):
         max_grad_norm: float | None = None,
         total_timesteps: int = 100_000,
         save_interval: int | None = None,
+        keep_last: int | None = 5,
+        on_nonfinite: str = "stop",
     ):
-        super().__init__(total_timesteps=total_timesteps, save_interval=save_interval)
+        super().__init__(total_timesteps, save_interval, keep_last, on_nonfinite)
         check_positive(actor_lr=actor_lr, critic_lr=critic_lr, alpha_lr=alpha_lr, init_alpha=init_alpha)
         check_unit_interval("gamma", gamma, open_low=True)
         check_unit_interval("tau", tau, open_low=True)
@@ -127,11 +131,11 @@ class SAC(RLModule):
         # The three losses touch disjoint parameters (sac_loss detaches the critics inside the
         # actor loss and the log-probs inside the temperature loss): one backward serves all.
         self.manual_backward(terms.loss_qvalue + terms.loss_actor + terms.loss_alpha)
-        if self.hparams.max_grad_norm is not None:  # each group's norm on its own, as per optimizer
-            for group in optimizer.param_groups:
-                torch.nn.utils.clip_grad_norm_(group["params"], self.hparams.max_grad_norm)
-        optimizer.step()
-        self.update_targets()
+        # Each group clipped on its own, as separate optimizers would; a NaN or inf update is
+        # refused (or, by option, skipped together with its target update).
+        if self.gradients_finite(optimizer, terms, clip_per_group=True):
+            optimizer.step()
+            self.update_targets()
         self._train_terms.append(torch.stack([t.detach() for t in terms]))
 
     @torch.no_grad()
@@ -154,7 +158,7 @@ class SAC(RLModule):
             means = torch.stack(self._train_terms).mean(0).tolist()
             self._train_terms = []
             metrics = {f"train/{name}": means[i] for i, name in enumerate(_TRAIN_METRICS)}
-        self.log_rollout_metrics(metrics)
+        self.log_rollout_metrics({**metrics, **self.pop_skipped_updates()})
 
 
 def clear_grads(optimizer: torch.optim.Optimizer) -> None:

@@ -2,16 +2,19 @@
 
 from rl_lightning.callbacks.actor_sync import ActorSync
 from rl_lightning.callbacks.budget import EnvStepBudget
-from rl_lightning.callbacks.checkpoint import BestCheckpoint, IntervalCheckpoint
+from rl_lightning.callbacks.checkpoint import AtomicCheckpointIO, BestCheckpoint, IntervalCheckpoint
+from rl_lightning.callbacks.interrupt import Interruption
 from rl_lightning.callbacks.offload import OptimizerOffload
 from rl_lightning.callbacks.progress import EnvStepProgressBar
 from rl_lightning.callbacks.timing import PhaseTimer
 
 __all__ = [
     "ActorSync",
+    "AtomicCheckpointIO",
     "BestCheckpoint",
     "EnvStepBudget",
     "EnvStepProgressBar",
+    "Interruption",
     "IntervalCheckpoint",
     "OptimizerOffload",
     "PhaseTimer",

@@ -1,10 +1,19 @@
-"""Interval checkpoints, a ``last.ckpt`` that always holds the final state, and ``best.ckpt``."""
+"""Interval checkpoints (the last ``keep_last`` kept), a ``last.ckpt`` that always holds the final state,
+``best.ckpt``, and atomic checkpoint writes."""
 
 from __future__ import annotations
 
+import contextlib
 import os
+import re
+import tempfile
+import zipfile
+from typing import Any
 
 import lightning.pytorch as pl
+import torch
+from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
+from lightning.fabric.utilities.types import _PATH
 from lightning.pytorch.callbacks import ModelCheckpoint
 
 
@@ -12,6 +21,10 @@ def run_checkpoint_dir(trainer: pl.Trainer) -> str:
     """``<trainer.log_dir>/checkpoints``: the same for every logger kind (ModelCheckpoint's own
     default nests a W&B run under project/run-id), so a run keeps its checkpoints in one place."""
     return os.path.join(trainer.log_dir or trainer.default_root_dir, "checkpoints")
+
+
+#: ``epoch=E-env_steps=S.ckpt``, the names ``IntervalCheckpoint`` writes (``-vN`` when a name repeats).
+_NUMBERED = re.compile(r"epoch=(\d+)-env_steps=(\d+)(?:-v\d+)?\.ckpt")
 
 
 class IntervalCheckpoint(ModelCheckpoint):
@@ -24,16 +37,25 @@ class IntervalCheckpoint(ModelCheckpoint):
 
     Files are named ``epoch=E-env_steps=S.ckpt``: the modules log ``step`` as the env-step
     count (the x-axis of every logger), which ``ModelCheckpoint`` reads for ``{step}``.
+    Only the ``keep_last`` most recent numbered checkpoints stay on disk (``last.ckpt`` and
+    ``best.ckpt`` are not counted), so a long run's disk use is bounded.
 
     Args:
         save_interval: Epochs between numbered checkpoints.
+        keep_last: Numbered checkpoints kept (the newest); ``None`` keeps all of them.
         dirpath: Directory; ``None`` uses ``<trainer.log_dir>/checkpoints``: the first
             logger's directory (a W&B logger's ``save_dir``), or ``default_root_dir``.
         **kwargs: Passed to ``ModelCheckpoint``.
     """
 
-    def __init__(self, save_interval: int = 1, dirpath: str | None = None, **kwargs):
+    def __init__(self, save_interval: int = 1, dirpath: str | None = None, keep_last: int | None = None, **kwargs):
+        if keep_last is not None and (not isinstance(keep_last, int) or isinstance(keep_last, bool) or keep_last <= 0):
+            raise ValueError(f"keep_last must be a positive integer or None (keep all), got {keep_last!r}.")
+        self.keep_last = keep_last
         kwargs.setdefault("save_top_k", -1)
+        # One last.ckpt, overwritten: a resumed run (whose last.ckpt the interruption wrote)
+        # must not start a last-v1.ckpt beside it.
+        kwargs.setdefault("enable_version_counter", False)
         kwargs.setdefault("filename", "epoch={epoch}-env_steps={step}")
         kwargs.setdefault("auto_insert_metric_name", False)
         super().__init__(dirpath=dirpath, every_n_epochs=save_interval, save_last=True, **kwargs)
@@ -42,6 +64,20 @@ class IntervalCheckpoint(ModelCheckpoint):
         if self.dirpath is None:
             self.dirpath = run_checkpoint_dir(trainer)
         super().setup(trainer, pl_module, stage)
+
+    def _save_none_monitor_checkpoint(self, trainer: pl.Trainer, monitor_candidates: dict) -> None:
+        super()._save_none_monitor_checkpoint(trainer, monitor_candidates)
+        if self.keep_last is None or not trainer.is_global_zero:
+            return
+        # Read from the directory rather than kept in memory, so a resumed run prunes what
+        # the interrupted one wrote too.
+        numbered = sorted(
+            (int(m.group(2)), int(m.group(1)), name)
+            for name in os.listdir(self.dirpath)
+            if (m := _NUMBERED.fullmatch(name))
+        )
+        for _, _, name in numbered[: -self.keep_last]:
+            self._remove_checkpoint(trainer, os.path.join(self.dirpath, name))
 
     def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if trainer.fast_dev_run or trainer.sanity_checking or self.dirpath is None:
@@ -86,3 +122,77 @@ class BestCheckpoint(ModelCheckpoint):
         # Before the first evaluation there is nothing to compare (ModelCheckpoint would warn).
         if self.monitor in monitor_candidates:
             super()._save_topk_checkpoint(trainer, monitor_candidates)
+
+
+class AtomicCheckpointIO(TorchCheckpointIO):
+    """Checkpoint files that are either the previous version or the complete new one, never a torn write.
+
+    The checkpoint is serialized to a temporary file next to its destination, flushed to
+    disk (``fsync``) and renamed over it (``os.replace``, atomic on POSIX and Windows). A
+    crash or a kill at any moment leaves the previous file intact. Lightning's own writer
+    stages the bytes in the system temp directory and moves them: when the run directory is
+    on another filesystem (a scratch or network disk), that move is a copy, and a kill
+    during it leaves a partial file under the checkpoint's name.
+
+    Loading names the file and the fix when it is missing or is not a complete archive.
+    Remote paths (``s3://...``) go through Lightning's writer unchanged.
+
+    Installed by :func:`install_atomic_checkpoint_io` when an algorithm is set up.
+    """
+
+    def save_checkpoint(self, checkpoint: dict[str, Any], path: _PATH, storage_options: Any = None) -> None:
+        path = os.fspath(path)
+        if "://" in path or storage_options is not None:
+            super().save_checkpoint(checkpoint, path, storage_options)
+            return
+        directory = os.path.dirname(os.path.abspath(path))
+        os.makedirs(directory, exist_ok=True)
+        # Not ending in .ckpt: nothing that globs the directory for checkpoints picks it up.
+        fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp", dir=directory)
+        try:
+            with os.fdopen(fd, "wb") as f:
+                torch.save(checkpoint, f)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.remove(tmp)
+            raise
+
+    def load_checkpoint(
+        self, path: _PATH, map_location: Any = lambda storage, loc: storage, weights_only: bool | None = None
+    ) -> dict[str, Any]:
+        check_checkpoint_file(path)
+        return super().load_checkpoint(path, map_location=map_location, weights_only=weights_only)
+
+
+def check_checkpoint_file(path: _PATH) -> None:
+    """Raise a clear error unless ``path`` is an existing, complete checkpoint archive (local paths only).
+
+    Raises:
+        FileNotFoundError: The file does not exist.
+        ValueError: It is not a zip archive (``torch.save``'s format): a torn write or another kind of file.
+    """
+    path = os.fspath(path)
+    if "://" in path:
+        return
+    if not os.path.isfile(path):
+        raise FileNotFoundError(
+            f"Checkpoint '{path}' does not exist. Pass the path of a .ckpt file from a run's checkpoints/ directory."
+        )
+    if not zipfile.is_zipfile(path):
+        raise ValueError(
+            f"Cannot read checkpoint '{path}': it is not a complete checkpoint archive (a write may have "
+            "been interrupted, or it is another kind of file). Use an earlier checkpoint from the same directory."
+        )
+
+
+def install_atomic_checkpoint_io(trainer: pl.Trainer) -> None:
+    """Make the trainer's strategy write checkpoints atomically, unless the user chose a checkpoint IO.
+
+    Only Lightning's default (``TorchCheckpointIO``) is replaced; strategies that write their
+    own sharded checkpoints (DeepSpeed, FSDP) keep theirs.
+    """
+    if type(trainer.strategy.checkpoint_io) is TorchCheckpointIO:
+        trainer.strategy.checkpoint_io = AtomicCheckpointIO()

@@ -22,7 +22,9 @@ from torch.utils.data import DataLoader
 from rl_lightning.data.evaluation import EvaluationDataset
 from rl_lightning.data.rollout import RolloutCounters
 from rl_lightning.envs import EnvGroup, check_env_id, resolve_object_sets
+from rl_lightning.envs.checks import ON_NONFINITE, check_value_options
 from rl_lightning.envs.env_group import VECTORIZATION
+from rl_lightning.envs.restart import check_max_env_restarts
 
 # The data streams must run in the trainer's process, next to the policy they act with,
 # and their length is exact: Lightning's advice to add dataloader workers does not apply.
@@ -86,6 +88,16 @@ class EnvDataModule(pl.LightningDataModule):
         eval_num_envs: Envs per evaluation group; ``None`` takes ``min(eval_episodes, 8)``.
         eval_deterministic: Evaluate the mode of the policy rather than samples.
         eval_max_episode_steps: Time limit for evaluation envs; ``None`` keeps the registered one.
+        max_env_restarts: How many times in a row one env may be recreated after raising in
+            ``step`` or ``reset`` (or the async workers rebuilt after one died) without an
+            episode finishing in between; one more stops the run with
+            :class:`~rl_lightning.faults.EnvFault`. 0 never recreates. Recreations are
+            logged as ``rollout/env_restarts``.
+        obs_bound: Bound on the absolute value of observations; ``None`` checks only that
+            they are finite.
+        obs_bound_mode: ``"clip"``: clip observations to ``[-obs_bound, obs_bound]``
+            (counted in ``rollout/obs_clipped``); ``"reject"``: treat a value outside the
+            bound like a non-finite one (the algorithm's ``on_nonfinite`` decides).
     """
 
     def __init__(
@@ -103,9 +115,14 @@ class EnvDataModule(pl.LightningDataModule):
         eval_num_envs: int | None,
         eval_deterministic: bool,
         eval_max_episode_steps: int | None,
+        max_env_restarts: int = 3,
+        obs_bound: float | None = None,
+        obs_bound_mode: str = "clip",
     ):
         super().__init__()
         check_env_id(env)
+        check_max_env_restarts(max_env_restarts)
+        check_value_options(obs_bound, obs_bound_mode)
         for name in ("num_envs", "eval_interval", "eval_episodes"):
             check_positive_int(name, locals()[name])
         for name in ("max_episode_steps", "eval_max_episode_steps", "eval_num_envs"):
@@ -144,13 +161,33 @@ class EnvDataModule(pl.LightningDataModule):
             max_episode_steps=max_episode_steps,
             vectorization=hp.vectorization,
             seed=seed,
+            # .get: checkpoints of earlier versions hold none of these.
+            max_env_restarts=hp.get("max_env_restarts", 3),
+            obs_bound=hp.get("obs_bound"),
+            obs_bound_mode=hp.get("obs_bound_mode", "clip"),
+            on_nonfinite=self._on_nonfinite(),
         )
 
+    def _on_nonfinite(self) -> str:
+        """The algorithm's ``on_nonfinite`` (``"stop"`` without a trainer or where it has none)."""
+        module = self.trainer.lightning_module if self.trainer is not None else None
+        value = module.hparams.get("on_nonfinite", "stop") if module is not None else "stop"
+        if value not in ON_NONFINITE:
+            raise ValueError(f"on_nonfinite must be one of {ON_NONFINITE}, got {value!r} (Hydra: algo.on_nonfinite).")
+        return value
+
     def setup(self, stage: str) -> None:
-        """Build the envs this stage needs (once); training envs only for ``fit``."""
+        """Build the envs this stage needs (once); training envs only for ``fit``.
+
+        Envs built by an earlier stage take the current algorithm's ``on_nonfinite``.
+        """
         hp = self.hparams
         if self.trainer is not None:
             self.rank, self.world_size = self.trainer.global_rank, self.trainer.world_size
+        on_nonfinite = self._on_nonfinite()
+        for envs in [self.train_envs, *self.eval_envs.values()]:
+            if envs is not None:
+                envs.on_nonfinite = on_nonfinite
         if hp.eval_episodes < self.world_size:
             raise ValueError(
                 f"eval_episodes={hp.eval_episodes} is smaller than the {self.world_size} ranks; "

@@ -40,6 +40,13 @@ class RolloutDataModule(EnvDataModule):
         eval_num_envs: Envs per evaluation group; ``None`` takes ``min(eval_episodes, 8)``.
         eval_deterministic: Evaluate the mode of the policy rather than samples.
         eval_max_episode_steps: Time limit for evaluation envs; ``None`` keeps the registered one.
+        max_env_restarts: Times in a row one env may be recreated after raising (or the async
+            workers rebuilt after one died) without an episode finishing in between; one
+            more stops the run with ``EnvFault``. 0 never recreates.
+        obs_bound: Bound on the absolute value of observations; ``None`` checks only that
+            they are finite (the algorithm's ``on_nonfinite`` decides what a NaN does).
+        obs_bound_mode: ``"clip"`` observations to the bound (counted), or ``"reject"`` them
+            like non-finite ones.
     """
 
     def __init__(
@@ -62,6 +69,9 @@ class RolloutDataModule(EnvDataModule):
         eval_num_envs: int | None = None,
         eval_deterministic: bool = True,
         eval_max_episode_steps: int | None = None,
+        max_env_restarts: int = 3,
+        obs_bound: float | None = None,
+        obs_bound_mode: str = "clip",
     ):
         for name in ("rollout_steps", "update_epochs", "num_minibatches"):
             check_positive_int(name, locals()[name])
@@ -87,6 +97,9 @@ class RolloutDataModule(EnvDataModule):
             eval_num_envs,
             eval_deterministic,
             eval_max_episode_steps,
+            max_env_restarts=max_env_restarts,
+            obs_bound=obs_bound,
+            obs_bound_mode=obs_bound_mode,
         )
         self.generator = torch.Generator().manual_seed(seed)
         self._train_dataset: RolloutDataset | None = None

@@ -18,6 +18,7 @@ from torch.utils.data import IterableDataset
 from rl_lightning.data.protocol import RolloutPolicy
 from rl_lightning.data.rollout import to_env_action
 from rl_lightning.envs import EnvGroup, EpisodeStats
+from rl_lightning.faults import interrupt_request
 
 
 def episodes_per_env(episodes: int, num_envs: int) -> np.ndarray:
@@ -52,6 +53,7 @@ def evaluate(
     envs.pop_stats()
     result = EpisodeStats()
     while (done_count < quota).any():
+        interrupt_request.check()  # a signal stops evaluation between steps (callbacks/interrupt.py)
         action = policy.act(torch.as_tensor(obs, dtype=torch.float32, device=device), deterministic)[0]
         step = envs.step(to_env_action(action, envs.action_space))
         obs = step.obs

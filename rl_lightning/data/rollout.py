@@ -23,6 +23,7 @@ from torchrl.objectives.value.functional import generalized_advantage_estimate
 
 from rl_lightning.data.protocol import RolloutPolicy
 from rl_lightning.envs import EnvGroup, EpisodeStats
+from rl_lightning.faults import interrupt_request
 
 #: Rows per batched forward pass when a rollout's log-probabilities and values are computed.
 EVAL_CHUNK = 8192
@@ -230,6 +231,9 @@ class RolloutDataset(IterableDataset):
         actions = []
         final_steps, final_obs = [], []  # where episodes were truncated, and their final observations
         for t in range(T):
+            # A signal stops the rollout here; its steps are not counted, so a resumed run
+            # spends the budget exactly once (callbacks/interrupt.py).
+            interrupt_request.check()
             obs_buf[t] = obs
             t0 = clock()
             action = policy.explore(torch.from_numpy(obs_buf[t]).to(device), self.counters.env_steps)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shlex
 import time
 import warnings
 from typing import Any
@@ -19,8 +20,10 @@ from lightning.pytorch.utilities import rank_zero_only
 from omegaconf import DictConfig, OmegaConf
 
 from rl_lightning.callbacks import ActorSync, BestCheckpoint
+from rl_lightning.callbacks.checkpoint import check_checkpoint_file, run_checkpoint_dir
 from rl_lightning.data import ReplayDataModule
-from rl_lightning.launch.errors import ConfigError, explain_build_error
+from rl_lightning.faults import EnvFault, NumericalFault, TrainingInterrupted
+from rl_lightning.launch.errors import ConfigError, explain_build_error, explain_run_error
 from rl_lightning.launch.summary import RunSummary
 
 # Loggers share the run directory with Hydra's files; nothing of theirs is deleted.
@@ -67,6 +70,22 @@ def build_trainer(cfg: DictConfig, loggers: list, callbacks: list) -> pl.Trainer
 
 
 @contextlib.contextmanager
+def explained_run_errors(cfg: DictConfig):
+    """Turn the library's refusals while a run starts (spaces an algorithm cannot handle, the wrong data
+    module, a checkpoint that does not fit) into a :class:`ConfigError`; faults of a running
+    run (interruption, env or numerical faults) and bugs pass through unchanged."""
+    try:
+        yield
+    except (TrainingInterrupted, EnvFault, NumericalFault, ConfigError):
+        raise
+    except Exception as err:
+        message = explain_run_error(err, cfg)
+        if message is None:
+            raise
+        raise ConfigError(message) from None
+
+
+@contextlib.contextmanager
 def explained_errors(cfg: DictConfig):
     """Turn a config mistake raised while building objects into a :class:`ConfigError` naming the key and the fix."""
     try:
@@ -106,7 +125,8 @@ def warm_up(cfg: DictConfig) -> None:
     )
     start = time.perf_counter()
     try:
-        trainer.fit(model, data)
+        with explained_run_errors(cfg):
+            trainer.fit(model, data)
     finally:
         data.close()
     seconds = time.perf_counter() - start
@@ -142,6 +162,42 @@ def _best_checkpoint(trainer: pl.Trainer) -> str | None:
     return best.best_model_path
 
 
+def resume_checkpoint(cfg: DictConfig, trainer: pl.Trainer) -> str | None:
+    """The checkpoint ``ckpt_path`` names (``last``: this run directory's ``checkpoints/last.ckpt``), checked.
+
+    Raises:
+        ConfigError: The file does not exist or is not a complete checkpoint; nothing has run yet.
+    """
+    ckpt_path = cfg.get("ckpt_path")
+    if not ckpt_path:
+        return None
+    path = os.path.join(run_checkpoint_dir(trainer), "last.ckpt") if ckpt_path == "last" else str(ckpt_path)
+    try:
+        check_checkpoint_file(path)
+    except (FileNotFoundError, ValueError) as err:
+        hint = (
+            " ckpt_path=last reads <run_dir>/checkpoints/last.ckpt: also pass hydra.run.dir=<the run's directory>."
+            if ckpt_path == "last"
+            else ""
+        )
+        raise ConfigError(f"ckpt_path: {err}{hint}") from None
+    return path
+
+
+def resume_command(run_dir: str) -> str:
+    """The ``python train.py ...`` command that resumes this run in ``run_dir`` from its ``last.ckpt``.
+
+    The job's own overrides (from Hydra; for a sweep job, its values) are repeated so the
+    config composes the same; ``hydra.run.dir`` puts the resumed run in the same directory.
+    """
+    from hydra.core.hydra_config import HydraConfig
+
+    overrides = list(HydraConfig.get().overrides.task) if HydraConfig.initialized() else []
+    kept = [o for o in overrides if o.split("=", 1)[0].lstrip("+~") not in ("ckpt_path", "hydra.run.dir")]
+    args = [*kept, f"hydra.run.dir={run_dir}", "ckpt_path=last"]
+    return "python train.py " + " ".join(shlex.quote(a) for a in args)
+
+
 def train(cfg: DictConfig) -> RunSummary | None:
     """Run one experiment: optional warm-up, ``fit``, the final test, and the summary.
 
@@ -150,6 +206,10 @@ def train(cfg: DictConfig) -> RunSummary | None:
 
     Raises:
         ConfigError: A config value cannot build its object (the message names the key).
+        TrainingInterrupted: A signal stopped the run; ``resume_command`` holds the command
+            that resumes it (``last.ckpt`` was written).
+        EnvFault: An env failed beyond its restart limit; likewise resumable.
+        NumericalFault: A NaN or inf stopped the run (nothing was saved over the last checkpoint).
     """
     test_ckpt = cfg.get("test_ckpt", "last")
     if test_ckpt not in TEST_CHECKPOINTS:
@@ -165,6 +225,7 @@ def train(cfg: DictConfig) -> RunSummary | None:
         data, model = build_data(cfg), build_model(cfg)
         loggers, callbacks = build_loggers(cfg), build_callbacks(cfg)
         trainer = build_trainer(cfg, loggers, callbacks)
+    ckpt_path = resume_checkpoint(cfg, trainer)
     resolved = OmegaConf.to_container(cfg, resolve=True)
     if trainer.is_global_zero:
         OmegaConf.save(OmegaConf.create(resolved), os.path.join(cfg.run_dir, "config.yaml"))
@@ -172,13 +233,19 @@ def train(cfg: DictConfig) -> RunSummary | None:
         logger.log_hyperparams({"config": resolved})
     try:
         start = time.perf_counter()
-        trainer.fit(model, data)
+        try:
+            with explained_run_errors(cfg):
+                trainer.fit(model, data, ckpt_path=ckpt_path)
+        except (TrainingInterrupted, EnvFault) as err:
+            err.resume_command = resume_command(os.path.abspath(cfg.run_dir))  # type: ignore[attr-defined]
+            raise
         wall = time.perf_counter() - start
         env_steps = data.env_steps  # testing a checkpoint restores its counters into the data module
         tested = None
         if cfg.get("test_after_fit", True):
             tested = _best_checkpoint(trainer) if test_ckpt == "best" else None
-            results = trainer.test(model, data, ckpt_path=tested, verbose=False)
+            with explained_run_errors(cfg):
+                results = trainer.test(model, data, ckpt_path=tested, verbose=False)
             metrics = {k: v for r in results for k, v in r.items()}
         else:
             metrics = dict(trainer.callback_metrics)

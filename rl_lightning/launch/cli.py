@@ -11,28 +11,175 @@ run gets ``runs/<date_time>/``; the default logger is the offline-first
 :class:`~rl_lightning.loggers.WandbLogger`. ``validate``/``test`` with ``--ckpt_path``
 rebuild the algorithm and its data module (env, object sets, evaluation settings) from
 the checkpoint, so no other argument is needed.
+
+A mistake ends with one ``error:`` line that names the argument (``--model.lr``) or file
+and the fix, before any work: a mistyped argument or class, a value of the wrong type, a
+value the constructor refuses, trainer settings the machine cannot run, an env whose
+spaces the algorithm cannot handle, a checkpoint that is corrupt or does not fit.
 """
 
 from __future__ import annotations
 
 import atexit
+import difflib
+import inspect
 import os
+import re
+import shlex
+import signal
 import sys
 import tempfile
 import time
-import zipfile
 from collections.abc import Sequence
+from typing import Any, NoReturn
 
 import torch
 import yaml
-from lightning.pytorch.cli import LightningCLI
+from jsonargparse import Namespace
+from lightning.fabric.utilities.exceptions import MisconfigurationException
+from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 
 from rl_lightning.algos import RLModule
 from rl_lightning.algos.base import CHECKPOINT_KEY
 from rl_lightning.callbacks import EnvStepProgressBar, PhaseTimer
+from rl_lightning.callbacks.checkpoint import check_checkpoint_file
 from rl_lightning.data.base import EnvDataModule
+from rl_lightning.faults import EnvFault, NumericalFault, TrainingInterrupted
 
 WANDB_LOGGER = "rl_lightning.loggers.WandbLogger"
+SUBCOMMANDS = ("fit", "validate", "test")
+
+
+def _fail(message: str, code: int = 2) -> NoReturn:
+    """End the command with one ``error:`` line (no usage dump, no traceback)."""
+    sys.stderr.write(f"error: {' '.join(message.split())}\n")
+    sys.stderr.flush()
+    raise SystemExit(code)
+
+
+def _did_you_mean(word: str, options: Sequence[str]) -> str:
+    close = difflib.get_close_matches(word, list(options), n=3, cutoff=0.6)
+    return f" Did you mean {' or '.join(close)}?" if close else ""
+
+
+def _classes(base: type) -> list[str]:
+    """The names under which ``--model``/``--data`` accept the library's classes, the usual one first."""
+    import rl_lightning
+
+    names = [
+        name
+        for name in rl_lightning.__all__
+        if isinstance(getattr(rl_lightning, name), type)
+        and issubclass(getattr(rl_lightning, name), base)
+        and getattr(rl_lightning, name) is not base
+    ]
+    return sorted(names, key=lambda name: name not in ("PPO", "RolloutDataModule"))
+
+
+def _init_args(class_path: str) -> list[str]:
+    """The constructor arguments of a class given by its import path (``[]`` if it cannot be imported)."""
+    module, _, name = class_path.rpartition(".")
+    try:
+        cls = getattr(__import__(module, fromlist=[name]), name)
+    except (ImportError, AttributeError, ValueError):
+        return []
+    return [p for p in inspect.signature(cls.__init__).parameters if p not in ("self", "args", "kwargs")]
+
+
+def _help_hint(parser: Any) -> str:
+    words = str(getattr(parser, "prog", "")).split()
+    sub = words[-1] if words and words[-1] in SUBCOMMANDS else None
+    return f"`rl-lightning {sub} --help` lists every argument." if sub else "`rl-lightning --help` lists subcommands."
+
+
+def explain_parse_error(message: str, parser: Any) -> str:
+    """One line for a jsonargparse parsing error: the argument (``--model.lr``), what is wrong and the fix.
+
+    Args:
+        message: jsonargparse's message (several indented lines of nested union errors).
+        parser: The parser that failed (its options feed the did-you-mean).
+    """
+    hint = _help_hint(parser)
+    choice = re.search(r"invalid choice: '([^']*)' \(choose from (.*?)\)", message)
+    if choice:
+        options = [*re.findall(r"'([^']+)'", choice.group(2)), "plot"]
+        return (
+            f"Unknown subcommand '{choice.group(1)}'.{_did_you_mean(choice.group(1), options)} Choose one of: "
+            f"{', '.join(options)} (e.g. rl-lightning fit --model PPO)."
+        )
+    required = re.search(r"arguments are required: (?:\w+\.)?(model|data)\b", message)
+    if required:
+        options = _classes(RLModule if required.group(1) == "model" else EnvDataModule)
+        return (
+            f"Missing --{required.group(1)}: name the class to build, one of {', '.join(options)} "
+            f"(e.g. rl-lightning fit --{required.group(1)} {options[0]}, or a --config file that sets it)."
+        )
+    unrecognized = re.search(r"unrecognized arguments: (.*)", message)
+    if unrecognized:
+        flag = next((a for a in unrecognized.group(1).split() if a.startswith("-")), unrecognized.group(1).strip())
+        flag = flag.split("=", 1)[0]
+        options = [o for o in getattr(parser, "_option_string_actions", {}) if o.startswith("--")]
+        return f"Unknown argument {flag}.{_did_you_mean(flag, options)} Fix the spelling; {hint}"
+    key = re.match(r'\s*Parser key "([^"]+)"', message)
+    if key is None:
+        return f"{message.strip().splitlines()[0]} {hint}"
+    section = key.group(1)
+    flag = f"--{section}"
+    if section == "config":
+        return f"--config: {message.split(':', 1)[1].strip()}. Pass the path of a YAML config (e.g. conf/cli/ppo.yaml)."
+    path = re.search(r"Expected a dot import path string: (\S+)", message) or re.search(
+        r"Import path (\S+) does not", message
+    )
+    if path and section in ("model", "data"):
+        options = _classes(RLModule if section == "model" else EnvDataModule)
+        given = path.group(1).rpartition(".")[2]
+        return (
+            f"Unknown {flag} class '{path.group(1)}'.{_did_you_mean(given, options)} Choose one of: "
+            f"{', '.join(options)} (e.g. {flag} {options[0]})."
+        )
+    nested = re.search(r"class_path '([\w.]+)':\s*(?:Parser key \"([^\"]+)\":\s*)?(.*)", message, flags=re.S)
+    if nested:
+        class_path, arg, why = nested.groups()
+        name = class_path.rpartition(".")[2]
+        option = re.search(r"Option '(\w+)' is not accepted", why)
+        if option and name in ("RLModule", "EnvDataModule"):  # --model.lr with no --model PPO before it
+            options = _classes(RLModule if section == "model" else EnvDataModule)
+            return (
+                f"{flag}.{option.group(1)} needs the class first: pass {flag} (one of {', '.join(options)}) "
+                f"before {flag}.{option.group(1)}, e.g. {flag} {options[0]} {flag}.{option.group(1)} ..."
+            )
+        if option:
+            args = _init_args(class_path)
+            return (
+                f"Unknown argument {flag}.{option.group(1)}: {name} takes no '{option.group(1)}'."
+                f"{_did_you_mean(option.group(1), args)} Its arguments: {', '.join(args)}."
+            )
+        if arg:  # the argument's own error comes before the other union alternatives ("- Expected ...")
+            why = re.split(r"\n\s*- ", why, maxsplit=1)[0]
+            return f"Invalid value for {flag}.{arg}: {_expected(why)} Fix {flag}.{arg}; {hint}"
+    return f"Invalid value for {flag}: {_expected(message)} Fix {flag}; {hint}"
+
+
+def _expected(text: str) -> str:
+    """``Expected a <class 'int'>. Got value: abc`` (or a union's list of them) as ``expected int, got 'abc'``."""
+    errors = "\n".join(
+        line for line in text.splitlines() if not line.strip().startswith(("Given value type", "Subtypes"))
+    )
+    types = list(dict.fromkeys(t.replace("NoneType", "null") for t in re.findall(r"<class '(\w+)'>", errors)))
+    given = re.search(r"(?:Got value|Given value): (.*)", text)
+    if not types:
+        return " ".join(text.split()[:40])
+    got = f", got '{given.group(1).strip()}'" if given else ""
+    return f"expected {' or '.join(types)}{got}."
+
+
+class _Parser(LightningArgumentParser):
+    """Lightning's argument parser, whose errors are one line naming the argument and the fix."""
+
+    def error(self, message: str, ex: Exception | None = None) -> NoReturn:
+        if not self.exit_on_error:  # jsonargparse probing a value: it handles the error itself
+            super().error(message, ex)
+        _fail(explain_parse_error(message, getattr(ex, "subcommand_parser", None) or self))
 
 
 class RLCLI(LightningCLI):
@@ -43,7 +190,8 @@ class RLCLI(LightningCLI):
 
     def __init__(self, args: Sequence[str] | None = None, run: bool = True):
         from_argv = args is None
-        args = _with_checkpoint_config(list(sys.argv[1:] if from_argv else args))
+        self._given_args = list(sys.argv[1:] if from_argv else args)  # for the resume command
+        args = _with_checkpoint_config(list(self._given_args))
         if from_argv:  # LightningCLI warns when given args while sys.argv holds some too
             sys.argv = [sys.argv[0], *args]
         super().__init__(
@@ -61,7 +209,93 @@ class RLCLI(LightningCLI):
             auto_configure_optimizers=False,
             args=None if from_argv else args,
             run=run,
+            parser_class=_Parser,
+            # A resumed run goes on in its own directory, over its config.yaml.
+            save_config_kwargs={"overwrite": True} if _ckpt_path(self._given_args) else None,
         )
+
+    def _subcommand_config(self) -> Namespace:
+        return self.config[self.subcommand] if self.subcommand else self.config
+
+    def instantiate_classes(self) -> None:
+        """Build the model, data module and trainer; an argument they refuse ends with one line naming its flag."""
+        try:
+            super().instantiate_classes()
+        except Exception as err:
+            message = self._explain_instantiation_error(err)
+            if message is None:
+                raise
+            _fail(message)
+
+    def _explain_instantiation_error(self, err: Exception) -> str | None:
+        from rl_lightning.launch.errors import culprit_key, library_error
+
+        config = self._subcommand_config()
+        if isinstance(err, MisconfigurationException):
+            trainer = config.trainer
+            settings = ", ".join(
+                f"--trainer.{key} {trainer.get(key)}" for key in ("accelerator", "devices", "strategy", "num_nodes")
+            )
+            return (
+                f"The trainer settings cannot run here ({settings}): {err} Pick settings this machine supports "
+                "(e.g. --trainer.accelerator cpu --trainer.devices 1)."
+            )
+        refusal = library_error(err)
+        if refusal is None:
+            return None
+        section = _section_that_raised(refusal)
+        sections = [s for s in (section, "model", "data") if s]
+        groups = []
+        for name in dict.fromkeys(sections):
+            node = config.get(name)
+            init_args = node.get("init_args") if isinstance(node, Namespace) else None
+            if isinstance(init_args, Namespace):
+                groups.append((name, init_args.as_dict()))
+        text = " ".join(str(refusal).split())
+        key = culprit_key(text, groups)
+        if key is None:
+            return f"The --{section or 'model'} arguments are refused: {text} Fix them; {_help_hint(self.parser)}"
+        section, _, arg = key.partition(".")
+        return (
+            f"Invalid value for --{key}: {text} Fix --{key} (or {arg} under {section}: init_args: in a --config file)."
+        )
+
+    def _run_subcommand(self, subcommand: str) -> None:
+        """Run fit/validate/test; a refusal of the library (spaces, checkpoint, data module) ends with one line."""
+        from rl_lightning.launch.errors import library_error
+
+        try:
+            super()._run_subcommand(subcommand)
+        except (TrainingInterrupted, EnvFault) as err:
+            print(f"{err}\nResume with:\n  {self._resume_command(err)}", file=sys.stderr, flush=True)
+            # 128 + the signal's number, as a shell reports a process a signal stopped (143 for SIGTERM).
+            name = getattr(err, "signal_name", "")
+            sys.exit(128 + getattr(signal, name).value if name.startswith("SIG") and hasattr(signal, name) else 1)
+        except NumericalFault as err:
+            _fail(f"Numerical fault: {err}", code=1)
+        except Exception as err:
+            refusal = library_error(err)
+            if refusal is None and isinstance(err, MisconfigurationException):
+                refusal = err  # Lightning refusing the trainer settings for this model
+            if refusal is None:
+                raise
+            _fail(str(refusal), code=1)
+
+    def _resume_command(self, err: BaseException) -> str:
+        """``rl-lightning fit`` with this run's arguments, its run directory and the checkpoint just written."""
+        args, skip = [], False
+        for arg in self._given_args:
+            if skip:
+                skip = False
+                continue
+            if arg in ("--ckpt_path", "--trainer.default_root_dir"):
+                skip = True
+                continue
+            if not arg.startswith(("--ckpt_path=", "--trainer.default_root_dir=")):
+                args.append(arg)
+        root = getattr(err, "run_dir", None) or self.trainer.default_root_dir
+        extra = ["--trainer.default_root_dir", str(root), "--ckpt_path", str(getattr(err, "checkpoint", ""))]
+        return "rl-lightning " + " ".join(shlex.quote(a) for a in [*args, *extra])
 
     def _parse_ckpt_path(self) -> None:
         """Nothing to do: ``__init__`` already put the checkpoint's settings before the user's arguments.
@@ -95,6 +329,19 @@ class RLCLI(LightningCLI):
                     logger.init_args.save_dir = trainer.default_root_dir
 
 
+def _section_that_raised(err: BaseException) -> str | None:
+    """``"model"`` or ``"data"``: whose constructor raised ``err`` (the innermost one in its traceback)."""
+    section, tb = None, err.__traceback__
+    while tb is not None:
+        owner = tb.tb_frame.f_locals.get("self")
+        if isinstance(owner, RLModule):
+            section = "model"
+        elif isinstance(owner, EnvDataModule):
+            section = "data"
+        tb = tb.tb_next
+    return section
+
+
 def checkpoint_config(ckpt_path: str) -> dict:
     """The ``model``/``data`` config that rebuilds a checkpoint's algorithm and data module.
 
@@ -102,17 +349,24 @@ def checkpoint_config(ckpt_path: str) -> dict:
         SystemExit: With a message naming the file and the fix when it is not a readable
             rl_lightning checkpoint.
     """
-    if not os.path.isfile(ckpt_path):
-        sys.exit(f"Checkpoint '{ckpt_path}' does not exist. Pass the path of a .ckpt file from a run's checkpoints/.")
-    if not zipfile.is_zipfile(ckpt_path):
+    try:
+        check_checkpoint_file(ckpt_path)
+    except (FileNotFoundError, ValueError) as err:
+        sys.exit(str(err))
+    try:
+        ckpt = torch.load(ckpt_path, weights_only=True, map_location="cpu")
+    except Exception as err:  # a zip archive that torch cannot read, or one holding arbitrary objects
         sys.exit(
-            f"Cannot read checkpoint '{ckpt_path}': it is not a complete checkpoint archive (a write may have "
-            "been interrupted, or it is another kind of file). Use an earlier checkpoint from the same directory."
+            f"Cannot read checkpoint '{ckpt_path}': {str(err).strip().splitlines()[0]} Pass a .ckpt file written "
+            "by an rl_lightning run (its checkpoints/ directory)."
         )
-    ckpt = torch.load(ckpt_path, weights_only=True, map_location="cpu")
-    meta = ckpt.get(CHECKPOINT_KEY)
+    meta = ckpt.get(CHECKPOINT_KEY) if isinstance(ckpt, dict) else None
     if meta is None:
-        sys.exit(f"Checkpoint '{ckpt_path}' was not written by rl_lightning (it has no '{CHECKPOINT_KEY}' entry).")
+        sys.exit(
+            f"Checkpoint '{ckpt_path}' was not written by rl_lightning (it has no '{CHECKPOINT_KEY}' entry), so "
+            "its algorithm and env cannot be rebuilt from it. Pass a .ckpt file from an rl_lightning run's "
+            "checkpoints/ directory."
+        )
     model_args = {k: v for k, v in ckpt.get("hyper_parameters", {}).items() if not k.startswith("_")}
     config = {"model": {"class_path": f"rl_lightning.{meta['algorithm']}", "init_args": model_args}}
     data_args = ckpt.get("datamodule_hyper_parameters")

@@ -1,16 +1,21 @@
 """Config errors as one paragraph that names the key and the fix, not a deep traceback.
 
-Two moments can fail: composing the config (a typo'd key, an unknown group option, bad
-override syntax; checked by :func:`check_overrides` before Hydra starts the job) and
-building the objects from it (a wrong type or an impossible value, an unknown env;
-explained by :func:`explain_build_error`).
+Three moments can fail: composing the config (a typo'd key, an unknown group option, bad
+override syntax; checked by :func:`check_overrides` before Hydra starts the job), building
+the objects from it (a wrong type or an impossible value, an unknown env; explained by
+:func:`explain_build_error`) and starting the run (an env whose spaces the algorithm cannot
+handle, a checkpoint that does not fit; explained by :func:`explain_run_error`).
+:func:`raised_by_library` and :func:`culprit_key` serve the ``rl-lightning`` CLI too.
 """
 
 from __future__ import annotations
 
 import difflib
+import linecache
+import os
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from hydra import compose, initialize_config_dir
 from hydra.core.override_parser.overrides_parser import OverridesParser
@@ -115,7 +120,9 @@ def explain_build_error(err: Exception, cfg: DictConfig) -> str | None:
         return f"Config key '{key}' cannot be used: {str(err).splitlines()[0]}. Fix it: {key}=..."
     # ValueErrors are the constructors' argument checks; of TypeErrors only a wrong or
     # missing keyword is the config's doing (anything else is a bug and keeps its traceback).
-    config_type_error = isinstance(err, TypeError) and re.search(r"unexpected keyword|missing \d+ required", str(err))
+    config_type_error = isinstance(err, TypeError) and (
+        re.search(r"unexpected keyword|missing \d+ required", str(err)) or raised_by_library(err)
+    )
     if isinstance(err, MisconfigurationException) and group == "trainer":
         return (
             f"The trainer settings cannot run here: {str(err).strip()} Pick settings this machine supports "
@@ -142,15 +149,100 @@ def _config_key(key: str, cfg: DictConfig) -> str:
 
 
 def _key_named_in(text: str, cfg: DictConfig, group: str | None) -> str | None:
-    """The config key an error message starts with or quotes (``lr must be ...`` -> ``algo.lr``)."""
-    words = re.findall(r"[A-Za-z_][\w]*", text)
-    candidates = [group] if group else []
-    candidates += [g for g in ("algo", "data", "env", "trainer", "logger", "callbacks") if g not in candidates]
-    for word in words[:12]:
-        for name in candidates:
-            node = cfg.get(name)
-            if isinstance(node, DictConfig) and word in node:
-                return f"{name}.{word}"
-            if name == "env" and word == "env" and isinstance(node, DictConfig):
-                return "env.id"
+    """The config key an error message is about (``lr must be ...``: ``algo.lr``; ``'tset'``: ``env.train_obj_set``)."""
+    names = [group] if group else []
+    names += [g for g in ("algo", "data", "env", "trainer", "logger", "callbacks") if g not in names]
+    groups = []
+    for name in names:
+        node = cfg.get(name)
+        if isinstance(node, DictConfig):
+            values = OmegaConf.to_container(node, resolve=False)
+            if name == "env":  # the data module's `env` argument is the env group's `id`
+                values = {**values, "env": values.get("id")}
+            groups.append((name, values))
+    key = culprit_key(text, groups)
+    return "env.id" if key == "env.env" else key
+
+
+#: The package's directory: errors raised by code under it are the library's own.
+_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def raised_by_library(err: BaseException) -> bool:
+    """Whether ``err`` is one of rl_lightning's own refusals: raised by a ``raise`` statement in the package.
+
+    Those messages name what was wrong and the fix (a bad argument, spaces an algorithm cannot
+    handle, a checkpoint that does not fit). An error that surfaced from inside an operation
+    (``1 + None``, a failing tensor op) is a bug and keeps its traceback.
+    """
+    tb = err.__traceback__
+    if tb is None:
+        return False
+    while tb.tb_next is not None:
+        tb = tb.tb_next
+    filename = os.path.abspath(tb.tb_frame.f_code.co_filename)
+    if not filename.startswith(_PACKAGE_DIR + os.sep):
+        return False
+    return linecache.getline(filename, tb.tb_lineno).lstrip().startswith("raise ")
+
+
+def library_error(err: BaseException | None) -> BaseException | None:
+    """The library's own refusal in ``err``'s chain of causes (``raise ... from``, as jsonargparse wraps it)."""
+    seen = set()
+    while err is not None and id(err) not in seen:
+        if raised_by_library(err):
+            return err
+        seen.add(id(err))
+        err = err.__cause__
     return None
+
+
+def culprit_key(text: str, groups: Sequence[tuple[str, Mapping[str, Any]]]) -> str | None:
+    """The ``group.key`` an error message is about, or ``None``.
+
+    In order: the argument the message starts with (``lr must be ...``, ``num_minibatches=3 ...``),
+    the first quoted value that one of the arguments holds (``Unknown object set 'tset'``), any
+    argument named among its first words.
+
+    Args:
+        text: The error message.
+        groups: ``(group, arguments)`` pairs, searched in order.
+    """
+
+    def holds(value: Any, quoted: str) -> bool:
+        if isinstance(value, str):
+            return value == quoted
+        return isinstance(value, (list, tuple)) and quoted in [v for v in value if isinstance(v, str)]
+
+    lead = re.match(r"\s*([A-Za-z_]\w*)", text)
+    if lead:
+        for group, args in groups:
+            if lead.group(1) in args:
+                return f"{group}.{lead.group(1)}"
+    for quoted in re.findall(r"'([^']+)'", text):
+        for group, args in groups:
+            for key, value in args.items():
+                if holds(value, quoted):
+                    return f"{group}.{key}"
+    for word in re.findall(r"[A-Za-z_]\w*", text)[:12]:
+        for group, args in groups:
+            if word in args:
+                return f"{group}.{word}"
+    return None
+
+
+def explain_run_error(err: Exception, cfg: DictConfig) -> str | None:
+    """Explain an error raised while the run starts or runs (``fit``, ``test``); ``None`` if it is not the config's.
+
+    The library refuses what it cannot do before any work: an algorithm on spaces it cannot
+    handle (DQN on continuous actions), an algorithm on the wrong data module, a checkpoint
+    that does not fit. Those refusals already name the culprit and the fix.
+    """
+    if isinstance(err, ConfigError):
+        return str(err)
+    if isinstance(err, MisconfigurationException):  # Lightning's refusal of trainer settings
+        return f"Lightning refuses these settings: {' '.join(str(err).split())} Fix the trainer group (trainer.*=...)."
+    refusal = library_error(err)
+    if refusal is None:
+        return None
+    return " ".join(str(refusal).split())

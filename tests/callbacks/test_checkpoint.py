@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 
 import lightning.pytorch as pl
+import pytest
 import torch
 from torch.utils.data import DataLoader
 
@@ -54,3 +55,79 @@ def test_best_checkpoint_holds_the_epoch_of_the_highest_evaluation(tmp_path):
     assert files == ["best.ckpt"]
     state = torch.load(tmp_path / "checkpoints" / "best.ckpt", weights_only=True)
     assert state["epoch"] == 5 and state["state_dict"]["marker"].item() == 5.0
+
+
+# ---------------------------------------------------------------- atomic writes, keep_last, resume errors
+def _fit_ppo(tmp_path, **model_kwargs):
+    from rl_lightning import PPO
+    from tests.helpers import quiet_trainer, tiny_rollout_data
+
+    pl.seed_everything(0)
+    model = PPO(total_timesteps=10_000, save_interval=1, **model_kwargs)
+    data = tiny_rollout_data(eval_interval=100)
+    trainer = quiet_trainer(tmp_path, max_epochs=5)
+    trainer.fit(model, data)
+    return trainer, model, data
+
+
+def test_a_write_killed_midway_leaves_the_previous_checkpoint_loadable(tmp_path, monkeypatch):
+    """Test that a write failing halfway raises, leaves no partial or temporary file, and the old file loads."""
+    from rl_lightning import PPO
+    from rl_lightning.callbacks import AtomicCheckpointIO
+    from rl_lightning.callbacks import checkpoint as checkpoint_module
+
+    trainer, model, _ = _fit_ppo(tmp_path, keep_last=None)
+    assert isinstance(trainer.strategy.checkpoint_io, AtomicCheckpointIO)
+    last = os.path.join(tmp_path, "checkpoints", "last.ckpt")
+    before = open(last, "rb").read()
+    good = PPO.load_from_checkpoint(last).state_dict()
+
+    def torn_save(obj, f):
+        f.write(b"PK\x03\x04 half a checkpoint")  # the start of a zip archive, then the process dies
+        raise OSError("No space left on device")
+
+    monkeypatch.setattr(checkpoint_module.torch, "save", torn_save)
+    with torch.no_grad():
+        model.policy.actor[0].weight.add_(1.0)  # what the failed write would have stored
+    with pytest.raises(OSError, match="No space left"):
+        trainer.save_checkpoint(last)
+    monkeypatch.undo()
+    assert open(last, "rb").read() == before
+    assert sorted(f for f in os.listdir(tmp_path / "checkpoints") if not f.endswith(".ckpt")) == []
+    restored = PPO.load_from_checkpoint(last).state_dict()
+    assert all(torch.equal(restored[k], good[k]) for k in good)
+
+
+def test_keep_last_bounds_the_interval_checkpoints(tmp_path):
+    """Test that keep_last=2 leaves the two newest numbered checkpoints (and last.ckpt), deleting older ones."""
+    _fit_ppo(tmp_path, keep_last=2)
+    names = sorted(os.listdir(tmp_path / "checkpoints"))
+    # 5 epochs of 2 envs x 16 steps: checkpoints at 32 ... 160 env steps; the last two stay.
+    assert names == ["epoch=3-env_steps=128.ckpt", "epoch=4-env_steps=160.ckpt", "last.ckpt"]
+
+
+@pytest.mark.parametrize("keep_last", [0, -1, 2.5, True])
+def test_impossible_keep_last_is_refused(keep_last):
+    """Test that keep_last must be a positive integer or None, named in the error."""
+    from rl_lightning import PPO
+
+    with pytest.raises(ValueError, match="keep_last must be a positive integer"):
+        PPO(keep_last=keep_last)
+
+
+@pytest.mark.parametrize("content", [b"", b"not a checkpoint at all", None])
+def test_resuming_from_a_corrupt_or_missing_checkpoint_names_the_file_before_any_step(tmp_path, content):
+    """Test that fit(ckpt_path=...) on a torn, foreign or missing file stops before an env step, naming the file."""
+    from rl_lightning import PPO
+    from tests.helpers import quiet_trainer, tiny_rollout_data
+
+    path = tmp_path / "last.ckpt"
+    if content is not None:
+        path.write_bytes(content)
+    data = tiny_rollout_data()
+    expected = "does not exist" if content is None else "not a complete checkpoint archive"
+    with pytest.raises((ValueError, FileNotFoundError), match=expected) as info:
+        quiet_trainer(tmp_path).fit(PPO(total_timesteps=64), data, ckpt_path=str(path))
+    assert str(path) in str(info.value) and data.env_steps == 0
+    if content is not None:
+        assert path.read_bytes() == content

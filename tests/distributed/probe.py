@@ -15,6 +15,7 @@ import argparse
 import hashlib
 import json
 import os
+import signal
 import sys
 import warnings
 
@@ -24,6 +25,7 @@ import lightning.pytorch as pl  # noqa: E402
 import torch  # noqa: E402
 
 from rl_lightning import DQN, PPO, ReplayDataModule, RolloutDataModule  # noqa: E402
+from rl_lightning.faults import TrainingInterrupted  # noqa: E402
 
 NUM_ENVS, ROLLOUT_STEPS, STEPS_PER_EPOCH, EVAL_EPISODES = 2, 16, 40, 3
 
@@ -46,8 +48,9 @@ def buffer_hash(data: ReplayDataModule) -> str | None:
 
 
 class Probe(pl.Callback):
-    def __init__(self):
+    def __init__(self, sigterm_epoch: int | None = None):
         self.record: dict = {"epochs": [], "eval": []}
+        self.sigterm_epoch = sigterm_epoch
 
     def on_fit_start(self, trainer, pl_module):
         data = trainer.datamodule
@@ -82,6 +85,11 @@ class Probe(pl.Callback):
             }
         )
 
+    def on_train_epoch_start(self, trainer, pl_module):
+        # --sigterm-epoch: rank 0 alone receives SIGTERM as this epoch starts.
+        if trainer.current_epoch == self.sigterm_epoch and trainer.global_rank == 0:
+            os.kill(os.getpid(), signal.SIGTERM)
+
     def on_validation_batch_end(self, trainer, pl_module, outputs, batch, batch_idx, dataloader_idx=0):
         if batch["prefix"] == "eval":  # this rank's own episodes of the train set
             self.record["eval"].append({"local_returns": [float(r) for r in batch["return"]]})
@@ -100,6 +108,7 @@ def main() -> None:
     parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--save", action="store_true", help="checkpoint every epoch under OUT/checkpoints")
     parser.add_argument("--resume", default=None, help="a checkpoint to resume from")
+    parser.add_argument("--sigterm-epoch", type=int, default=None, help="rank 0 gets SIGTERM as this epoch starts")
     args = parser.parse_args()
     warnings.simplefilter("ignore")
     torch.set_num_threads(1)
@@ -132,7 +141,7 @@ def main() -> None:
             eval_max_episode_steps=30,
             save_replay_buffer=True,
         )
-    probe = Probe()
+    probe = Probe(args.sigterm_epoch)
     trainer = pl.Trainer(
         accelerator="cpu",
         strategy="ddp",
@@ -146,7 +155,15 @@ def main() -> None:
         enable_model_summary=False,
         callbacks=[probe],
     )
-    trainer.fit(model, data, ckpt_path=args.resume)
+    try:
+        trainer.fit(model, data, ckpt_path=args.resume)
+    except TrainingInterrupted as err:
+        probe.record["interrupted"] = {
+            "env_steps": data.env_steps,
+            "global_step": trainer.global_step,
+            "weights": weights_hash(model),
+            "checkpoint": err.checkpoint,
+        }
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, f"rank{trainer.global_rank}.json"), "w") as f:
         json.dump(probe.record, f)

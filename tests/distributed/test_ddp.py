@@ -9,6 +9,7 @@ import sys
 
 import pytest
 
+NUM_ENVS_X_STEPS = 2 * 16  # probe.py: NUM_ENVS x ROLLOUT_STEPS per rank per epoch
 PROBE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "probe.py")
 
 
@@ -69,3 +70,17 @@ def test_dqn_ddp_resume_gives_every_rank_its_own_buffer_shard(tmp_path):
     resumed = run_probe(tmp_path / "second", "--algo", "dqn", "--devices", "2", "--epochs", "3", "--resume", str(last))
     assert [rank["buffer_at_start"] for rank in resumed] == shards
     assert [e["env_steps"] for e in resumed[0]["epochs"]] == [240]  # the third epoch continues the count
+
+
+def test_sigterm_to_rank_zero_stops_both_ranks_at_the_same_batch_and_resumes(tmp_path):
+    """Test that SIGTERM to rank 0 alone stops both DDP ranks after the same batch, one last.ckpt, then resumes."""
+    ranks = run_probe(tmp_path / "stopped", "--sigterm-epoch", "1", "--epochs", "3")
+    r0, r1 = (r["interrupted"] for r in ranks)
+    # The ranks agreed at the end of epoch 1's batch (its update phase done): 2 epochs of 2 x 2 x 16 steps.
+    assert r0["env_steps"] == r1["env_steps"] == 2 * 2 * NUM_ENVS_X_STEPS
+    assert r0["global_step"] == r1["global_step"] and r0["weights"] == r1["weights"]
+    assert r0["checkpoint"] == r1["checkpoint"] == str(tmp_path / "stopped" / "checkpoints" / "last.ckpt")
+    resumed = run_probe(tmp_path / "resumed", "--resume", r0["checkpoint"], "--epochs", "3")
+    a, b = resumed[0]["epochs"][-1], resumed[1]["epochs"][-1]
+    assert "interrupted" not in resumed[0] and a["weights"] == b["weights"]
+    assert a["env_steps"] == b["env_steps"] == 3 * 2 * NUM_ENVS_X_STEPS

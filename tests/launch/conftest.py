@@ -67,3 +67,22 @@ def in_tmp(tmp_path, monkeypatch):
     """Run the test with the temp dir as working directory (runs/ and multirun/ land there)."""
     monkeypatch.chdir(tmp_path)
     return tmp_path
+
+
+def signal_after_first_checkpoint(command: list[str], cwd: str, checkpoints: str, sig=None, timeout: int = 120):
+    """Start ``command``; once an interval checkpoint appears in ``checkpoints`` (training is under way),
+    send ``sig`` (SIGTERM). Returns the finished process with its ``stdout`` and ``stderr`` read."""
+    import glob
+    import signal
+    import time
+
+    proc = subprocess.Popen(
+        command, cwd=cwd, env=offline_env(str(cwd)), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    deadline = time.monotonic() + timeout
+    while not glob.glob(os.path.join(checkpoints, "epoch=*.ckpt")):
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+        time.sleep(0.05)
+    proc.send_signal(sig or signal.SIGTERM)
+    proc.stdout_text, proc.stderr_text = proc.communicate(timeout=timeout)
+    return proc

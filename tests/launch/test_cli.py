@@ -15,6 +15,8 @@ from omegaconf import OmegaConf
 from rl_lightning.launch.cli import RLCLI, checkpoint_config, main
 from tests.launch.conftest import REPO, offline_env, run
 
+RL_LIGHTNING = os.path.join(os.path.dirname(sys.executable), "rl-lightning")
+
 
 def _rows(path: str) -> list[dict[str, str]]:
     with open(path, newline="") as f:
@@ -152,3 +154,31 @@ def test_console_script_fits_dqn_on_replay_data_and_exits_zero(tmp_path):
     config = checkpoint_config(ckpt)
     assert config["model"]["class_path"] == "rl_lightning.DQN"
     assert config["data"]["class_path"].endswith("ReplayDataModule")
+
+
+def test_cli_sigterm_prints_a_resume_command_that_finishes_the_budget(tmp_path):
+    """Test that SIGTERM stops `rl-lightning fit` with exit 143 and a command that resumes to the same budget."""
+    import shlex
+    import signal
+
+    import torch
+
+    from tests.launch.conftest import signal_after_first_checkpoint
+
+    root = tmp_path / "runs" / "cli"
+    args = ["fit", "--model", "PPO", "--model.total_timesteps", "4096", "--model.save_interval", "1"]
+    args += ["--trainer.logger", "false"]
+    proc = signal_after_first_checkpoint(
+        [RL_LIGHTNING, *args, "--trainer.default_root_dir", str(root)], tmp_path, str(root / "checkpoints")
+    )
+    assert proc.returncode == 128 + signal.SIGTERM, proc.stderr_text[-3000:]
+    command = proc.stderr_text.split("Resume with:")[1].strip().splitlines()[0]
+    resume = shlex.split(command)
+    assert resume[0] == "rl-lightning" and resume[-2:] == ["--ckpt_path", str(root / "checkpoints" / "last.ckpt")]
+    assert resume[-4:-2] == ["--trainer.default_root_dir", str(root)]
+    done = subprocess.run(
+        [RL_LIGHTNING, *resume[1:]], cwd=tmp_path, env=offline_env(str(tmp_path)), capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    final = torch.load(root / "checkpoints" / "last.ckpt", weights_only=False)
+    assert final["RolloutDataModule"]["env_steps"] == 4096

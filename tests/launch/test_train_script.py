@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import glob
 import os
+import sys
 
 import pytest
 import torch
@@ -157,3 +158,30 @@ def test_off_policy_experiment_runs_with_its_warm_up(experiment, loss_key, tmp_p
     assert summary["tested_checkpoint"] == str(tmp_path / "runs" / experiment / "checkpoints" / "best.ckpt")
     rows = _metrics(tmp_path / "runs" / experiment)
     assert any(r.get(loss_key) for r in rows) and any(r.get("eval_ood/return_mean") for r in rows)
+
+
+def test_sigterm_prints_the_resume_command_and_it_finishes_the_budget(tmp_path):
+    """Test that SIGTERM stops train.py with exit 143 and a command that resumes in the same run dir to the budget."""
+    import shlex
+    import signal
+
+    from tests.launch.conftest import signal_after_first_checkpoint
+
+    overrides = ["+experiment=ppo", "algo.total_timesteps=4096", "env.eval_interval=1000", "algo.save_interval=1"]
+    run_dir = tmp_path / "runs" / "stopped"
+    proc = signal_after_first_checkpoint(
+        [sys.executable, TRAIN, *overrides, f"hydra.run.dir={run_dir}"], tmp_path, str(run_dir / "checkpoints")
+    )
+    stderr = proc.stderr_text
+    assert proc.returncode == 128 + signal.SIGTERM, proc.stdout_text[-2000:] + stderr[-2000:]
+    assert "Training was interrupted by SIGTERM" in stderr and "Resume with:" in stderr
+    command = stderr.split("Resume with:")[1].strip().splitlines()[0]
+    assert f"hydra.run.dir={run_dir}" in command and command.endswith("ckpt_path=last")
+    stopped_at = torch.load(run_dir / "checkpoints" / "last.ckpt", weights_only=False)["RolloutDataModule"]["env_steps"]
+    assert 0 < stopped_at < 4096
+
+    args = shlex.split(command)
+    assert args[:2] == ["python", "train.py"]
+    run_train(args[2:], tmp_path)
+    summary = read_summary(run_dir)
+    assert summary["env_steps"] == 4096 and summary["checkpoint"] == str(run_dir / "checkpoints" / "last.ckpt")

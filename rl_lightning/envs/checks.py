@@ -1,0 +1,173 @@
+"""Checks of what envs return: non-finite observations and rewards, observations out of bounds.
+
+A NaN or inf that reaches the rollout spreads through GAE, the loss and the optimizer
+state within one update, and the run is lost long before anyone looks. The check sits at
+the env layer, where the message can name the env that produced the value.
+
+Cost: the common case is one dot product per step over the batch of observations and one
+over the rewards. Multiplying by zeros turns every finite value into 0 and every NaN or
+inf into NaN (IEEE 754: ``0 * inf = NaN``, and NaN propagates through the sum), so
+``isfinite(x @ 0)`` tells whether all of ``x`` is finite; it costs about 0.5 us here
+against 1.5 us for ``np.isfinite(x).all()``, which would allocate a mask. The details
+(which env, which value) are looked up only when that says something is wrong.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import re
+import warnings
+from typing import Any
+
+import numpy as np
+
+# ``inf * 0`` sets the floating-point "invalid" flag and numpy warns about it; here that is
+# the detection itself (wrapping the dot in ``np.errstate`` would cost 2 us a step).
+warnings.filterwarnings("ignore", "invalid value encountered in dot", RuntimeWarning, re.escape(__name__))
+
+#: What to do with a non-finite (or rejected) value: raise, or cut that env's episode short.
+ON_NONFINITE = ("stop", "skip")
+#: What to do with an observation outside ``obs_bound``: clip it, or treat it as non-finite.
+OBS_BOUND_MODES = ("clip", "reject")
+
+
+def check_value_options(obs_bound: Any, obs_bound_mode: Any, on_nonfinite: Any = "stop") -> None:
+    """Raise a ``ValueError`` naming the first of these arguments that is invalid."""
+    number = isinstance(obs_bound, (int, float)) and not isinstance(obs_bound, bool)
+    if obs_bound is not None and not (number and 0 < obs_bound < math.inf):
+        raise ValueError(f"obs_bound must be a positive finite number or None, got {obs_bound!r}.")
+    if obs_bound_mode not in OBS_BOUND_MODES:
+        raise ValueError(f"obs_bound_mode must be one of {OBS_BOUND_MODES}, got {obs_bound_mode!r}.")
+    if on_nonfinite not in ON_NONFINITE:
+        raise ValueError(f"on_nonfinite must be one of {ON_NONFINITE}, got {on_nonfinite!r}.")
+
+
+@dataclasses.dataclass
+class ValueFault:
+    """One bad value: which env, in what, the value and where in the observation.
+
+    Attributes:
+        env: Env index in the group.
+        what: ``"reward"``, ``"observation"`` or ``"final observation"``.
+        value: The offending value.
+        index: Its position inside the observation (``()`` for a reward).
+        out_of_bound: The value is finite but outside ``obs_bound`` (``reject`` mode).
+    """
+
+    env: int
+    what: str
+    value: float
+    index: tuple[int, ...] = ()
+    out_of_bound: bool = False
+
+    def describe(self, bound: float | None) -> str:
+        """E.g. ``"reward nan"`` or ``"observation value 1e6 at index (2,), outside obs_bound=100"``."""
+        where = f" at index {self.index}" if self.index else ""
+        kind = "" if self.what == "reward" else " value"
+        outside = f", outside obs_bound={bound}" if self.out_of_bound else ""
+        return f"{self.what}{kind} {self.value!r}{where}{outside}"
+
+
+def _first_bad(x: np.ndarray, bound: float | None) -> tuple[tuple[int, ...], float, bool] | None:
+    """Position, value and out-of-bound flag of the first non-finite (or out-of-bound) entry of ``x``."""
+    x = np.asarray(x)
+    bad = ~np.isfinite(x)
+    out = False
+    if not bad.any() and bound is not None:
+        bad, out = np.abs(x) > bound, True
+    if not bad.any():
+        return None
+    index = tuple(int(k) for k in np.argwhere(bad)[0])
+    return index, float(x[index]), out
+
+
+class ValueChecks:
+    """Per-step checks of one env group's observations and rewards.
+
+    Args:
+        num_envs: Envs in the group.
+        obs_bound: Bound on the absolute value of observations; ``None`` checks finiteness only.
+        obs_bound_mode: ``"clip"`` (clip and count) or ``"reject"`` (treat as non-finite).
+        obs_shape: Shape of one observation.
+        obs_dtype: Its dtype; integer observations (e.g. images) cannot be non-finite and
+            are not checked (``None``, e.g. a dict space: not checked either).
+    """
+
+    def __init__(
+        self,
+        num_envs: int,
+        obs_bound: float | None,
+        obs_bound_mode: str,
+        obs_shape: tuple[int, ...] | None,
+        obs_dtype: Any,
+    ):
+        self.obs_bound = None if obs_bound is None else float(obs_bound)
+        self.float_obs = obs_dtype is not None and obs_shape is not None and np.issubdtype(obs_dtype, np.floating)
+        self.reject = self.float_obs and obs_bound is not None and obs_bound_mode == "reject"
+        self.clipping = self.float_obs and obs_bound is not None and obs_bound_mode == "clip"
+        self._reward_zeros = np.zeros(num_envs)
+        size = num_envs * math.prod(obs_shape) if self.float_obs else 0
+        self._obs_zeros = np.zeros(size, dtype=obs_dtype) if self.float_obs else None
+
+    def clean(self, obs: np.ndarray, reward: np.ndarray) -> bool:
+        """Whether every observation and reward of a step is finite (and, rejecting, within the bound)."""
+        if self._obs_zeros is None:
+            return math.isfinite(reward.dot(self._reward_zeros))
+        # float() first: adding two numpy scalars of different dtypes costs more than the dots.
+        if not math.isfinite(float(obs.ravel().dot(self._obs_zeros)) + float(reward.dot(self._reward_zeros))):
+            return False
+        return not (self.reject and np.abs(obs).max() > self.obs_bound)
+
+    def obs_clean(self, obs: np.ndarray) -> bool:
+        """Whether one observation (or a batch) is finite and, rejecting, within the bound."""
+        if not self.float_obs:
+            return True
+        if not np.isfinite(obs).all():
+            return False
+        return not (self.reject and np.abs(obs).max() > self.obs_bound)
+
+    def find(
+        self, obs: np.ndarray, reward: np.ndarray | None = None, final_obs: dict[int, np.ndarray] | None = None
+    ) -> list[ValueFault]:
+        """Every env's first bad value (the slow path, after :meth:`clean` said something is wrong)."""
+        bound = self.obs_bound if self.reject else None
+        faults = []
+        for i in range(obs.shape[0]):
+            if reward is not None and not math.isfinite(reward[i]):
+                faults.append(ValueFault(i, "reward", float(reward[i])))
+                continue
+            candidates = [("observation", obs[i])] if self.float_obs else []
+            if final_obs and i in final_obs and self.float_obs:
+                candidates.append(("final observation", final_obs[i]))
+            for what, x in candidates:
+                hit = _first_bad(x, bound)
+                if hit is not None:
+                    faults.append(ValueFault(i, what, hit[1], hit[0], hit[2]))
+                    break
+        return faults
+
+    def clip(self, x: np.ndarray) -> int:
+        """Clip ``x`` in place to ``[-obs_bound, obs_bound]`` (clip mode); return how many values were clipped."""
+        if not self.clipping or not self.float_obs:
+            return 0
+        count = int(np.count_nonzero(np.abs(x) > self.obs_bound))
+        if count:
+            np.clip(x, -self.obs_bound, self.obs_bound, out=x)
+        return count
+
+
+def nonfinite_message(fault: ValueFault, label: str, episode_step: int | None, bound: float | None) -> str:
+    """The :class:`~rl_lightning.faults.NumericalFault` message: where the value came from and the fixes."""
+    at = f" at step {episode_step} of its episode" if episode_step is not None else " at reset"
+    if fault.out_of_bound:
+        fixes = "raise obs_bound (Hydra: env.obs_bound=...), clip instead with obs_bound_mode=clip"
+    elif fault.what == "reward":
+        fixes = "fix the env's reward"
+    else:
+        fixes = "fix the env, or bound observations with obs_bound and obs_bound_mode (Hydra: env.obs_bound=...)"
+    return (
+        f"{'Out-of-bound' if fault.out_of_bound else 'Non-finite'} {fault.describe(bound)} from {label}{at}. "
+        f"To go on: {fixes}; or cut such episodes short and continue with on_nonfinite='skip' on the "
+        "algorithm (Hydra: algo.on_nonfinite=skip)."
+    )

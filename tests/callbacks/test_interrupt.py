@@ -1,0 +1,130 @@
+"""Interruption: a signal mid-rollout or mid-update writes a checkpoint that resumes to the same budget."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import zipfile
+
+import pytest
+import torch
+
+from rl_lightning import PPO
+from rl_lightning.callbacks import Interruption
+from rl_lightning.faults import TrainingInterrupted, interrupt_request
+from tests.callbacks import interrupt_probe as probe
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def _probe(root, phase: str, ckpt: str | None = None, send: signal.Signals | None = None):
+    """Run the probe; when it prints ``PAUSED``, send ``send``. Returns (returncode, stdout lines)."""
+    args = [sys.executable, "-m", "tests.callbacks.interrupt_probe", str(root), phase, *([ckpt] if ckpt else [])]
+    proc = subprocess.Popen(args, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    lines = []
+    for line in proc.stdout:
+        lines.append(line.strip())
+        if line.startswith("PAUSED") and send is not None:
+            proc.send_signal(send)
+    stderr = proc.stderr.read()
+    proc.wait(timeout=120)
+    assert lines, stderr
+    return proc.returncode, lines, stderr
+
+
+def _checkpoints_load(directory) -> list[str]:
+    names = sorted(os.listdir(directory))
+    for name in names:
+        path = os.path.join(directory, name)
+        assert name.endswith(".ckpt"), f"a stray file was left behind: {name}"
+        assert zipfile.is_zipfile(path)
+        assert PPO.load_from_checkpoint(path, map_location="cpu").policy is not None
+    return names
+
+
+@pytest.mark.parametrize(
+    ("phase", "expected_steps"),
+    [
+        # The third rollout is cut short: its steps are not counted (2 rollouts of 128 done).
+        ("rollout", 2 * 128),
+        # The third rollout was collected and counted; its update phase stopped after the minibatch
+        # step during which the signal came (the 5th of 16).
+        ("update", 3 * 128),
+    ],
+)
+def test_sigterm_then_resume_spends_the_budget_once(tmp_path, phase, expected_steps):
+    """Test that SIGTERM mid-rollout / mid-update writes a loadable last.ckpt and that resuming ends at the budget."""
+    code, lines, stderr = _probe(tmp_path, phase, send=signal.SIGTERM)
+    assert lines[0] == f"PAUSED {phase}" and code == 3, stderr
+    word, env_steps, global_step, ckpt = lines[-1].split()
+    assert word == "INTERRUPTED" and int(env_steps) == expected_steps
+    # Each completed update phase is 16 optimizer steps; a cut one keeps the ones it took.
+    assert int(global_step) == (2 * 16 if phase == "rollout" else 2 * 16 + 5)
+    assert ckpt == os.path.join(str(tmp_path), "checkpoints", "last.ckpt")
+    assert "Received SIGTERM" in stderr
+    saved = torch.load(ckpt, weights_only=False)
+    assert saved["datamodule_hyper_parameters"]["num_envs"] == probe.NUM_ENVS
+    assert _checkpoints_load(tmp_path / "checkpoints")
+
+    code, lines, stderr = _probe(tmp_path, "none", ckpt=ckpt)
+    assert code == 0, stderr
+    word, env_steps, global_step = lines[-1].split()
+    assert word == "FINISHED" and int(env_steps) == probe.BUDGET
+    # keep_last=2 numbered checkpoints, plus last.ckpt: every one loads, no temporary file is left.
+    # (Epoch numbers differ by phase: Lightning counts an epoch stopped inside its batch as done.)
+    names = _checkpoints_load(tmp_path / "checkpoints")
+    assert sorted(n.split("-env_steps=")[-1] for n in names) == ["1408.ckpt", "1536.ckpt", "last.ckpt"]
+    final = torch.load(tmp_path / "checkpoints" / "last.ckpt", weights_only=False)
+    assert final["RolloutDataModule"]["env_steps"] == probe.BUDGET
+
+
+def test_signal_handlers_are_restored_and_a_second_sigint_aborts():
+    """Test that the handler only records the first SIGINT, raises KeyboardInterrupt on the second, and is removed."""
+    callback = Interruption(signals=("SIGINT",))
+    before = signal.getsignal(signal.SIGINT)
+
+    class FakeTrainer:
+        world_size = 1
+
+    try:
+        callback.on_train_start(FakeTrainer(), None)
+        assert signal.getsignal(signal.SIGINT) == callback._handle
+        callback._handle(signal.SIGINT, None)
+        assert interrupt_request.signal_name == "SIGINT"
+        with pytest.raises(TrainingInterrupted, match="SIGINT"):
+            interrupt_request.check()
+        with pytest.raises(KeyboardInterrupt):
+            callback._handle(signal.SIGINT, None)
+    finally:
+        callback.teardown(FakeTrainer(), None, "fit")
+    assert signal.getsignal(signal.SIGINT) == before and interrupt_request.signal_name is None
+
+
+def test_unknown_signal_name_is_refused():
+    """Test that a misspelt signal name is refused with the names to use."""
+    with pytest.raises(ValueError, match="SIGTREM"):
+        Interruption(signals=("SIGTREM",))
+
+
+def test_an_env_beyond_its_restart_limit_stops_the_run_with_a_checkpoint(tmp_path):
+    """Test that EnvFault (an env failing every episode, max_env_restarts=1) ends fit with a loadable last.ckpt."""
+    import lightning.pytorch as pl
+
+    from rl_lightning.faults import EnvFault
+    from tests.envs.faulty_env import FAULTY_ID, faulty_sets
+    from tests.helpers import quiet_trainer, tiny_rollout_data
+
+    pl.seed_everything(0)
+    # Every episode of every instance raises at step 3: the recreated env fails again before finishing one.
+    data = tiny_rollout_data(env=FAULTY_ID, obj_sets=faulty_sets(fault="step", at=3), max_env_restarts=1)
+    model = PPO(total_timesteps=10_000)
+    with pytest.raises(EnvFault) as info:
+        quiet_trainer(tmp_path, max_epochs=-1).fit(model, data)
+    data.close()
+    last = os.path.join(tmp_path, "checkpoints", "last.ckpt")
+    message = str(info.value)
+    assert "Faulty-v0" in message and "max_env_restarts" in message and f"Saved {last}" in message
+    assert info.value.checkpoint == last
+    assert PPO.load_from_checkpoint(last).policy is not None

@@ -1,0 +1,353 @@
+"""Tests for env faults at the env layer: restarts, dying async workers, non-finite and out-of-bound values."""
+
+from __future__ import annotations
+
+import multiprocessing
+import sys
+
+import gymnasium as gym
+import numpy as np
+import pytest
+
+from rl_lightning.envs import EnvGroup, ObjectSetWrapper, RestartingEnv, resolve_object_sets
+from rl_lightning.envs.restart import derive_seed
+from rl_lightning.faults import EnvFault, NumericalFault
+from tests.envs.faulty_env import EPISODE_LEN, FAULTY_ID, FaultyEnv, faulty_sets
+
+
+def faulty_group(num_envs=2, vectorization="sync", seed=0, **fault) -> EnvGroup:
+    """A group of FaultyEnvs; ``fault`` holds the env's keyword arguments and the group's fault options."""
+    group_args = {
+        k: fault.pop(k) for k in ("max_env_restarts", "obs_bound", "obs_bound_mode", "on_nonfinite") if k in fault
+    }
+    return EnvGroup(
+        FAULTY_ID, num_envs, obj_sets=faulty_sets(**fault), vectorization=vectorization, seed=seed, **group_args
+    )
+
+
+def run(group: EnvGroup, steps: int) -> list:
+    """Step ``group`` ``steps`` times with action 0; return the step results."""
+    return [group.step(np.zeros(group.num_envs, dtype=np.int64)) for _ in range(steps)]
+
+
+# ---------------------------------------------------------------- an env that raises
+def test_step_error_restarts_env_and_truncates_episode(tmp_path):
+    """Test that an env raising in step is recreated and its episode ends truncated at the last good obs."""
+    group = faulty_group(fault="step", at=3, once_file=str(tmp_path / "once"))
+    group.reset()
+    broken = group.envs.envs[0].env
+    first, second, third = run(group, 3)
+    assert third.cut is not None and third.cut.tolist() == [True, False]
+    assert third.truncated[0] and not third.terminated[0] and third.reward[0] == 0.0
+    assert third.final_obs[0][0] == 2.0  # the last observation the env returned before failing
+    assert third.obs[0][0] == 0.0  # the fresh env's first observation
+    assert group.envs.envs[0].env is not broken
+    assert first.cut is None and second.cut is None
+    steps = run(group, 2 * EPISODE_LEN)
+    assert not any(np.isnan(s.reward).any() for s in steps)
+    stats = group.pop_stats()
+    assert stats.env_restarts == 1
+    # Env 1 finished its first two episodes; env 0's cut episode is not one, its next two are.
+    assert stats.lengths == [EPISODE_LEN] * len(stats) and sorted(stats.envs) == [0, 0, 1, 1]
+
+
+def test_reset_error_is_retried_with_a_fresh_env(tmp_path):
+    """Test that an env raising in reset is recreated and reset again, and the recreation counted."""
+    group = faulty_group(fault="reset", once_file=str(tmp_path / "once"))
+    obs = group.reset()
+    assert obs.tolist() == [[0.0], [0.0]]
+    assert group.pop_stats().env_restarts == 1
+
+
+@pytest.mark.parametrize("limit", [0, 2])
+def test_restart_limit_raises_env_fault_naming_the_env(limit):
+    """Test that an env failing past max_env_restarts in a row raises EnvFault naming env, set, error and fix."""
+    group = faulty_group(num_envs=1, fault="step", at=1, max_env_restarts=limit)
+    group.reset()
+    for _ in range(limit):  # each of these steps fails and recreates the env
+        assert group.step(np.zeros(1, dtype=np.int64)).cut[0]
+    with pytest.raises(EnvFault) as raised:
+        group.step(np.zeros(1, dtype=np.int64))
+    message = str(raised.value)
+    for part in ["env 0 of Faulty-v0", "object set 'train'", f"max_env_restarts={limit}", "boom at step 1"]:
+        assert part in message
+    assert "env.max_env_restarts=" in message
+
+
+def test_finished_episode_resets_the_restart_count():
+    """Test that two failures with a finished episode between them stay within max_env_restarts=1."""
+    built = []
+
+    def factory():
+        # Instance 0 fails in its first episode, instance 1 in its second, instance 2 never.
+        fail_every = {0: 1, 1: 2}.get(len(built))
+        built.append(FaultyEnv("step" if fail_every else "none", at=2, fail_every=fail_every))
+        return built[-1]
+
+    env = RestartingEnv(factory, max_restarts=1, label="env 0")
+    env.reset(seed=0)
+    cuts = 0
+    for _ in range(4 * EPISODE_LEN):
+        _, _, terminated, truncated, info = env.step(0)
+        cuts += info.get("env_restart", 0)
+        if terminated or truncated:
+            env.reset()
+    assert cuts == 2 and len(built) == 3 and env.total_restarts == 2
+
+
+def test_fresh_env_seeds_are_reproducible_and_distinct():
+    """Test that recreated envs get seeds derived from the last reset seed and the restart count."""
+    assert derive_seed(7, 1) == derive_seed(7, 1)
+    assert len({derive_seed(7, 1), derive_seed(7, 2), derive_seed(8, 1)}) == 3
+    assert derive_seed(None, 1) is None
+
+
+def test_restarting_env_seeds_fresh_env_deterministically():
+    """Test that after a step failure the fresh env's first reset uses derive_seed(last seed, restarts)."""
+    seeds = []
+
+    class Recorder(FaultyEnv):
+        def reset(self, *, seed=None, options=None):
+            seeds.append(seed)
+            return super().reset(seed=seed, options=options)
+
+    env = RestartingEnv(lambda: Recorder("step", at=1), max_restarts=5, label="env 0")
+    env.reset(seed=11)
+    env.step(0)  # fails: the env is recreated
+    env.reset()  # what the vector env's autoreset does
+    assert seeds == [11, derive_seed(11, 1)]
+
+
+def test_fresh_env_keeps_the_object_set_chosen_by_reset_options(tmp_path):
+    """Test that an env recreated after reset(options={'obj_set': 'test'}) still draws from the test set."""
+    fault = {"fault": "step", "at": 1, "once_file": str(tmp_path / "once")}
+    sets = resolve_object_sets(FAULTY_ID, {"train": [{"name": "a"}], "test": [{"name": "b", "make_kwargs": fault}]})
+    env = RestartingEnv(lambda: ObjectSetWrapper(sets, "train"), max_restarts=3, label="env 0")
+    env.reset(seed=0, options={"obj_set": "test"})
+    assert env.step(0)[4]["env_restart"] == 1  # the test variation fails (once): a fresh env built for "train"
+    _, info = env.reset()  # the vector env's autoreset passes no options
+    assert info["variation"] == "b" and env.total_restarts == 1
+
+
+def test_step_before_reset_is_not_taken_for_a_fault():
+    """Test that stepping before any reset raises the env's own error instead of recreating the env."""
+    env = RestartingEnv(lambda: gym.make(FAULTY_ID), max_restarts=3, label="env 0")
+    with pytest.raises(gym.error.ResetNeeded):
+        env.step(0)
+    assert env.total_restarts == 0
+
+
+# ---------------------------------------------------------------- async workers
+def test_env_error_inside_async_worker_is_restarted(tmp_path):
+    """Test that an env raising inside an async worker is recreated there, and only its episode is cut."""
+    group = faulty_group(vectorization="async", fault="step", at=2, once_file=str(tmp_path / "once"))
+    try:
+        group.reset()
+        pids = [p.pid for p in group.envs.processes]
+        _, second = run(group, 2)
+        assert second.cut.sum() == 1 and second.truncated.sum() == 1
+        i = int(np.flatnonzero(second.cut)[0])
+        assert second.final_obs[i][0] == 1.0 and second.reward[i] == 0.0
+        assert [p.pid for p in group.envs.processes] == pids  # the workers lived on
+        assert group.pop_stats().env_restarts == 1
+    finally:
+        group.close()
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="workers inherit the test's registry when forked")
+def test_dying_async_worker_is_rebuilt_and_every_episode_truncated(tmp_path):
+    """Test that a worker process that exits is replaced: all episodes truncated at their last obs, no leaks."""
+    group = faulty_group(vectorization="async", fault="exit", at=2, once_file=str(tmp_path / "once"))
+    try:
+        group.reset()
+        old = list(group.envs.processes)
+        first, second = run(group, 2)
+        assert second.cut.all() and second.truncated.all() and not second.terminated.any()
+        assert (second.reward == 0).all()
+        assert [second.final_obs[i][0] for i in range(2)] == [1.0, 1.0]  # last good observations
+        assert np.isfinite(second.obs).all()
+        new = list(group.envs.processes)
+        assert all(not p.is_alive() and p.exitcode is not None for p in old)  # reaped, not zombies
+        children = {p.pid for p in multiprocessing.active_children()}
+        assert not children & {p.pid for p in old} and {p.pid for p in new} <= children
+        run(group, 2 * EPISODE_LEN)  # the rebuilt workers step on
+        stats = group.pop_stats()
+        assert stats.env_restarts == 1 and len(stats) == 4 and stats.lengths == [EPISODE_LEN] * 4
+    finally:
+        group.close()
+    assert not {p.pid for p in multiprocessing.active_children()} & {p.pid for p in new}
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="workers inherit the test's registry when forked")
+def test_workers_dying_past_the_limit_raise_env_fault_and_leave_no_process():
+    """Test that workers dying more than max_env_restarts times in a row raise EnvFault and are all stopped."""
+    group = faulty_group(vectorization="async", fault="exit", at=1, max_env_restarts=1)
+    group.reset()
+    processes = list(group.envs.processes)
+    group.step(np.zeros(2, dtype=np.int64))  # first death: rebuilt
+    processes += group.envs.processes
+    match = r"the async workers of Faulty-v0 \(object set 'train'\) failed 2 time.*max_env_restarts=1"
+    with pytest.raises(EnvFault, match=match):
+        group.step(np.zeros(2, dtype=np.int64))
+    group.close()
+    assert not any(p.is_alive() for p in processes)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="workers inherit the test's registry when forked")
+def test_worker_dying_in_reset_is_rebuilt(tmp_path):
+    """Test that a worker process exiting during reset is replaced and the reset completes, counted."""
+    group = faulty_group(vectorization="async", fault="exit_reset", once_file=str(tmp_path / "once"))
+    try:
+        old = list(group.envs.processes)
+        assert group.reset().tolist() == [[0.0], [0.0]]
+        assert group.envs.processes != old and not any(p.is_alive() for p in old)
+        assert group.pop_stats().env_restarts == 1
+    finally:
+        group.close()
+
+
+def test_env_failing_past_the_limit_in_a_worker_raises_env_fault_and_stops_all_workers():
+    """Test that EnvFault raised inside an async worker reaches the caller with its message, and no worker is left."""
+    group = faulty_group(vectorization="async", fault="step", at=1, max_env_restarts=0)
+    group.reset()
+    processes = list(group.envs.processes)
+    with pytest.raises(EnvFault, match=r"env [01] of Faulty-v0 \(object set 'train'\) \(step\).*boom at step 1"):
+        group.step(np.zeros(2, dtype=np.int64))
+    assert not any(p.is_alive() for p in processes)
+    group.close()
+
+
+# ---------------------------------------------------------------- non-finite values
+def test_nan_reward_stops_with_message_naming_reward_and_env(tmp_path):
+    """Test that a NaN reward with on_nonfinite='stop' raises NumericalFault naming reward, env, set and step."""
+    group = faulty_group(num_envs=3, fault="nan_reward", at=3, once_file=str(tmp_path / "once"), nth=2)
+    group.reset()
+    run(group, 2)
+    with pytest.raises(NumericalFault) as raised:
+        group.step(np.zeros(3, dtype=np.int64))
+    message = str(raised.value)
+    for part in ["reward nan", "env 1 of Faulty-v0", "object set 'train'", "step 3", "algo.on_nonfinite=skip"]:
+        assert part in message
+
+
+@pytest.mark.parametrize("fault, what", [("nan_obs", "observation"), ("inf_obs", "observation")])
+def test_nonfinite_observation_stops(fault, what):
+    """Test that a NaN or inf observation raises NumericalFault naming the observation."""
+    group = faulty_group(num_envs=1, fault=fault, at=2)
+    group.reset()
+    run(group, 1)
+    with pytest.raises(NumericalFault, match=f"Non-finite {what} value"):
+        group.step(np.zeros(1, dtype=np.int64))
+
+
+def test_nonfinite_final_observation_stops():
+    """Test that a NaN in the final observation of an episode (autoreset hides it from obs) is caught."""
+    group = faulty_group(num_envs=1, fault="nan_obs", at=EPISODE_LEN)
+    group.reset()
+    run(group, EPISODE_LEN - 1)
+    with pytest.raises(NumericalFault, match="final observation value nan"):
+        group.step(np.zeros(1, dtype=np.int64))
+
+
+def test_nan_reward_skip_truncates_counts_and_never_returns_nan():
+    """Test that with on_nonfinite='skip' a NaN reward cuts the episode at its last good obs, counted, no NaN out."""
+    group = faulty_group(fault="nan_reward", at=3, on_nonfinite="skip")
+    group.reset()
+    steps = run(group, 3)
+    third = steps[-1]
+    assert third.cut.all() and third.truncated.all() and not third.terminated.any()
+    assert (third.reward == 0).all() and [third.final_obs[i][0] for i in range(2)] == [2.0, 2.0]
+    assert (third.obs == 0).all()  # reset: the next episode's first observation
+    steps += run(group, 20)
+    assert all(np.isfinite(s.reward).all() and np.isfinite(s.obs).all() for s in steps)
+    assert all(np.isfinite(o).all() for s in steps for o in s.final_obs.values())
+    stats = group.pop_stats()
+    assert len(stats) == 0  # every episode was cut at step 3
+    assert stats.nonfinite_steps == 2 * (23 // 3)  # both envs, every third step
+
+
+def test_skipped_episode_is_left_out_and_others_recorded(tmp_path):
+    """Test that a skipped episode is not in the statistics while the other env's episodes are."""
+    group = faulty_group(fault="nan_reward", at=3, once_file=str(tmp_path / "once"), nth=2, on_nonfinite="skip")
+    group.reset()
+    run(group, EPISODE_LEN)
+    stats = group.pop_stats()
+    assert stats.envs == [0] and stats.returns == [float(EPISODE_LEN)] and stats.nonfinite_steps == 1
+
+
+def test_nonfinite_reset_observation_stop_and_skip(tmp_path):
+    """Test that a NaN first observation stops the run at reset, or (skip) is reset again and counted."""
+    with pytest.raises(NumericalFault, match="at reset"):
+        faulty_group(fault="nan_reset_obs", once_file=str(tmp_path / "a")).reset()
+    group = faulty_group(fault="nan_reset_obs", once_file=str(tmp_path / "b"), on_nonfinite="skip")
+    assert np.isfinite(group.reset()).all()
+    assert group.pop_stats().nonfinite_steps == 1
+
+
+def test_env_producing_nan_every_episode_stops_even_when_skipping():
+    """Test that an env that never finishes an episode under skip ends with NumericalFault, not an endless run."""
+    group = faulty_group(num_envs=1, fault="nan_reward", at=1, on_nonfinite="skip")
+    group.reset()
+    with pytest.raises(NumericalFault, match="episodes in a row"):
+        run(group, 200)
+
+
+# ---------------------------------------------------------------- observation bound
+def test_obs_bound_clip_clips_and_counts():
+    """Test that obs_bound with clip clips observations to the bound and counts the clipped values."""
+    group = faulty_group(fault="big_obs", at=2, obs_bound=10.0)
+    group.reset()
+    _, second = run(group, 2)
+    assert (second.obs == 10.0).all() and second.cut is None
+    assert group.pop_stats().obs_clipped == 2
+
+
+def test_obs_bound_clip_applies_to_final_observations():
+    """Test that a final observation outside the bound is clipped (on a copy) and counted."""
+    group = faulty_group(num_envs=1, fault="big_obs", at=EPISODE_LEN, obs_bound=10.0)
+    group.reset()
+    last = run(group, EPISODE_LEN)[-1]
+    assert last.final_obs[0][0] == 10.0 and group.pop_stats().obs_clipped == 1
+
+
+def test_obs_bound_reject_stops_or_skips():
+    """Test that obs_bound with reject treats an observation outside the bound like a non-finite one."""
+    group = faulty_group(num_envs=1, fault="big_obs", at=2, obs_bound=10.0, obs_bound_mode="reject")
+    group.reset()
+    run(group, 1)
+    with pytest.raises(NumericalFault, match="outside obs_bound=10.0"):
+        run(group, 1)
+    group = faulty_group(
+        num_envs=1, fault="big_obs", at=2, obs_bound=10.0, obs_bound_mode="reject", on_nonfinite="skip"
+    )
+    group.reset()
+    _, second = run(group, 2)
+    assert second.cut[0] and second.truncated[0] and second.final_obs[0][0] == 1.0 and second.obs[0][0] == 0.0
+    stats = group.pop_stats()
+    assert stats.nonfinite_steps == 1 and stats.obs_clipped == 0
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        ({"max_env_restarts": -1}, "max_env_restarts must be a non-negative integer"),
+        ({"max_env_restarts": 1.5}, "max_env_restarts must be a non-negative integer"),
+        ({"obs_bound": 0}, "obs_bound must be a positive finite number"),
+        ({"obs_bound": float("inf")}, "obs_bound must be a positive finite number"),
+        ({"obs_bound_mode": "wrap"}, "obs_bound_mode must be one of"),
+        ({"on_nonfinite": "ignore"}, "on_nonfinite must be one of"),
+    ],
+)
+def test_bad_fault_options_rejected(kwargs, match):
+    """Test that invalid fault options raise a ValueError naming the argument."""
+    with pytest.raises(ValueError, match=match):
+        EnvGroup("CartPole-v1", 1, **kwargs)
+
+
+def test_on_nonfinite_setter_validates():
+    """Test that setting on_nonfinite on a built group checks the value."""
+    group = EnvGroup("CartPole-v1", 1)
+    group.on_nonfinite = "skip"
+    assert group.on_nonfinite == "skip"
+    with pytest.raises(ValueError, match="on_nonfinite must be one of"):
+        group.on_nonfinite = "drop"

@@ -1,0 +1,510 @@
+"""Bad input through every front door ends with one message naming the culprit and the fix, before any work.
+
+One table: each row is a front door (``api``: the Python API; ``hydra``: ``train.py``'s
+config, driven in-process the way ``train.py`` runs it; ``cli``: ``rl-lightning``,
+in-process through ``main``), the input, and the text the message must contain: the
+culprit (argument, config key, flag or file) and the fix. A few rows run the real entry
+points as subprocesses, to show they print the message and exit non-zero without a
+traceback. Checkpoint rows check that the file pointed at is unchanged afterwards, and
+rows that reach ``fit`` that no env step was taken and no checkpoint written.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import glob
+import os
+import subprocess
+import sys
+import zipfile
+from collections.abc import Callable
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import lightning.pytorch as pl
+import pytest
+import torch
+from hydra import compose, initialize_config_dir
+
+from rl_lightning import DQN, PPO, SAC, ReplayDataModule, RolloutDataModule
+from rl_lightning.launch.app import train
+from rl_lightning.launch.cli import main
+from rl_lightning.launch.errors import ConfigError, check_overrides
+from tests.helpers import quiet_trainer, tiny_replay_data, tiny_rollout_data
+from tests.launch.conftest import REPO, TRAIN, offline_env, run
+
+CONF = os.path.join(REPO, "conf")
+RL_LIGHTNING = os.path.join(os.path.dirname(sys.executable), "rl-lightning")
+NO_GPU = pytest.mark.skipif(torch.cuda.is_available(), reason="the machine has a GPU: trainer=gpu runs")
+
+
+@dataclasses.dataclass
+class Ctx:
+    """What a row can use: the checkpoint files and a directory of its own; ``fit`` records what it built."""
+
+    files: SimpleNamespace
+    tmp: str
+    built: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+    def fit(self, model: pl.LightningModule, data: pl.LightningDataModule, **kwargs: Any) -> None:
+        """``Trainer.fit`` with checkpointing into this row's directory (recorded for the checks after)."""
+        trainer = quiet_trainer(self.tmp, max_epochs=1)
+        self.built.update(data=data, trainer=trainer)
+        trainer.fit(model, data, **kwargs)
+
+
+# Each row: door, input (Python: a function of Ctx; Hydra: overrides; CLI: arguments; '{ppo}' and
+# the like name the checkpoint files), the texts the message must contain, and marks.
+ROWS = [
+    # ------------------------------------------------------------------ Python API
+    ("api", "ppo-negative-lr", lambda c: PPO(lr=-1.0), ["lr must be a positive number", "-1.0"]),
+    ("api", "ppo-empty-hidden-sizes", lambda c: PPO(hidden_sizes=[]), ["hidden_sizes", "non-empty list"]),
+    ("api", "ppo-zero-budget", lambda c: PPO(total_timesteps=0), ["total_timesteps", "positive integer"]),
+    ("api", "sac-tau-above-one", lambda c: SAC(tau=2.0), ["tau must be a number in (0, 1]", "2.0"]),
+    ("api", "dqn-unknown-loss", lambda c: DQN(loss_function="mse"), ["loss_function", "'huber'", "'mse'"]),
+    (
+        "api",
+        "minibatches-do-not-divide-rollout",
+        lambda c: RolloutDataModule(num_envs=2, rollout_steps=16, num_minibatches=3),
+        ["num_minibatches=3", "16 x 2 = 32", "choose a divisor"],
+    ),
+    (
+        "api",
+        "steps-per-epoch-not-multiple-of-envs",
+        lambda c: ReplayDataModule(num_envs=3, steps_per_epoch=100),
+        ["steps_per_epoch=100", "num_envs=3", "choose a multiple"],
+    ),
+    (
+        "api",
+        "unknown-env-id",
+        lambda c: RolloutDataModule(env="CartPol-v1"),
+        ["'CartPol-v1'", "Did you mean", "'CartPole-v1'"],
+    ),
+    (
+        "api",
+        "unknown-object-set",
+        lambda c: RolloutDataModule(eval_obj_sets=["train", "ood"]),
+        ["Unknown object set 'ood'", "available: ['test', 'train']"],
+    ),
+    ("api", "unknown-storage", lambda c: ReplayDataModule(storage="disk"), ["storage", "'memory'", "'disk'"]),
+    (
+        "api",
+        "dqn-on-continuous-actions",
+        lambda c: c.fit(DQN(total_timesteps=100), tiny_replay_data("Pendulum-v1")),
+        ["DQN", "needs a Discrete action space", "Box", "use SAC"],
+    ),
+    (
+        "api",
+        "sac-on-discrete-actions",
+        lambda c: c.fit(SAC(total_timesteps=100), tiny_replay_data("CartPole-v1")),
+        ["SAC acts in a 1-D Box action space", "Discrete(2)", "use PPO"],
+    ),
+    (
+        "api",
+        "ppo-on-replay-data",
+        lambda c: c.fit(PPO(total_timesteps=100), tiny_replay_data("CartPole-v1")),
+        ["PPO learns from a RolloutDataModule, got a ReplayDataModule", "Pass RolloutDataModule(env=...)"],
+    ),
+    (
+        "api",
+        "load-truncated-checkpoint",
+        lambda c: PPO.load_from_checkpoint(c.files.truncated),
+        ["{truncated}", "not a complete checkpoint archive", "earlier checkpoint"],
+    ),
+    (
+        "api",
+        "load-text-file",
+        lambda c: PPO.load_from_checkpoint(c.files.text),
+        ["{text}", "not a complete checkpoint archive"],
+    ),
+    (
+        "api",
+        "load-missing-checkpoint",
+        lambda c: PPO.load_from_checkpoint(c.files.missing),
+        ["{missing}", "does not exist", "checkpoints/"],
+    ),
+    (
+        "api",
+        "load-other-algorithm",
+        lambda c: DQN.load_from_checkpoint(c.files.ppo),
+        ["{ppo}", "holds a PPO model, not a DQN one", "PPO.load_from_checkpoint"],
+    ),
+    (
+        "api",
+        "load-checkpoint-not-from-rl-lightning",
+        lambda c: PPO.load_from_checkpoint(c.files.foreign),
+        ["{foreign}", "not written by rl_lightning", "Load it with the class that wrote it"],
+    ),
+    (
+        "api",
+        "load-with-other-hidden-sizes",
+        lambda c: PPO.load_from_checkpoint(c.files.ppo, hidden_sizes=[32]),
+        ["{ppo}", "hidden_sizes: checkpoint [64, 64], given [32]", "Drop hidden_sizes=..."],
+    ),
+    (
+        "api",
+        "resume-with-other-hidden-sizes",
+        lambda c: c.fit(PPO(total_timesteps=10_000, hidden_sizes=[32]), tiny_rollout_data(), ckpt_path=c.files.ppo),
+        ["{ppo}", "hidden_sizes: checkpoint [64, 64], this model [32]", "Build the model with the checkpoint's"],
+    ),
+    (
+        "api",
+        "resume-on-env-with-other-spaces",
+        lambda c: c.fit(
+            PPO(total_timesteps=10_000),
+            tiny_rollout_data(env="Acrobot-v1", obj_sets={"train": [{}], "test": [{}]}),
+            ckpt_path=c.files.ppo,
+        ),
+        ["{ppo}", "trained on CartPole-v1", "Discrete(2)", "built for Acrobot-v1", "env='CartPole-v1'"],
+    ),
+    (
+        "api",
+        "resume-from-truncated-checkpoint",
+        lambda c: c.fit(PPO(total_timesteps=10_000), tiny_rollout_data(), ckpt_path=c.files.truncated),
+        ["{truncated}", "not a complete checkpoint archive"],
+    ),
+    (
+        "api",
+        "resume-from-missing-checkpoint",
+        lambda c: c.fit(PPO(total_timesteps=10_000), tiny_rollout_data(), ckpt_path=c.files.missing),
+        ["{missing}", "does not exist"],
+    ),
+    # ------------------------------------------------------------------ Hydra (train.py)
+    ("hydra", "unknown-key", ["algo.lrr=1e-3"], ["'algo.lrr'", "Did you mean 'lr'", "+algo.lrr=..."]),
+    (
+        "hydra",
+        "unknown-experiment",
+        ["+experiment=ppo_contnuous"],
+        ["Unknown experiment 'ppo_contnuous'", "Did you mean 'ppo_continuous'", "+experiment="],
+    ),
+    ("hydra", "unknown-logger", ["logger=tensorbord"], ["Unknown logger 'tensorbord'", "'tensorboard'", "logger="]),
+    ("hydra", "unparsable-override", ["algo.lr=[1,"], ["Cannot parse", "algo.lr=[1,", "key=value"]),
+    (
+        "hydra",
+        "num-envs-not-a-number",
+        ["env.num_envs=abc"],
+        ["'env.num_envs'", "positive integer", "env.num_envs=..."],
+    ),
+    ("hydra", "negative-lr", ["algo.lr=-1"], ["'algo.lr'", "positive number", "algo.lr=..."]),
+    (
+        "hydra",
+        "minibatches-do-not-divide-rollout",
+        ["data.num_minibatches=3"],
+        ["'data.num_minibatches'", "choose a divisor", "data.num_minibatches=..."],
+    ),
+    ("hydra", "unknown-env-id", ["env.id=CartPol-v1"], ["'env.id'", "Did you mean", "'CartPole-v1'", "env.id=..."]),
+    ("hydra", "env-id-not-a-string", ["env.id=123"], ["'env.id'", "gymnasium id string", "env.id=..."]),
+    (
+        "hydra",
+        "unknown-object-set",
+        ["env.train_obj_set=tset"],
+        ["'env.train_obj_set'", "Unknown object set 'tset'", "env.train_obj_set=..."],
+    ),
+    (
+        "hydra",
+        "unknown-vectorization",
+        ["env.vectorization=threads"],
+        ["'env.vectorization'", "'sync'", "env.vectorization=..."],
+    ),
+    (
+        "hydra",
+        "dqn-unknown-loss",
+        ["+experiment=dqn", "algo.loss_function=mse"],
+        ["'algo.loss_function'", "'huber'", "algo.loss_function=..."],
+    ),
+    ("hydra", "test-ckpt-worst", ["test_ckpt=worst"], ["test_ckpt", "'worst'", "test_ckpt=best"]),
+    ("hydra", "gpu-trainer-without-gpu", ["trainer=gpu"], ["cannot run here", "trainer=default"], [NO_GPU]),
+    (
+        "hydra",
+        "dqn-on-continuous-actions",
+        ["algo=dqn", "data=replay", "env=pendulum"],
+        ["DQN", "needs a Discrete action space", "use SAC"],
+        [],
+    ),
+    (
+        "hydra",
+        "ppo-on-replay-data",
+        ["algo=ppo", "data=replay"],
+        ["PPO learns from a RolloutDataModule", "algo=ppo"],
+        [],
+    ),
+    ("hydra", "resume-missing-checkpoint", ["ckpt_path={missing}"], ["ckpt_path:", "{missing}", "does not exist"]),
+    (
+        "hydra",
+        "resume-truncated-checkpoint",
+        ["ckpt_path={truncated}"],
+        ["ckpt_path:", "{truncated}", "not a complete checkpoint archive", "earlier checkpoint"],
+    ),
+    (
+        "hydra",
+        "resume-last-without-run-dir",
+        ["ckpt_path=last"],
+        ["ckpt_path:", "last.ckpt", "does not exist", "hydra.run.dir=<the run's directory>"],
+    ),
+    (
+        "hydra",
+        "resume-incompatible-config",
+        ["ckpt_path={ppo}", "algo.hidden_sizes=[32]", "data.num_minibatches=2"],
+        ["hidden_sizes: checkpoint [64, 64], this model [32]", "{ppo}"],
+    ),
+    (
+        "hydra",
+        "resume-other-algorithm",
+        ["+experiment=dqn", "ckpt_path={ppo}"],
+        ["PPO", "{ppo}", "DQN"],
+    ),
+    # ------------------------------------------------------------------ rl-lightning CLI
+    ("cli", "unknown-subcommand", ["fitt"], ["Unknown subcommand 'fitt'", "Did you mean fit"]),
+    ("cli", "missing-model", ["fit"], ["Missing --model", "PPO, DQN, SAC", "--model PPO"]),
+    (
+        "cli",
+        "model-argument-without-model",
+        ["fit", "--model.lr", "0.1"],
+        ["--model.lr needs the class first", "pass --model", "--model PPO --model.lr"],
+    ),
+    (
+        "cli",
+        "unknown-model-class",
+        ["fit", "--model", "PPX"],
+        ["--model class 'PPX'", "Did you mean PPO", "PPO, DQN, SAC"],
+    ),
+    (
+        "cli",
+        "unknown-data-class",
+        ["fit", "--model", "PPO", "--data", "ReplayDataModul"],
+        ["--data class 'ReplayDataModul'", "Did you mean ReplayDataModule"],
+    ),
+    (
+        "cli",
+        "unknown-flag",
+        ["fit", "--model", "PPO", "--modl", "PPO"],
+        ["Unknown argument --modl", "Did you mean --model"],
+    ),
+    (
+        "cli",
+        "unknown-model-argument",
+        ["fit", "--model", "PPO", "--model.lrr", "1"],
+        ["--model.lrr", "Did you mean lr"],
+    ),
+    (
+        "cli",
+        "lr-not-a-number",
+        ["fit", "--model", "PPO", "--model.lr", "fast"],
+        ["--model.lr", "expected float, got 'fast'"],
+    ),
+    (
+        "cli",
+        "negative-lr",
+        ["fit", "--model", "PPO", "--model.lr", "-1"],
+        ["--model.lr", "lr must be a positive number", "Fix --model.lr"],
+    ),
+    (
+        "cli",
+        "max-epochs-not-a-number",
+        ["fit", "--model", "PPO", "--trainer.max_epochs", "abc"],
+        ["--trainer.max_epochs", "expected int or null, got 'abc'"],
+    ),
+    (
+        "cli",
+        "unknown-env-id",
+        ["fit", "--model", "PPO", "--data.env", "CartPol-v1"],
+        ["--data.env", "'CartPole-v1'", "Fix --data.env"],
+    ),
+    (
+        "cli",
+        "unknown-object-set",
+        ["fit", "--model", "PPO", "--data.eval_obj_sets", "[train,ood]"],
+        ["--data.eval_obj_sets", "Unknown object set 'ood'", "Fix --data.eval_obj_sets"],
+    ),
+    (
+        "cli",
+        "minibatches-do-not-divide-rollout",
+        ["fit", "--model", "PPO", "--data.num_envs", "2", "--data.rollout_steps", "16", "--data.num_minibatches", "3"],
+        ["--data.num_minibatches", "choose a divisor"],
+    ),
+    (
+        "cli",
+        "sac-tau-above-one",
+        ["fit", "--model", "SAC", "--data", "ReplayDataModule", "--model.tau", "2"],
+        ["--model.tau", "(0, 1]", "Fix --model.tau"],
+    ),
+    (
+        "cli",
+        "missing-config-file",
+        ["fit", "--model", "PPO", "--config", "{missing}"],
+        ["--config", "{missing}", "does not exist"],
+    ),
+    (
+        "cli",
+        "gpu-without-gpu",
+        ["fit", "--model", "PPO", "--trainer.accelerator", "gpu"],
+        ["--trainer.accelerator gpu", "cannot run here", "--trainer.accelerator cpu"],
+        [NO_GPU],
+    ),
+    (
+        "cli",
+        "dqn-on-continuous-actions",
+        ["fit", "--model", "DQN", "--data", "ReplayDataModule", "--data.env", "Pendulum-v1"],
+        ["DQN", "needs a Discrete action space", "use SAC"],
+    ),
+    (
+        "cli",
+        "ppo-on-replay-data",
+        ["fit", "--model", "PPO", "--data", "ReplayDataModule", "--data.env", "CartPole-v1"],
+        ["PPO learns from a RolloutDataModule, got a ReplayDataModule"],
+    ),
+    (
+        "cli",
+        "test-truncated-checkpoint",
+        ["test", "--ckpt_path", "{truncated}"],
+        ["{truncated}", "not a complete checkpoint archive", "earlier checkpoint"],
+    ),
+    ("cli", "test-missing-checkpoint", ["test", "--ckpt_path", "{missing}"], ["{missing}", "does not exist"]),
+    (
+        "cli",
+        "test-checkpoint-not-from-rl-lightning",
+        ["test", "--ckpt_path", "{foreign}"],
+        ["{foreign}", "not written by rl_lightning", "checkpoints/"],
+    ),
+    (
+        "cli",
+        "test-with-other-hidden-sizes",
+        ["test", "--ckpt_path", "{ppo}", "--model.hidden_sizes", "[32]"],
+        ["{ppo}", "hidden_sizes: checkpoint [64, 64], this model [32]"],
+    ),
+    (
+        "cli",
+        "fit-from-truncated-checkpoint",
+        ["fit", "--model", "PPO", "--ckpt_path", "{truncated}"],
+        ["{truncated}", "not a complete checkpoint archive"],
+    ),
+]
+
+# The real entry points as subprocesses (a few seconds each): the message, a non-zero exit, no traceback.
+PROCESS_ROWS = [
+    ("hydra", "num-envs-not-a-number", ["env.num_envs=abc"], ["Config error:", "'env.num_envs'", "env.num_envs=..."]),
+    ("cli", "negative-lr", ["fit", "--model", "PPO", "--model.lr", "-1"], ["error:", "--model.lr", "positive number"]),
+    (
+        "cli",
+        "test-truncated-checkpoint",
+        ["test", "--ckpt_path", "{truncated}"],
+        ["{truncated}", "not a complete checkpoint archive"],
+    ),
+]
+
+
+def _params(rows, prefix=""):
+    params = []
+    for door, name, given, expected, *marks in rows:
+        params.append(pytest.param(door, given, expected, id=f"{prefix}{door}-{name}", marks=marks[0] if marks else ()))
+    return params
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory) -> SimpleNamespace:
+    """A 1-epoch PPO checkpoint on CartPole-v1 (hidden sizes [64, 64]) and broken files made from it."""
+    root = tmp_path_factory.mktemp("checkpoints")
+    pl.seed_everything(0)
+    trainer = quiet_trainer(str(root / "fit"), max_epochs=1)
+    trainer.fit(PPO(total_timesteps=10_000, save_interval=1), tiny_rollout_data())
+    (ppo,) = glob.glob(str(root / "fit" / "**" / "last.ckpt"), recursive=True)
+    good = Path(ppo).read_bytes()
+    assert zipfile.is_zipfile(ppo)
+    (root / "truncated.ckpt").write_bytes(good[:1000])
+    (root / "text.ckpt").write_text("not a checkpoint\n")
+    torch.save({"state_dict": {}, "hyper_parameters": {}, "pytorch-lightning_version": "2.6.6"}, root / "foreign.ckpt")
+    names = ("truncated", "text", "foreign")
+    return SimpleNamespace(ppo=ppo, missing=str(root / "missing.ckpt"), **{n: str(root / f"{n}.ckpt") for n in names})
+
+
+def _fill(text: str, files: SimpleNamespace) -> str:
+    return text.format(**vars(files))
+
+
+def _snapshot(files: SimpleNamespace) -> dict[str, bytes]:
+    return {path: Path(path).read_bytes() for path in vars(files).values() if os.path.exists(path)}
+
+
+def _api_message(given: Callable[[Ctx], Any], ctx: Ctx) -> str:
+    with pytest.raises(Exception) as info:  # the row's texts are the check
+        given(ctx)
+    assert isinstance(info.value, (ValueError, TypeError, FileNotFoundError)), repr(info.value)
+    if "data" in ctx.built:  # the refusal came before any work
+        assert ctx.built["data"].env_steps == 0
+        assert ctx.built["trainer"].global_step == 0
+        assert not glob.glob(os.path.join(ctx.tmp, "**", "*.ckpt"), recursive=True)
+    return str(info.value)
+
+
+def _hydra_message(overrides: list[str], tmp: str) -> str:
+    """What ``python train.py OVERRIDES`` reports, in-process: check the overrides, compose, ``train``."""
+    extra = [f"run_dir={tmp}"] + ([] if any(o.startswith("logger=") for o in overrides) else ["logger=csv"])
+    with pytest.raises(ConfigError) as info:
+        check_overrides(CONF, "config", overrides)
+        with initialize_config_dir(config_dir=CONF, version_base="1.3"):
+            cfg = compose("config", overrides=[*overrides, *extra])
+        train(cfg)
+    message = f"Config error: {info.value}"
+    assert "\n" not in message, message
+    assert not glob.glob(os.path.join(tmp, "**", "*.ckpt"), recursive=True)
+    return message
+
+
+def _cli_message(args: list[str], capsys) -> str:
+    """What ``rl-lightning ARGS`` reports, in-process (no logger, so nothing leaves the temp dir)."""
+    if args[0] in ("fit", "validate", "test"):
+        args = [*args, "--trainer.logger", "false"]
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as info:
+        main(args)
+    assert info.value.code not in (0, None)
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    # One line: jsonargparse's usage and nested union errors are gone (sys.exit(text) prints at exit).
+    lines = [line for line in err.splitlines() if line.startswith("error:")]
+    if isinstance(info.value.code, str):
+        lines.append(info.value.code)
+    assert len(lines) == 1, err
+    assert not glob.glob(os.path.join("**", "*.ckpt"), recursive=True)
+    return lines[0]
+
+
+@pytest.mark.parametrize(("door", "given", "expected"), _params(ROWS))
+def test_bad_input_gets_one_message_naming_the_culprit_and_the_fix(
+    door, given, expected, files, tmp_path, capsys, monkeypatch
+):
+    """Test that each kind of bad input, at each front door, stops before any work with a message naming it."""
+    before = _snapshot(files)
+    if door == "api":
+        message = _api_message(given, Ctx(files, str(tmp_path)))
+    elif door == "hydra":
+        message = _hydra_message([_fill(o, files) for o in given], str(tmp_path))
+    else:
+        monkeypatch.chdir(tmp_path)  # the CLI's runs/ land here
+        message = _cli_message([_fill(a, files) for a in given], capsys)
+    for text in expected:
+        assert _fill(text, files) in message, message
+    assert _snapshot(files) == before  # the checkpoints pointed at are untouched
+
+
+@pytest.mark.parametrize(("door", "given", "expected"), _params(PROCESS_ROWS, prefix="process-"))
+def test_entry_points_print_the_message_and_exit_non_zero(door, given, expected, files, tmp_path):
+    """Test that `python train.py` and `rl-lightning` print the message and exit non-zero, without a traceback."""
+    args = [_fill(a, files) for a in given]
+    if door == "hydra":
+        proc = run([TRAIN, *args], str(tmp_path))
+    else:
+        proc = subprocess.run(
+            [RL_LIGHTNING, *args, "--trainer.logger", "false"],
+            cwd=tmp_path,
+            env=offline_env(str(tmp_path)),
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+    assert proc.returncode != 0
+    assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    last = proc.stderr.strip().splitlines()[-1]
+    for text in expected:
+        assert _fill(text, files) in last, proc.stderr[-3000:]
