@@ -34,7 +34,8 @@ def main(cfg: DictConfig) -> float | None:
     except ConfigError as err:
         sys.exit(f"Config error: {err}")
     except (TrainingInterrupted, EnvFault) as err:
-        print(f"{err}\nResume with:\n  {err.resume_command}", file=sys.stderr, flush=True)
+        command = getattr(err, "resume_command", None) if getattr(err, "checkpoint", None) else None
+        print(f"{err}" + (f"\nResume with:\n  {command}" if command else ""), file=sys.stderr, flush=True)
         # 128 + the signal's number, as a shell reports a process a signal stopped (143 for SIGTERM).
         name = getattr(err, "signal_name", "")
         sys.exit(128 + getattr(signal, name).value if name.startswith("SIG") and hasattr(signal, name) else 1)

@@ -131,6 +131,7 @@ class DQN(RLModule):
         # continues across a resume.
         if self.global_step % self.hparams.target_update_interval == 0:
             self.update_targets()
+        super().on_train_batch_end(outputs, batch, batch_idx)  # then a requested stop (after the target update)
 
     @torch.no_grad()
     def update_targets(self) -> None:

@@ -136,8 +136,8 @@ class PPO(RLModule):
             # Clips to max_grad_norm and refuses (or, by option, skips) a NaN or inf update.
             if self.gradients_finite(optimizer, terms):
                 optimizer.step()
-            # Logged once per epoch from these (self.log on every step costs ~1 ms each).
-            self._train_terms.append(torch.stack([getattr(terms, name) for name in _TRAIN_METRICS]))
+                # Logged once per epoch from these (self.log on every step costs ~1 ms each).
+                self._train_terms.append(torch.stack([getattr(terms, name) for name in _TRAIN_METRICS]))
             interrupt_request.check()  # a signal stops the update phase between minibatches
 
     def on_train_epoch_end(self) -> None:

@@ -136,7 +136,7 @@ class SAC(RLModule):
         if self.gradients_finite(optimizer, terms, clip_per_group=True):
             optimizer.step()
             self.update_targets()
-        self._train_terms.append(torch.stack([t.detach() for t in terms]))
+            self._train_terms.append(torch.stack([t.detach() for t in terms]))
 
     @torch.no_grad()
     def update_targets(self) -> None:

@@ -67,8 +67,8 @@ class IntervalCheckpoint(ModelCheckpoint):
 
     def _save_none_monitor_checkpoint(self, trainer: pl.Trainer, monitor_candidates: dict) -> None:
         super()._save_none_monitor_checkpoint(trainer, monitor_candidates)
-        if self.keep_last is None or not trainer.is_global_zero:
-            return
+        if self.keep_last is None or not trainer.is_global_zero or "://" in str(self.dirpath):
+            return  # (remote directories: pruning is left to the store's own retention rules)
         # Read from the directory rather than kept in memory, so a resumed run prunes what
         # the interrupted one wrote too.
         numbered = sorted(
@@ -154,7 +154,12 @@ class AtomicCheckpointIO(TorchCheckpointIO):
                 torch.save(checkpoint, f)
                 f.flush()
                 os.fsync(f.fileno())
+                # mkstemp creates the file private (0600); give it the permissions a plain open would.
+                umask = os.umask(0)
+                os.umask(umask)
+                os.fchmod(f.fileno(), 0o666 & ~umask)
             os.replace(tmp, path)
+            _fsync_directory(directory)  # the rename itself survives a power loss
         except BaseException:
             with contextlib.suppress(OSError):
                 os.remove(tmp)
@@ -165,6 +170,19 @@ class AtomicCheckpointIO(TorchCheckpointIO):
     ) -> dict[str, Any]:
         check_checkpoint_file(path)
         return super().load_checkpoint(path, map_location=map_location, weights_only=weights_only)
+
+
+def _fsync_directory(directory: str) -> None:
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:  # e.g. Windows, where directories cannot be opened
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
 
 
 def check_checkpoint_file(path: _PATH) -> None:

@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import os
 import signal
-import sys
 import threading
 from collections.abc import Sequence
 from typing import Any
 
 import lightning.pytorch as pl
 import torch
-from lightning.pytorch.utilities.exceptions import SIGTERMException
+from lightning.pytorch.trainer.states import TrainerFn
 
 from rl_lightning.callbacks.checkpoint import run_checkpoint_dir
 from rl_lightning.faults import EnvFault, TrainingInterrupted, interrupt_request
@@ -30,7 +29,8 @@ class Interruption(pl.Callback):
     On SIGINT, SIGTERM or SIGUSR1 the handler only records the request. The run stops at
     the next point where its state is consistent: between env steps of a rollout or of
     replay collection, between PPO minibatches, between evaluation steps, or at the end
-    of a training batch. It then writes ``<run>/checkpoints/last.ckpt`` (atomically) and
+    of a training batch (``RLModule.on_train_batch_end``, after the algorithm's own
+    batch-end work). It then writes ``<run>/checkpoints/last.ckpt`` (atomically) and
     raises :class:`~rl_lightning.faults.TrainingInterrupted`, whose message names the
     checkpoint; the front doors add the command that resumes. A second Ctrl+C aborts at
     once (``KeyboardInterrupt``), without a checkpoint.
@@ -38,7 +38,10 @@ class Interruption(pl.Callback):
     What a resumed run continues from: the weights and optimizer state as they are (an
     update phase cut short keeps the minibatch steps it took), the env-step counter of the
     completed rollouts (a rollout cut short is dropped, its steps are not counted), the RNG
-    and replay state. So the step budget is spent exactly once.
+    and replay state; off-policy, the env steps of an epoch cut short are kept and the
+    resumed run takes only the rest of that epoch. So the step budget is spent exactly once.
+    (Off-policy, the one batch Lightning had fetched ahead is not trained on: one gradient
+    step per interruption.)
 
     An :class:`~rl_lightning.faults.EnvFault` (an env beyond its restart limit) is written
     out the same way; a numerical fault is not (its state is not worth resuming, and the
@@ -48,29 +51,45 @@ class Interruption(pl.Callback):
     ranks agree at the end of every training batch, with one small all-reduce, and the
     fine-grained stopping points stay off. A signal delivered to one rank stops all of them.
 
-    SIGUSR1 is left alone when Lightning's SLURM auto-requeue already handles it.
+    SIGUSR1 is left alone when Lightning's SLURM auto-requeue already handles it (it does by
+    default inside a SLURM job: it writes its own ``hpc_ckpt`` and requeues); SIGTERM, which
+    SLURM sends at pre-emption and at the time limit, is always ours.
+
+    Only a fit writes the checkpoint (an exception in a later ``trainer.test`` leaves
+    ``last.ckpt`` alone). Under DDP an env fault is raised on one rank only, so it cannot
+    write the collective checkpoint: the interval checkpoints remain.
 
     Args:
         signals: Names of the signals that stop the run.
         dirpath: Where the checkpoint goes; ``None``: the run's ``checkpoints/`` directory.
+        save: Write the checkpoint (``False``: only stop, as the Hydra app's warm-up does).
     """
 
-    def __init__(self, signals: Sequence[str] = DEFAULT_SIGNALS, dirpath: str | None = None):
+    def __init__(self, signals: Sequence[str] = DEFAULT_SIGNALS, dirpath: str | None = None, save: bool = True):
         unknown = [name for name in signals if not hasattr(signal, name)]
         if unknown:
             raise ValueError(f"Unknown signal name(s) {unknown}; use names such as 'SIGTERM' or 'SIGUSR1'.")
         self.signals = tuple(signals)
         self.dirpath = dirpath
+        self.save = save
         self._previous: dict[int, Any] = {}
+        self._pid = os.getpid()
 
     # ---------------------------------------------------------------- handlers
+    def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        # A request left over from an earlier fit in this process (caught by the user) is void.
+        interrupt_request.clear()
+        interrupt_request.fine_grained = True
+
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         # Lightning registers its own SIGTERM handler right before the loops start; ours
-        # replaces it for the fit (restored afterwards).
+        # replaces it for the loops and is removed at on_train_end, before Lightning's
+        # teardown restores what was there before the fit.
         interrupt_request.clear()
         interrupt_request.fine_grained = trainer.world_size == 1
         if threading.current_thread() is not threading.main_thread():
             return  # signal handlers can only be installed from the main thread
+        self._pid = os.getpid()
         for name in self.signals:
             signum = getattr(signal, name)
             current = signal.getsignal(signum)
@@ -80,48 +99,61 @@ class Interruption(pl.Callback):
             signal.signal(signum, self._handle)
 
     def _handle(self, signum: int, frame: Any) -> None:
+        if os.getpid() != self._pid:
+            # A forked async env worker inherited this handler: it is not the trainer. Ctrl+C
+            # (sent to the whole process group) is the trainer's to handle; anything else
+            # ends the worker as it would without us (EnvGroup stops workers with SIGTERM).
+            if signum != signal.SIGINT:
+                signal.signal(signum, signal.SIG_DFL)
+                os.kill(os.getpid(), signum)
+            return
         name = signal.Signals(signum).name
         if interrupt_request.signal_name is not None and signum == signal.SIGINT:
             raise KeyboardInterrupt  # a second Ctrl+C: stop now
         interrupt_request.request(name)
-        print(
+        # os.write, not print: a handler that prints while the main thread is inside a write
+        # to stderr (the progress bar) would raise "reentrant call".
+        os.write(
+            2,
             f"\nReceived {name}: stopping at the next safe point and writing a checkpoint to resume from "
-            "(Ctrl+C again to abort without one).",
-            file=sys.stderr,
-            flush=True,
+            "(Ctrl+C again to abort without one).\n".encode(),
         )
 
     def _restore(self) -> None:
-        for signum, handler in self._previous.items():
-            if threading.current_thread() is threading.main_thread():
-                signal.signal(signum, handler if handler is not None else signal.SIG_DFL)
+        """Put back the handlers ours replaced, where ours is still the one installed."""
+        if threading.current_thread() is threading.main_thread():
+            for signum, handler in self._previous.items():
+                if signal.getsignal(signum) == self._handle:
+                    signal.signal(signum, handler if handler is not None else signal.SIG_DFL)
         self._previous = {}
 
-    # ---------------------------------------------------------------- stopping points
-    def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, *args: Any) -> None:
-        if trainer.world_size > 1:
-            requested = float(interrupt_request.signal_name is not None)
-            flag = torch.tensor([requested], dtype=torch.float32, device=pl_module.device)
-            if trainer.strategy.reduce(flag, reduce_op="sum").item() > 0:
-                interrupt_request.request(interrupt_request.signal_name or "a signal on another rank")
-                raise TrainingInterrupted(
-                    f"Training was interrupted by {interrupt_request.signal_name}.", interrupt_request.signal_name
-                )
-            return
-        interrupt_request.check()
+    def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._restore()
+        interrupt_request.fine_grained = True
 
+    # ---------------------------------------------------------------- stopping points
     def on_validation_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, *args: Any) -> None:
         interrupt_request.check()
 
     # ---------------------------------------------------------------- the way out
     def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException) -> None:
         self._restore()
-        if isinstance(exception, SIGTERMException):  # Lightning's own stop (its handler ran before ours was installed)
+        interrupt_request.clear()  # the request is answered: a later fit or test in this process starts clean
+        interrupt_request.fine_grained = True
+        if not isinstance(exception, (TrainingInterrupted, EnvFault)) or trainer.state.fn != TrainerFn.FITTING:
             return
-        if not isinstance(exception, (TrainingInterrupted, EnvFault)):
+        if isinstance(exception, EnvFault) and trainer.world_size > 1:
+            # Raised on one rank only: the other ranks are not here to write the (collective)
+            # checkpoint with it. The interval checkpoints are what is left to resume from.
+            return
+        if not self.save:
             return
         path = os.path.join(self.dirpath or run_checkpoint_dir(trainer), INTERRUPT_CHECKPOINT)
-        trainer.save_checkpoint(path)
+        try:
+            trainer.save_checkpoint(path)
+        except Exception as err:  # keep the original exception; say what else went wrong
+            exception.args = (f"{exception} Writing {path} failed too: {err!r}.", *exception.args[1:])
+            return
         steps = f"{pl_module.env_steps:,} of {pl_module.total_timesteps:,} env steps"
         note = (
             f" Saved {path} at {steps}. Resume from it with ckpt_path (trainer.fit(model, datamodule, "
@@ -134,5 +166,21 @@ class Interruption(pl.Callback):
 
     def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         self._restore()
-        interrupt_request.clear()
-        interrupt_request.fine_grained = True
+
+
+def stop_if_requested(trainer: pl.Trainer, device: torch.device) -> None:
+    """Raise :class:`~rl_lightning.faults.TrainingInterrupted` at a batch end if a stop was requested.
+
+    Called by ``RLModule.on_train_batch_end``, after the algorithm's own batch-end work (DQN's
+    target update), so a stop never skips it. Under DDP every rank calls it and one
+    all-reduce decides for all: a signal to one rank stops every rank after the same batch.
+    """
+    if trainer.world_size > 1:
+        requested = float(interrupt_request.signal_name is not None)
+        flag = torch.tensor([requested], dtype=torch.float32, device=device)
+        if trainer.strategy.reduce(flag, reduce_op="sum").item() > 0:
+            name = interrupt_request.signal_name or "a signal on another rank"
+            interrupt_request.request(name)
+            raise TrainingInterrupted(f"Training was interrupted by {name}.", name)
+        return
+    interrupt_request.check()

@@ -168,6 +168,8 @@ class ReplayDataset(IterableDataset):
         self.random_actions.seed(action_seed)
         # Owed gradient steps, as an exact fraction: every rank computes the same count.
         self.gradient_credit = Fraction(0)
+        #: Vector steps taken in the current epoch (saved: a resumed run finishes an epoch cut short).
+        self.epoch_steps = 0
         self.last_metrics: RolloutMetrics | None = None
         self._env_seconds = self._inference_seconds = self._sync_seconds = 0.0
 
@@ -184,18 +186,21 @@ class ReplayDataset(IterableDataset):
     def __iter__(self):
         start = time.perf_counter()
         self._env_seconds = self._inference_seconds = self._sync_seconds = 0.0
-        for _ in range(self.steps_per_epoch // self.envs.num_envs):
+        first = self.epoch_steps  # > 0 when resuming an epoch an interruption cut short
+        while self.epoch_steps < self.steps_per_epoch // self.envs.num_envs:
             self.step()
+            self.epoch_steps += 1
             if self.learning:
                 self.gradient_credit += self.utd_ratio * self.envs.num_envs
                 while self.gradient_credit >= 1:
                     self.gradient_credit -= 1
                     yield sample_batch(self.buffer)
+        taken, self.epoch_steps = self.epoch_steps - first, 0
         self.counters.iterations += 1
         self.last_metrics = RolloutMetrics(
             episodes=self.envs.pop_stats(),
             explained_variance=float("nan"),
-            env_steps=self.steps_per_epoch * self.world_size,
+            env_steps=taken * self.envs.num_envs * self.world_size,
             rollout_seconds=time.perf_counter() - start,
             env_seconds=self._env_seconds,
             inference_seconds=self._inference_seconds,

@@ -158,6 +158,7 @@ class ReplayDataModule(EnvDataModule):
             )
             if "gradient_credit" in self._restored:
                 self._train_dataset.gradient_credit = Fraction(*self._restored["gradient_credit"])
+            self._train_dataset.epoch_steps = self._restored.get("epoch_steps", 0)
         else:  # a later fit with this data module: act with what the algorithm acts with now
             self._train_dataset.set_policy(self._policy())
         return DataLoader(self._train_dataset, batch_size=None, collate_fn=identity_collate)
@@ -165,9 +166,12 @@ class ReplayDataModule(EnvDataModule):
     # ---------------------------------------------------------------- checkpointing
     def rank_state_dict(self) -> dict[str, Any]:
         """The owed gradient steps and (with ``save_replay_buffer``) this rank's buffer shard."""
-        credit = self._train_dataset.gradient_credit if self._train_dataset is not None else Fraction(0)
+        dataset, restored = self._train_dataset, self._restored
+        credit = dataset.gradient_credit if dataset is not None else Fraction(*restored.get("gradient_credit", (0, 1)))
         return {
             "gradient_credit": (credit.numerator, credit.denominator),
+            # An epoch an interruption cut short: the resumed run takes only its remaining steps.
+            "epoch_steps": dataset.epoch_steps if dataset is not None else restored.get("epoch_steps", 0),
             "replay_buffer": self.buffer.state_dict() if self.hparams.save_replay_buffer else None,
         }
 
@@ -189,9 +193,11 @@ class ReplayDataModule(EnvDataModule):
     def load_rank_state_dict(self, state: dict[str, Any] | None) -> None:
         """Restore the owed gradient steps and this rank's buffer shard when the checkpoint holds it."""
         credit = (0, 1) if state is None else tuple(state["gradient_credit"])
-        self._restored = {"gradient_credit": credit}
+        epoch_steps = 0 if state is None else int(state.get("epoch_steps", 0))
+        self._restored = {"gradient_credit": credit, "epoch_steps": epoch_steps}
         if self._train_dataset is not None:
             self._train_dataset.gradient_credit = Fraction(*credit)
+            self._train_dataset.epoch_steps = epoch_steps
         if state is not None and state.get("replay_buffer") is not None:
             self.buffer.load_state_dict(state["replay_buffer"])
         elif state is not None and self.counters.env_steps and self._fitting():

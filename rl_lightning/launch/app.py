@@ -19,7 +19,7 @@ from hydra.utils import get_class, instantiate
 from lightning.pytorch.utilities import rank_zero_only
 from omegaconf import DictConfig, OmegaConf
 
-from rl_lightning.callbacks import ActorSync, BestCheckpoint
+from rl_lightning.callbacks import ActorSync, BestCheckpoint, Interruption
 from rl_lightning.callbacks.checkpoint import check_checkpoint_file, run_checkpoint_dir
 from rl_lightning.data import ReplayDataModule
 from rl_lightning.faults import EnvFault, NumericalFault, TrainingInterrupted
@@ -70,15 +70,18 @@ def build_trainer(cfg: DictConfig, loggers: list, callbacks: list) -> pl.Trainer
 
 
 @contextlib.contextmanager
-def explained_run_errors(cfg: DictConfig):
+def explained_run_errors(cfg: DictConfig, model: pl.LightningModule):
     """Turn the library's refusals while a run starts (spaces an algorithm cannot handle, the wrong data
     module, a checkpoint that does not fit) into a :class:`ConfigError`; faults of a running
-    run (interruption, env or numerical faults) and bugs pass through unchanged."""
+    run (interruption, env or numerical faults), anything raised once a loop has started, and
+    bugs pass through unchanged."""
     try:
         yield
     except (TrainingInterrupted, EnvFault, NumericalFault, ConfigError):
         raise
     except Exception as err:
+        if getattr(model, "loops_started", False):
+            raise
         message = explain_run_error(err, cfg)
         if message is None:
             raise
@@ -119,13 +122,15 @@ def warm_up(cfg: DictConfig) -> None:
         num_sanity_val_steps=0,
         logger=False,
         enable_checkpointing=False,
+        # A signal stops the warm-up too, but nothing of it is saved (it must never write over the run's last.ckpt).
+        callbacks=[Interruption(save=False)],
         enable_progress_bar=False,
         enable_model_summary=False,
         default_root_dir=cfg.run_dir,
     )
     start = time.perf_counter()
     try:
-        with explained_run_errors(cfg):
+        with explained_run_errors(cfg, model):
             trainer.fit(model, data)
     finally:
         data.close()
@@ -234,7 +239,7 @@ def train(cfg: DictConfig) -> RunSummary | None:
     try:
         start = time.perf_counter()
         try:
-            with explained_run_errors(cfg):
+            with explained_run_errors(cfg, model):
                 trainer.fit(model, data, ckpt_path=ckpt_path)
         except (TrainingInterrupted, EnvFault) as err:
             err.resume_command = resume_command(os.path.abspath(cfg.run_dir))  # type: ignore[attr-defined]
@@ -244,7 +249,7 @@ def train(cfg: DictConfig) -> RunSummary | None:
         tested = None
         if cfg.get("test_after_fit", True):
             tested = _best_checkpoint(trainer) if test_ckpt == "best" else None
-            with explained_run_errors(cfg):
+            with explained_run_errors(cfg, model):
                 results = trainer.test(model, data, ckpt_path=tested, verbose=False)
             metrics = {k: v for r in results for k, v in r.items()}
         else:

@@ -267,13 +267,16 @@ class RLCLI(LightningCLI):
         try:
             super()._run_subcommand(subcommand)
         except (TrainingInterrupted, EnvFault) as err:
-            print(f"{err}\nResume with:\n  {self._resume_command(err)}", file=sys.stderr, flush=True)
+            resume = f"\nResume with:\n  {self._resume_command(err)}" if getattr(err, "checkpoint", None) else ""
+            print(f"{err}{resume}", file=sys.stderr, flush=True)
             # 128 + the signal's number, as a shell reports a process a signal stopped (143 for SIGTERM).
             name = getattr(err, "signal_name", "")
             sys.exit(128 + getattr(signal, name).value if name.startswith("SIG") and hasattr(signal, name) else 1)
         except NumericalFault as err:
             _fail(f"Numerical fault: {err}", code=1)
         except Exception as err:
+            if getattr(self.model, "loops_started", False):  # not a refusal: the run was under way
+                raise
             refusal = library_error(err)
             if refusal is None and isinstance(err, MisconfigurationException):
                 refusal = err  # Lightning refusing the trainer settings for this model

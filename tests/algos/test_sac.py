@@ -79,11 +79,11 @@ def test_one_optimizer_steps_each_group_with_its_learning_rate_and_clips_groups_
 
     model.hparams.max_grad_norm = 1e-3
     seen = []
-    original = torch.nn.utils.clip_grad_norm_
-    with pytest.MonkeyPatch.context() as mp:
+    original = torch.nn.utils.clip_grads_with_norm_
+    with pytest.MonkeyPatch.context() as mp:  # RLModule.gradients_finite clips each group with its own norm
         mp.setattr(
             torch.nn.utils,
-            "clip_grad_norm_",
+            "clip_grads_with_norm_",
             lambda params, *a, **k: seen.append(len(params)) or original(params, *a, **k),
         )
         model.training_step(sample_batch(data.buffer), 0)

@@ -81,7 +81,7 @@ def test_sigterm_then_resume_spends_the_budget_once(tmp_path, phase, expected_st
 
 
 def test_signal_handlers_are_restored_and_a_second_sigint_aborts():
-    """Test that the handler only records the first SIGINT, raises KeyboardInterrupt on the second, and is removed."""
+    """Test that the handler records the first SIGINT, raises KeyboardInterrupt on the second, and is removed."""
     callback = Interruption(signals=("SIGINT",))
     before = signal.getsignal(signal.SIGINT)
 
@@ -98,8 +98,10 @@ def test_signal_handlers_are_restored_and_a_second_sigint_aborts():
         with pytest.raises(KeyboardInterrupt):
             callback._handle(signal.SIGINT, None)
     finally:
-        callback.teardown(FakeTrainer(), None, "fit")
-    assert signal.getsignal(signal.SIGINT) == before and interrupt_request.signal_name is None
+        callback.on_train_end(FakeTrainer(), None)  # before Lightning's teardown restores its own
+    assert signal.getsignal(signal.SIGINT) == before
+    callback.setup(FakeTrainer(), None, "fit")  # the next fit starts without the stale request
+    assert interrupt_request.signal_name is None
 
 
 def test_unknown_signal_name_is_refused():
@@ -128,3 +130,59 @@ def test_an_env_beyond_its_restart_limit_stops_the_run_with_a_checkpoint(tmp_pat
     assert "Faulty-v0" in message and "max_env_restarts" in message and f"Saved {last}" in message
     assert info.value.checkpoint == last
     assert PPO.load_from_checkpoint(last).policy is not None
+
+
+def test_replay_interrupted_mid_epoch_resumes_the_rest_of_that_epoch(tmp_path):
+    """Test that SIGTERM inside an off-policy epoch resumes only its remaining env steps: the budget is exact."""
+    import lightning.pytorch as pl
+
+    from rl_lightning import DQN
+    from tests.helpers import REPLAY_STEPS, quiet_trainer, tiny_replay_data
+
+    class SigtermAt(pl.Callback):
+        def on_train_batch_start(self, trainer, module, batch, batch_idx):
+            if trainer.global_step == 30:  # second epoch: learning started at env step 40
+                os.kill(os.getpid(), signal.SIGTERM)
+
+    pl.seed_everything(0)
+    budget = 3 * REPLAY_STEPS
+    data = tiny_replay_data("CartPole-v1", eval_interval=100)
+    with pytest.raises(TrainingInterrupted) as info:
+        quiet_trainer(tmp_path, max_epochs=-1, callbacks=[SigtermAt()]).fit(DQN(total_timesteps=budget), data)
+    stopped_at = data.env_steps
+    assert REPLAY_STEPS < stopped_at < 2 * REPLAY_STEPS  # inside the second epoch
+    saved = torch.load(info.value.checkpoint, weights_only=False)["ReplayDataModule"]
+    assert saved["ranks"][0]["epoch_steps"] == stopped_at - REPLAY_STEPS
+
+    pl.seed_everything(0)
+    resumed = tiny_replay_data("CartPole-v1", eval_interval=100)
+    quiet_trainer(tmp_path, max_epochs=-1).fit(DQN(total_timesteps=budget), resumed, ckpt_path=info.value.checkpoint)
+    assert resumed.env_steps == budget
+
+
+def test_a_forked_env_worker_ignores_ctrl_c_and_dies_on_sigterm():
+    """Test that the handler inherited by a forked async worker does not act as the trainer's."""
+    import multiprocessing
+
+    callback = Interruption(signals=("SIGINT", "SIGTERM"))
+
+    class FakeTrainer:
+        world_size = 1
+
+    def worker(ignored, survived):  # runs in a forked child, where the handler is inherited
+        callback._handle(signal.SIGINT, None)  # the group's Ctrl+C: ignored in the worker
+        ignored.value = interrupt_request.signal_name is None
+        callback._handle(signal.SIGTERM, None)  # EnvGroup stopping the worker: it dies as by default
+        survived.value = 1
+
+    callback.on_train_start(FakeTrainer(), None)
+    try:
+        context = multiprocessing.get_context("fork")
+        ignored, survived = context.Value("i", 0), context.Value("i", 0)
+        child = context.Process(target=worker, args=(ignored, survived))
+        child.start()
+        child.join(10)
+        assert ignored.value == 1 and survived.value == 0 and child.exitcode == -signal.SIGTERM
+    finally:
+        callback.on_train_end(FakeTrainer(), None)
+    assert interrupt_request.signal_name is None
