@@ -7,6 +7,7 @@ from rl_lightning.callbacks.interrupt import Interruption
 from rl_lightning.callbacks.offload import OptimizerOffload
 from rl_lightning.callbacks.progress import EnvStepProgressBar
 from rl_lightning.callbacks.timing import PhaseTimer
+from rl_lightning.callbacks.video import EvaluationVideo
 
 __all__ = [
     "ActorSync",
@@ -14,6 +15,7 @@ __all__ = [
     "BestCheckpoint",
     "EnvStepBudget",
     "EnvStepProgressBar",
+    "EvaluationVideo",
     "Interruption",
     "IntervalCheckpoint",
     "OptimizerOffload",

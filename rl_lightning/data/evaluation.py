@@ -9,8 +9,11 @@ episodes it was not chosen on.
 
 from __future__ import annotations
 
+import dataclasses
+import math
 from collections.abc import Callable
 
+import gymnasium as gym
 import numpy as np
 import torch
 from torch.utils.data import IterableDataset
@@ -19,6 +22,7 @@ from rl_lightning.data.protocol import RolloutPolicy
 from rl_lightning.data.rollout import to_env_action
 from rl_lightning.envs import EnvGroup, EpisodeStats
 from rl_lightning.faults import interrupt_request
+from rl_lightning.video import VideoWriter
 
 
 def episodes_per_env(episodes: int, num_envs: int) -> np.ndarray:
@@ -68,6 +72,71 @@ def evaluate(
                 result.successes.append(finished.successes[k])
                 result.envs.append(i)
     return result
+
+
+@dataclasses.dataclass
+class Episode:
+    """One episode played by :func:`play_episode`.
+
+    Attributes:
+        ret: Sum of rewards.
+        length: Env steps taken.
+        success: ``is_success`` (or ``success``) of the final step's info; NaN where the env reports none.
+        variation: Name of the object-set variation the episode was drawn from.
+        ended: Whether the episode ended (terminated or truncated), rather than ``max_frames`` stopping it.
+    """
+
+    ret: float
+    length: int
+    success: float
+    variation: str
+    ended: bool = True
+
+
+@torch.no_grad()
+def play_episode(
+    policy: RolloutPolicy,
+    env: gym.Env,
+    seed: int | None = None,
+    deterministic: bool = True,
+    video: VideoWriter | None = None,
+    max_frames: int | None = None,
+) -> Episode:
+    """Play one episode on a single env (from :func:`~rl_lightning.envs.make_env`), optionally filmed.
+
+    Used by the evaluation videos and ``rl-lightning play``. With ``video``, a frame is
+    rendered after the reset and after every step, the final one included: an episode of
+    ``n`` steps gives ``n + 1`` frames, streamed to the file as they come.
+
+    Args:
+        policy: Acting policy (``act`` on raw observations).
+        env: A single env; with ``video``, made with ``render_mode="rgb_array"``.
+        seed: Reset seed (``None``: the env's generator goes on, the next episode of a sequence).
+        deterministic: Act with the mode of the policy.
+        video: Where frames go, or ``None``.
+        max_frames: Stop the episode once the video holds this many frames (long MuJoCo
+            episodes render slowly on CPU); ``None`` plays it to its end.
+    """
+    device = next(policy.parameters()).device
+    obs, info = env.reset(seed=seed)
+    variation = str(info.get("variation", ""))
+    if video is not None:
+        video.add(env.render())
+    total, length = 0.0, 0
+    while True:
+        interrupt_request.check()  # a signal stops the episode between steps (callbacks/interrupt.py)
+        obs_t = torch.as_tensor(np.asarray(obs), dtype=torch.float32, device=device).unsqueeze(0)
+        action = to_env_action(policy.act(obs_t, deterministic)[0], env.action_space)[0]
+        obs, reward, terminated, truncated, info = env.step(action)
+        total += float(reward)
+        length += 1
+        if video is not None:
+            video.add(env.render())
+        if terminated or truncated:
+            success = info.get("is_success", info.get("success"))
+            return Episode(total, length, math.nan if success is None else float(success), variation)
+        if video is not None and max_frames is not None and video.frames >= max_frames:
+            return Episode(total, length, math.nan, variation, ended=False)
 
 
 class EvaluationDataset(IterableDataset):

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -28,7 +29,7 @@ from rl_lightning.envs.object_sets import ObjectSets, ObjectSetWrapper, Variatio
 from rl_lightning.envs.restart import ASYNC_CONTEXT, RebuildingVectorEnv, RestartingEnv, check_max_env_restarts
 from rl_lightning.faults import NumericalFault
 
-__all__ = ["ASYNC_CONTEXT", "VECTORIZATION", "EnvGroup", "EpisodeStats", "StepResult", "check_env_id"]
+__all__ = ["ASYNC_CONTEXT", "VECTORIZATION", "EnvGroup", "EpisodeStats", "StepResult", "check_env_id", "make_env"]
 
 VECTORIZATION = ("sync", "async")
 
@@ -51,6 +52,43 @@ def check_env_id(env_id: str) -> None:
         "gymnasium.register(id=..., entry_point=...) before building the data module "
         "(and import the module that registers it)."
     )
+
+
+def _check_max_episode_steps(max_episode_steps: Any) -> None:
+    if max_episode_steps is not None and (
+        not isinstance(max_episode_steps, int) or isinstance(max_episode_steps, bool) or max_episode_steps <= 0
+    ):
+        raise ValueError(f"max_episode_steps must be a positive integer or None, got {max_episode_steps!r}.")
+
+
+def make_env(
+    env_id: str,
+    obj_set: str = "train",
+    obj_sets: Mapping[str, Sequence[Variation | Mapping[str, Any]]] | ObjectSets | None = None,
+    max_episode_steps: int | None = None,
+    render_mode: str | None = None,
+) -> ObjectSetWrapper:
+    """One env drawing its episodes from an object set (what videos and ``rl-lightning play`` step).
+
+    Unlike :class:`EnvGroup` it does not reset itself when an episode ends, so the last
+    frame of an episode can be rendered. For ``render_mode="rgb_array"`` on a machine with
+    no display, MuJoCo is pointed at its headless EGL backend (``MUJOCO_GL=egl``) unless the
+    user chose one: its default tries GLFW, which needs a display.
+
+    Raises:
+        ValueError: Unknown env id or object set (naming the ones available).
+    """
+    check_env_id(env_id)
+    _check_max_episode_steps(max_episode_steps)
+    sets = resolve_object_sets(env_id, obj_sets)
+    if obj_set not in sets:
+        raise ValueError(
+            f"Unknown object set '{obj_set}' for {env_id}; available: {sorted(sets)}. "
+            "Pick one of those or pass obj_sets with that name."
+        )
+    if render_mode is not None and not (os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY")):
+        os.environ.setdefault("MUJOCO_GL", "egl")
+    return ObjectSetWrapper(sets, obj_set, max_episode_steps=max_episode_steps, render_mode=render_mode)
 
 
 @dataclasses.dataclass
@@ -152,8 +190,7 @@ class EnvGroup:
         check_env_id(env_id)
         if not isinstance(num_envs, int) or isinstance(num_envs, bool) or num_envs <= 0:
             raise ValueError(f"num_envs must be a positive integer, got {num_envs!r}.")
-        if max_episode_steps is not None and (not isinstance(max_episode_steps, int) or max_episode_steps <= 0):
-            raise ValueError(f"max_episode_steps must be a positive integer or None, got {max_episode_steps!r}.")
+        _check_max_episode_steps(max_episode_steps)
         if vectorization not in VECTORIZATION:
             raise ValueError(f"vectorization must be one of {VECTORIZATION}, got {vectorization!r}.")
         check_max_env_restarts(max_env_restarts)

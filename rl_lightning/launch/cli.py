@@ -1,9 +1,11 @@
-"""The ``rl-lightning`` command: a Lightning CLI on the library's classes, plus ``plot``.
+"""The ``rl-lightning`` command: a Lightning CLI on the library's classes, plus ``plot``, ``play`` and ``export``.
 
     rl-lightning fit --model PPO --data.env CartPole-v1 --trainer.max_epochs 5 --model.clip_coef 0.1
     rl-lightning fit --config conf/cli/ppo.yaml
     rl-lightning test --ckpt_path runs/<run>/checkpoints/last.ckpt     # both object sets
     rl-lightning plot runs/<run> multirun/<sweep> --out curves.png
+    rl-lightning play runs/<run>/checkpoints/last.ckpt --obj-set test --episodes 5 --video test.mp4
+    rl-lightning export runs/<run>/checkpoints/last.ckpt --format onnx --out policy.onnx
 
 ``fit``, ``validate`` and ``test`` are Lightning's subcommands (``--help`` lists every
 argument of the model, data and trainer). Without ``--trainer.default_root_dir`` each
@@ -22,6 +24,7 @@ from __future__ import annotations
 
 import atexit
 import difflib
+import importlib
 import inspect
 import os
 import re
@@ -33,16 +36,14 @@ import time
 from collections.abc import Sequence
 from typing import Any, NoReturn
 
-import torch
 import yaml
 from jsonargparse import Namespace
 from lightning.fabric.utilities.exceptions import MisconfigurationException
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 
-from rl_lightning.algos import RLModule
+from rl_lightning.algos import RLModule, read_checkpoint
 from rl_lightning.algos.base import CHECKPOINT_KEY
 from rl_lightning.callbacks import EnvStepProgressBar, PhaseTimer
-from rl_lightning.callbacks.checkpoint import check_checkpoint_file
 from rl_lightning.data.base import EnvDataModule
 from rl_lightning.faults import EnvFault, NumericalFault, TrainingInterrupted
 
@@ -353,23 +354,10 @@ def checkpoint_config(ckpt_path: str) -> dict:
             rl_lightning checkpoint.
     """
     try:
-        check_checkpoint_file(ckpt_path)
+        ckpt = read_checkpoint(ckpt_path)
     except (FileNotFoundError, ValueError) as err:
         sys.exit(str(err))
-    try:
-        ckpt = torch.load(ckpt_path, weights_only=True, map_location="cpu")
-    except Exception as err:  # a zip archive that torch cannot read, or one holding arbitrary objects
-        sys.exit(
-            f"Cannot read checkpoint '{ckpt_path}': {str(err).strip().splitlines()[0]} Pass a .ckpt file written "
-            "by an rl_lightning run (its checkpoints/ directory)."
-        )
-    meta = ckpt.get(CHECKPOINT_KEY) if isinstance(ckpt, dict) else None
-    if meta is None:
-        sys.exit(
-            f"Checkpoint '{ckpt_path}' was not written by rl_lightning (it has no '{CHECKPOINT_KEY}' entry), so "
-            "its algorithm and env cannot be rebuilt from it. Pass a .ckpt file from an rl_lightning run's "
-            "checkpoints/ directory."
-        )
+    meta = ckpt[CHECKPOINT_KEY]
     model_args = {k: v for k, v in ckpt.get("hyper_parameters", {}).items() if not k.startswith("_")}
     config = {"model": {"class_path": f"rl_lightning.{meta['algorithm']}", "init_args": model_args}}
     data_args = ckpt.get("datamodule_hyper_parameters")
@@ -407,13 +395,20 @@ def _with_checkpoint_config(args: list[str]) -> list[str]:
     return [args[0], "--config", f.name, *args[1:]]
 
 
+#: Subcommands that are not Lightning's, each an argparse ``main`` of its own.
+TOOLS = {
+    "plot": "rl_lightning.launch.curves",
+    "play": "rl_lightning.launch.play",
+    "export": "rl_lightning.launch.export",
+}
+
+
 def main(args: Sequence[str] | None = None) -> RLCLI | None:
     """Entry point of the ``rl-lightning`` console script; returns the CLI (its trainer, model, data)."""
     argv = list(sys.argv[1:] if args is None else args)
-    if argv and argv[0] == "plot":
-        from rl_lightning.launch.curves import main as plot_main
-
-        plot_main(argv[1:])
+    if argv and argv[0] in TOOLS:
+        module = importlib.import_module(TOOLS[argv[0]])
+        module.main(argv[1:])
         return None
     return RLCLI(args=args)
 

@@ -38,3 +38,46 @@ def test_evaluate_is_reproducible():
     second = evaluate(Random(), group, episodes=4, seed=11)
     assert first.returns == second.returns
     assert len(set(first.returns)) > 1  # the variations and seeds really differ
+
+
+def test_play_episode_films_the_reset_and_every_step_including_the_last(tmp_path):
+    """Test that a filmed episode of n steps has n + 1 frames and the statistics of the episode."""
+    from rl_lightning.data.evaluation import play_episode
+    from rl_lightning.envs import make_env
+    from rl_lightning.video import VideoWriter, count_frames
+
+    env = make_env(SCRIPTED_ID, "test", SCRIPTED_SETS)
+    episode = play_episode(ObsValuePolicy(), env, seed=0)
+    assert (episode.ret, episode.length, episode.success, episode.ended) == (10.0, 4, 1.0, True)
+
+    env = make_env("Pendulum-v1", render_mode="rgb_array", max_episode_steps=30)
+    with VideoWriter(tmp_path / "pendulum.mp4", fps=30) as video:
+        episode = play_episode(_ConstantAction(1.0), env, seed=0, video=video)
+    assert episode.length == 30 and episode.ended
+    assert video.frames == count_frames(tmp_path / "pendulum.mp4") == 31
+
+
+def test_play_episode_stops_at_max_frames(tmp_path):
+    """Test that max_frames cuts a long episode's video and the episode with it."""
+    from rl_lightning.data.evaluation import play_episode
+    from rl_lightning.envs import make_env
+    from rl_lightning.video import VideoWriter, count_frames
+
+    env = make_env("Pendulum-v1", render_mode="rgb_array")
+    with VideoWriter(tmp_path / "cut.mp4", fps=30) as video:
+        episode = play_episode(_ConstantAction(0.0), env, seed=0, video=video, max_frames=7)
+    assert (episode.length, episode.ended) == (6, False)
+    assert count_frames(tmp_path / "cut.mp4") == 7
+
+
+class _ConstantAction(ObsValuePolicy):
+    """A continuous policy that always applies the same torque."""
+
+    def __init__(self, torque: float):
+        super().__init__()
+        self.torque = torque
+
+    def act(self, obs, deterministic=False):
+        import torch
+
+        return torch.full((obs.shape[0], 1), self.torque), None, None

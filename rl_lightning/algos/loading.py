@@ -1,0 +1,77 @@
+"""Load any algorithm's checkpoint without knowing which algorithm wrote it."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import torch
+
+from rl_lightning.algos.base import CHECKPOINT_KEY, RLModule
+from rl_lightning.algos.dqn import DQN
+from rl_lightning.algos.ppo import PPO
+from rl_lightning.algos.sac import SAC
+from rl_lightning.callbacks.checkpoint import check_checkpoint_file
+
+#: The algorithms by the name a checkpoint records.
+ALGORITHMS: dict[str, type[RLModule]] = {cls.__name__: cls for cls in (PPO, SAC, DQN)}
+
+
+def read_checkpoint(path: str | os.PathLike) -> dict[str, Any]:
+    """Read an rl_lightning checkpoint onto the CPU (``weights_only``), refusing anything else clearly.
+
+    Raises:
+        FileNotFoundError: The file does not exist.
+        ValueError: Naming the file and the fix: not a complete checkpoint archive, not
+            readable by ``torch.load``, or not written by rl_lightning.
+    """
+    path = os.fspath(path)
+    check_checkpoint_file(path)  # missing, or not a complete archive (a torn write, another file)
+    try:
+        checkpoint = torch.load(path, weights_only=True, map_location="cpu")
+    except Exception as err:  # a zip archive that torch cannot read, or one holding arbitrary objects
+        raise ValueError(
+            f"Cannot read checkpoint '{path}': {str(err).strip().splitlines()[0]} Pass a .ckpt file written "
+            "by an rl_lightning run (its checkpoints/ directory)."
+        ) from None
+    meta = checkpoint.get(CHECKPOINT_KEY) if isinstance(checkpoint, dict) else None
+    if meta is None:
+        raise ValueError(
+            f"Checkpoint '{path}' was not written by rl_lightning (it has no '{CHECKPOINT_KEY}' entry), so "
+            "its algorithm and env cannot be rebuilt from it. Pass a .ckpt file from an rl_lightning run's "
+            "checkpoints/ directory."
+        )
+    if meta.get("algorithm") not in ALGORITHMS:
+        raise ValueError(
+            f"Checkpoint '{path}' holds a {meta.get('algorithm')!r} model, which this version of rl_lightning "
+            f"does not have (it has {', '.join(ALGORITHMS)}). Use the version that wrote it."
+        )
+    return checkpoint
+
+
+def load_checkpoint(path: str | os.PathLike, map_location: Any = "cpu", **kwargs: Any) -> RLModule:
+    """The model of any algorithm's checkpoint (``PPO``, ``SAC`` or ``DQN``), in eval mode.
+
+    Args:
+        path: A ``.ckpt`` file written by an rl_lightning run.
+        map_location: Where the weights go (CPU by default, so a GPU run's file loads anywhere).
+        **kwargs: Passed to the algorithm's ``load_from_checkpoint``.
+
+    Raises:
+        FileNotFoundError, ValueError: As :func:`read_checkpoint`, or when the weights do
+            not fit (see ``RLModule.on_load_checkpoint``).
+    """
+    return load_with_data_settings(path, map_location, **kwargs)[0]
+
+
+def load_with_data_settings(
+    path: str | os.PathLike, map_location: Any = "cpu", **kwargs: Any
+) -> tuple[RLModule, dict[str, Any]]:
+    """:func:`load_checkpoint`, plus the data module's settings the run had (``env``, ``obj_sets``,
+    ``eval_max_episode_steps``, ...; empty when the checkpoint was saved without a data module)."""
+    checkpoint = read_checkpoint(path)
+    algorithm = checkpoint[CHECKPOINT_KEY]["algorithm"]
+    data = dict(checkpoint.get("datamodule_hyper_parameters") or {})
+    del checkpoint  # the weights are read again by load_from_checkpoint; free this copy first
+    model = ALGORITHMS[algorithm].load_from_checkpoint(path, map_location=map_location, **kwargs).eval()
+    return model, data

@@ -1,0 +1,176 @@
+"""Export: a trained policy as one self-contained file that maps raw observations to actions.
+
+The exported actor runs with PyTorch alone (TorchScript) or ONNX Runtime alone (ONNX):
+no Lightning, torchrl, gymnasium or rl_lightning. It holds everything between an env's
+observation and its action: the observation normalizer's statistics (PPO), the networks,
+the deterministic action (argmax, Gaussian mean, squashed mean, greedy Q) and the clipping
+to a ``Box`` action space's bounds that ``env.step`` would otherwise need. Its actions are
+those of ``RLModule.predict`` (``tests/test_export.py`` compares them).
+
+Contract (also stored in the file as the JSON metadata ``rl_lightning``):
+
+- input ``obs``: float32 ``[batch, *observation_shape]``, raw observations as the env
+  returns them (a batch of one for a single observation);
+- output ``action``: int64 ``[batch]`` for a ``Discrete`` action space, float32
+  ``[batch, action_dim]`` within the bounds for a ``Box`` one.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import logging
+import os
+import tempfile
+import warnings
+from collections.abc import Mapping
+from typing import Any
+
+import gymnasium as gym
+import torch
+from torch import nn
+
+from rl_lightning.algos.base import RLModule
+from rl_lightning.envs.spaces import space_to_dict
+
+EXPORT_FORMATS = ("torchscript", "onnx")
+#: Name of the metadata entry (a TorchScript extra file, an ONNX metadata property).
+METADATA_KEY = "rl_lightning"
+#: The ONNX opset written: 18 is the oldest the PyTorch exporter writes, read by ONNX Runtime >= 1.14.
+ONNX_OPSET = 18
+
+
+class DeployedActor(nn.Module):
+    """A policy's deterministic actor on raw observation batches, in float32 on the CPU.
+
+    Args:
+        model: A trained algorithm (its ``policy`` is copied; the model is left as it was).
+
+    Raises:
+        ValueError: The model has no policy yet (neither fitted nor loaded from a checkpoint).
+    """
+
+    def __init__(self, model: RLModule):
+        super().__init__()
+        if model.policy is None:
+            raise ValueError(
+                f"This {type(model).__name__} has no policy to export yet: export a trained model "
+                "(after trainer.fit, or from load_from_checkpoint)."
+            )
+        self.policy = copy.deepcopy(model.policy).float().cpu().eval().requires_grad_(False)
+        observation_space, action_space = model._spaces
+        self.observation_shape = tuple(int(n) for n in observation_space.shape)
+        self.discrete = isinstance(action_space, gym.spaces.Discrete)
+        if not self.discrete:
+            # Clipped like to_env_action (data/rollout.py) clips before env.step.
+            self.register_buffer("low", torch.as_tensor(action_space.low, dtype=torch.float32))
+            self.register_buffer("high", torch.as_tensor(action_space.high, dtype=torch.float32))
+        self.metadata = {
+            "format_version": 1,
+            "algorithm": type(model).__name__,
+            "input": {"name": "obs", "dtype": "float32", "shape": ["batch", *self.observation_shape]},
+            "output": {
+                "name": "action",
+                "dtype": "int64" if self.discrete else "float32",
+                "shape": ["batch"] if self.discrete else ["batch", int(action_space.shape[0])],
+            },
+            "observation_space": space_to_dict(observation_space),
+            "action_space": space_to_dict(action_space),
+        }
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        """Deterministic env actions for raw observations ``[batch, *observation_shape]``."""
+        action = self.policy.act(obs, True)[0]
+        if self.discrete:
+            return action.long()
+        return torch.clamp(action.float(), self.low, self.high)
+
+
+def _example(actor: DeployedActor) -> torch.Tensor:
+    # A batch of 2: export specializes sizes 0 and 1, so the batch axis stays dynamic from 2 up.
+    return torch.zeros(2, *actor.observation_shape)
+
+
+def _torchscript(actor: DeployedActor, path: str) -> None:
+    with warnings.catch_warnings():
+        # PyTorch marks torch.jit deprecated in favour of torch.export; TorchScript files
+        # still load and run with torch.jit.load, which is what this format is for.
+        warnings.filterwarnings("ignore", message=r".*torch\.jit.*deprecated", category=DeprecationWarning)
+        warnings.filterwarnings("ignore", category=torch.jit.TracerWarning)
+        traced = torch.jit.trace(actor, _example(actor))
+        torch.jit.save(traced, path, _extra_files={METADATA_KEY: json.dumps(actor.metadata)})
+
+
+def _onnx(actor: DeployedActor, path: str) -> None:
+    try:
+        import onnx
+        import onnxscript  # noqa: F401  (torch.onnx.export's exporter needs it)
+    except ImportError as err:
+        raise ImportError(
+            f"ONNX export needs the onnx and onnxscript packages ({err.name} is missing): "
+            "pip install 'rl_lightning[export]', or export with --format torchscript."
+        ) from None
+    exporter_log = logging.getLogger("torch.onnx")
+    level = exporter_log.level
+    exporter_log.setLevel(logging.ERROR)  # its notes on optional torchvision ops are not ours
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            torch.onnx.export(
+                actor,
+                (_example(actor),),
+                path,
+                input_names=["obs"],
+                output_names=["action"],
+                dynamic_shapes={"obs": {0: torch.export.Dim("batch", min=1)}},
+                opset_version=ONNX_OPSET,
+                dynamo=True,
+                external_data=False,  # one file, weights inside
+                verbose=False,
+            )
+    finally:
+        exporter_log.setLevel(level)
+    proto = onnx.load(path)
+    entry = proto.metadata_props.add()
+    entry.key, entry.value = METADATA_KEY, json.dumps(actor.metadata)
+    onnx.save(proto, path)
+
+
+def export_policy(
+    model: RLModule, path: str | os.PathLike, format: str = "onnx", metadata: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
+    """Write ``model``'s deterministic actor to ``path`` as TorchScript or ONNX.
+
+    The file is written beside ``path`` first and moved over it once complete, so a failed
+    export leaves an existing file as it was.
+
+    Args:
+        model: A trained algorithm.
+        path: The file to write (``.pt`` for TorchScript, ``.onnx`` for ONNX, by convention).
+        format: ``"torchscript"`` or ``"onnx"``.
+        metadata: More entries for the stored contract (``rl-lightning export`` adds ``env``).
+
+    Returns:
+        The contract stored in the file (input, output, spaces, algorithm).
+
+    Raises:
+        ValueError: Unknown format, or a model with no policy.
+        ImportError: ONNX export without the ``onnx``/``onnxscript`` packages (naming the install).
+    """
+    if format not in EXPORT_FORMATS:
+        raise ValueError(f"Unknown export format {format!r}; choose one of {', '.join(EXPORT_FORMATS)}.")
+    actor = DeployedActor(model)
+    actor.metadata.update(metadata or {})
+    path = os.fspath(path)
+    directory = os.path.dirname(os.path.abspath(path))
+    os.makedirs(directory, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{os.path.basename(path)}.", suffix=".tmp")
+    os.close(fd)
+    try:
+        (_torchscript if format == "torchscript" else _onnx)(actor, tmp)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return actor.metadata

@@ -1,0 +1,51 @@
+"""``rl-lightning export CKPT``: a checkpoint's policy as one TorchScript or ONNX file for deployment.
+
+    rl-lightning export runs/<run>/checkpoints/last.ckpt --format onnx --out policy.onnx
+    rl-lightning export runs/<run>/checkpoints/last.ckpt --format torchscript --out policy.pt
+
+The file maps a batch of raw observations (float32 ``[batch, *obs_shape]``, input ``obs``)
+to the deterministic env actions (output ``action``: int64 ``[batch]`` for discrete
+actions, float32 ``[batch, action_dim]`` within the bounds otherwise), observation
+normalization included; it runs with ``torch.jit.load`` or ONNX Runtime alone. See
+:mod:`rl_lightning.export`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from collections.abc import Sequence
+from typing import Any
+
+from rl_lightning.algos import load_with_data_settings
+from rl_lightning.export import EXPORT_FORMATS, export_policy
+
+SUFFIXES = {"torchscript": ".pt", "onnx": ".onnx"}
+
+
+def main(args: Sequence[str] | None = None) -> dict[str, Any]:
+    """``rl-lightning export CKPT --format torchscript|onnx [--out FILE]``; returns the file's contract."""
+    parser = argparse.ArgumentParser(prog="rl-lightning export", description=__doc__.splitlines()[0])
+    parser.add_argument("checkpoint", help="a .ckpt file from a run's checkpoints/ directory")
+    parser.add_argument("--format", required=True, choices=EXPORT_FORMATS, help="file format")
+    parser.add_argument(
+        "--out", default=None, metavar="FILE", help="file to write (default: the checkpoint's name with .pt or .onnx)"
+    )
+    ns = parser.parse_args(args)
+    out = ns.out or os.path.splitext(ns.checkpoint)[0] + SUFFIXES[ns.format]
+    try:
+        model, data = load_with_data_settings(ns.checkpoint)
+    except (FileNotFoundError, ValueError) as err:
+        parser.exit(2, f"rl-lightning export: error: {err}\n")
+    algorithm, env = type(model).__name__, data.get("env")
+    try:
+        contract = export_policy(model, out, ns.format, metadata={"env": env} if env else None)
+    except ImportError as err:
+        parser.exit(2, f"rl-lightning export: error: {err}\n")
+    i, o = contract["input"], contract["output"]
+    print(
+        f"Wrote {out} ({ns.format}, {algorithm}{' on ' + env if env else ''}): "
+        f"{i['name']} {i['dtype']} [{', '.join(map(str, i['shape']))}] -> "
+        f"{o['name']} {o['dtype']} [{', '.join(map(str, o['shape']))}]"
+    )
+    return contract

@@ -1,0 +1,113 @@
+"""``rl-lightning play CKPT``: a checkpoint's policy plays episodes; each one's return and success is printed.
+
+    rl-lightning play runs/<run>/checkpoints/last.ckpt                    # 5 episodes, training object set
+    rl-lightning play runs/<run>/checkpoints/last.ckpt --obj-set test --episodes 10 --video test.mp4
+
+Any algorithm's checkpoint works: the algorithm, the env, its object sets and the
+evaluation time limit are read from it. Episodes are deterministic (the mode of the
+policy) unless ``--stochastic``; the first is reset with ``--seed`` and the others follow
+from it, so the same command plays the same episodes. ``--video`` films them all, one
+after the other, into one mp4.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+
+from rl_lightning.algos import load_with_data_settings
+from rl_lightning.data.evaluation import Episode, play_episode
+from rl_lightning.envs import make_env
+from rl_lightning.video import VideoWriter
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value
+
+
+def _success(value: float) -> str:
+    return "-" if math.isnan(value) else ("yes" if value else "no")
+
+
+def main(args: Sequence[str] | None = None) -> list[Episode]:
+    """``rl-lightning play CKPT [--obj-set NAME] [--episodes N] [--video FILE] [--seed S] [--stochastic]``.
+
+    Returns:
+        The episodes played.
+    """
+    parser = argparse.ArgumentParser(prog="rl-lightning play", description=__doc__.splitlines()[0])
+    parser.add_argument("checkpoint", help="a .ckpt file from a run's checkpoints/ directory")
+    parser.add_argument("--obj-set", default=None, help="object set to play on (default: the run's training set)")
+    parser.add_argument("--episodes", type=_positive_int, default=5, help="episodes to play (default: 5)")
+    parser.add_argument("--video", default=None, metavar="FILE", help="film the episodes into this mp4 file")
+    parser.add_argument("--seed", type=int, default=0, help="reset seed of the first episode (default: 0)")
+    parser.add_argument("--stochastic", action="store_true", help="sample actions instead of taking the mode")
+    ns = parser.parse_args(args)
+
+    def fail(message: str) -> None:
+        parser.exit(2, f"rl-lightning play: error: {message}\n")
+
+    try:
+        model, data = load_with_data_settings(ns.checkpoint)
+    except (FileNotFoundError, ValueError) as err:
+        fail(str(err))
+    if "env" not in data:
+        fail(
+            f"Checkpoint '{ns.checkpoint}' holds no env settings (it was saved without a data module), so "
+            "there is no env to play on. Pass a checkpoint written by a run (train.py, rl-lightning fit)."
+        )
+    algorithm = type(model).__name__
+    obj_set = ns.obj_set or data.get("train_obj_set", "train")
+    try:
+        env = make_env(
+            data["env"],
+            obj_set,
+            data.get("obj_sets"),
+            data.get("eval_max_episode_steps"),
+            render_mode="rgb_array" if ns.video else None,
+        )
+    except ValueError as err:
+        fail(f"{err} (--obj-set)")
+    torch.manual_seed(ns.seed)  # the samples of --stochastic
+    mode = "stochastic" if ns.stochastic else "deterministic"
+    names = ", ".join(v.name or "unnamed" for v in env.obj_sets[obj_set])
+    print(
+        f"{algorithm} on {data['env']}, object set '{obj_set}' ({names}): {ns.episodes} {mode} episodes, seed {ns.seed}"
+    )
+    print(f"{'episode':>7}  {'variation':<20} {'return':>10} {'length':>7}  success")
+    episodes: list[Episode] = []
+    video = VideoWriter(ns.video, env.metadata.get("render_fps") or 30) if ns.video else None
+    try:
+        for k in range(ns.episodes):
+            episode = play_episode(model.policy, env, ns.seed if k == 0 else None, not ns.stochastic, video)
+            episodes.append(episode)
+            print(
+                f"{k + 1:>7}  {episode.variation or '-':<20} {episode.ret:>10.2f} {episode.length:>7}  "
+                f"{_success(episode.success)}",
+                flush=True,
+            )
+    except KeyboardInterrupt:
+        print(f"Stopped after {len(episodes)} episode(s).")
+    finally:
+        if video is not None:
+            video.close()
+        env.close()
+    if episodes:
+        returns = np.array([e.ret for e in episodes])
+        successes = np.array([e.success for e in episodes])
+        graded = successes[~np.isnan(successes)]
+        rate = f"; success rate {graded.mean():.2f}" if graded.size else ""
+        print(f"mean return {returns.mean():.2f} +/- {returns.std():.2f} over {len(episodes)} episodes{rate}")
+    if video is not None:
+        print(f"Wrote {ns.video} ({video.frames} frames, {video.fps:g} fps)")
+    return episodes

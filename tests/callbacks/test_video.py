@@ -1,0 +1,105 @@
+"""``EvaluationVideo``: one filmed episode per object set at every video_interval-th evaluation."""
+
+from __future__ import annotations
+
+import glob
+import os
+
+import numpy as np
+import pytest
+from lightning.pytorch.loggers import TensorBoardLogger
+
+from rl_lightning import PPO
+from rl_lightning.callbacks import EvaluationVideo
+from rl_lightning.data.evaluation import play_episode
+from rl_lightning.envs import make_env
+from rl_lightning.video import count_frames, read_frames
+from tests.helpers import quiet_trainer, tiny_rollout_data
+
+STEPS_PER_EPOCH = 32  # tiny_rollout_data: 2 envs x 16 steps
+
+
+def videos(root) -> dict[str, list[str]]:
+    """The mp4 files under ``root/videos``, by object set, sorted by env steps."""
+    found = {}
+    for obj_set in ("train", "test"):
+        paths = glob.glob(os.path.join(root, "videos", obj_set, "*.mp4"))
+        found[obj_set] = sorted(paths, key=lambda p: int(p.rsplit("=", 1)[1][:-4]))
+    return found
+
+
+def test_cartpole_videos_of_both_object_sets_have_the_episodes_frames(tmp_path):
+    """Test that each evaluation films one episode per object set, n steps giving n + 1 frames."""
+    callback = EvaluationVideo(video_interval=1)
+    model = PPO(hidden_sizes=[16, 16])
+    trainer = quiet_trainer(tmp_path, callbacks=[callback], max_epochs=2)
+    trainer.fit(model, tiny_rollout_data())
+    found = videos(tmp_path)
+    steps = [STEPS_PER_EPOCH, 2 * STEPS_PER_EPOCH]
+    for obj_set in ("train", "test"):
+        assert [os.path.basename(p) for p in found[obj_set]] == [f"env_steps={s}.mp4" for s in steps]
+        # The last video is the episode the final policy plays from the callback's seed, on the
+        # evaluation time limit (eval_max_episode_steps=20 in tiny_rollout_data).
+        env = make_env("CartPole-v1", obj_set, max_episode_steps=20)
+        expected = play_episode(model.policy, env, seed=callback.seed)
+        path = found[obj_set][-1]
+        assert callback.last_videos[obj_set] == path
+        assert count_frames(path) == expected.length + 1
+        first, last = (read_frames(path)[i].astype(int) for i in (0, -1))
+        assert first.shape == (400, 600, 3) and np.abs(first - last).mean() > 0.5  # the cart and pole moved
+
+
+def test_video_interval_counts_evaluations_and_survives_a_resume(tmp_path):
+    """Test that video_interval=2 films evaluations 2 and 4, also when the run resumes after the second."""
+    trainer = quiet_trainer(tmp_path, callbacks=[EvaluationVideo(video_interval=2)], max_epochs=3)
+    trainer.fit(PPO(hidden_sizes=[16, 16]), tiny_rollout_data())
+    ckpt = str(tmp_path / "epoch3.ckpt")
+    trainer.save_checkpoint(ckpt)
+    assert [os.path.basename(p) for p in videos(tmp_path)["test"]] == [f"env_steps={2 * STEPS_PER_EPOCH}.mp4"]
+    resumed = EvaluationVideo(video_interval=2)
+    trainer = quiet_trainer(tmp_path, callbacks=[resumed], max_epochs=4)
+    trainer.fit(PPO(hidden_sizes=[16, 16]), tiny_rollout_data(), ckpt_path=ckpt)
+    assert resumed.evaluations == 4
+    names = [os.path.basename(p) for p in videos(tmp_path)["train"]]
+    assert names == [f"env_steps={2 * STEPS_PER_EPOCH}.mp4", f"env_steps={4 * STEPS_PER_EPOCH}.mp4"]
+
+
+def test_videos_are_logged_to_tensorboard_and_wandb(tmp_path):
+    """Test that eval/video and eval_ood/video reach TensorBoard (a GIF at env steps) and W&B (the mp4)."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from rl_lightning.loggers import WandbLogger
+
+    tensorboard = TensorBoardLogger(str(tmp_path), name="tb", version=0)
+    wandb = WandbLogger(save_dir=str(tmp_path), mode="offline")
+    trainer = quiet_trainer(
+        tmp_path,
+        callbacks=[EvaluationVideo(video_interval=1, obj_sets=["test"])],
+        max_epochs=1,
+        logger=[tensorboard, wandb],
+    )
+    trainer.fit(PPO(hidden_sizes=[16, 16]), tiny_rollout_data())
+    wandb.experiment.finish()
+    events = EventAccumulator(tensorboard.log_dir, size_guidance={"images": 0})
+    events.Reload()
+    assert events.Tags()["images"] == ["eval_ood/video"]  # obj_sets=["test"]: the training set is not filmed
+    (image,) = events.Images("eval_ood/video")
+    assert image.step == STEPS_PER_EPOCH and image.encoded_image_string[:6] == b"GIF89a"
+    media = glob.glob(str(tmp_path / "wandb" / "offline-run-*" / "files" / "media" / "videos" / "eval_ood" / "*.mp4"))
+    assert len(media) == 1 and count_frames(media[0]) >= 2
+
+
+def test_off_by_default_in_the_config_and_with_interval_zero(tmp_path):
+    """Test that video_interval=0 (the Hydra default) writes nothing."""
+    trainer = quiet_trainer(tmp_path, callbacks=[EvaluationVideo(video_interval=0)], max_epochs=1)
+    trainer.fit(PPO(hidden_sizes=[16, 16]), tiny_rollout_data())
+    assert not os.path.exists(tmp_path / "videos")
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [({"video_interval": -1}, "video_interval must be an integer >= 0"), ({"max_frames": 0}, "max_frames must be")],
+)
+def test_impossible_settings_are_refused(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        EvaluationVideo(**kwargs)

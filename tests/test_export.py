@@ -1,0 +1,172 @@
+"""Exported actors act as the checkpoint they came from, with nothing of the training stack."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import zipfile
+
+import numpy as np
+import onnxruntime  # a dev dependency (ONNX Runtime runs the exported files as a deployment would)
+import pytest
+import torch
+
+from rl_lightning import DQN, PPO, SAC
+from rl_lightning.algos import load_checkpoint
+from rl_lightning.export import METADATA_KEY, export_policy
+from tests.helpers import quiet_trainer, tiny_replay_data, tiny_rollout_data
+
+# Loading TorchScript is what a deployment does; PyTorch marks torch.jit deprecated.
+pytestmark = pytest.mark.filterwarnings("ignore:.*torch.jit.*deprecated:DeprecationWarning")
+
+
+CASES = {
+    "ppo_discrete": (PPO, lambda: tiny_rollout_data()),
+    "ppo_continuous": (PPO, lambda: tiny_rollout_data(env="Pendulum-v1")),
+    "sac": (SAC, lambda: tiny_replay_data("Pendulum-v1")),
+    "dqn": (DQN, lambda: tiny_replay_data("CartPole-v1")),
+}
+
+
+@pytest.fixture(scope="module")
+def checkpoints(tmp_path_factory):
+    """A checkpoint of each case after two short epochs of training (the normalizer has moved for PPO)."""
+    paths = {}
+    for name, (algo, data) in CASES.items():
+        root = tmp_path_factory.mktemp(name)
+        trainer = quiet_trainer(root, max_epochs=2)
+        model = algo(hidden_sizes=[16, 16])
+        trainer.fit(model, data())
+        paths[name] = str(root / f"{name}.ckpt")
+        trainer.save_checkpoint(paths[name])
+    return paths
+
+
+def random_observations(model, n: int = 100) -> np.ndarray:
+    """``n`` observations spread well beyond the training ones (the normalizer's clip is exercised too)."""
+    shape = model._spaces[0].shape
+    return (np.random.default_rng(0).standard_normal((n, *shape)) * 3).astype(np.float32)
+
+
+def run_exported(path: str, fmt: str, obs: np.ndarray) -> np.ndarray:
+    if fmt == "torchscript":
+        return torch.jit.load(path)(torch.from_numpy(obs)).numpy()
+    session = onnxruntime.InferenceSession(path, providers=["CPUExecutionProvider"])
+    return session.run(["action"], {"obs": obs})[0]
+
+
+@pytest.mark.parametrize("fmt", ["torchscript", "onnx"])
+@pytest.mark.parametrize("case", list(CASES))
+def test_exported_actions_equal_the_checkpoints_deterministic_actions(checkpoints, case, fmt, tmp_path):
+    model = load_checkpoint(checkpoints[case])
+    assert type(model) is CASES[case][0]
+    obs = random_observations(model)
+    expected = model.predict(obs)  # the deterministic env actions of load_from_checkpoint
+    path = str(tmp_path / f"actor.{'pt' if fmt == 'torchscript' else 'onnx'}")
+    contract = export_policy(model, path, fmt)
+    actions = run_exported(path, fmt, obs)
+    assert actions.shape == expected.shape and actions.dtype == expected.dtype
+    if model._spaces[1].shape == ():  # discrete: the same action ids
+        assert actions.dtype == np.int64
+        np.testing.assert_array_equal(actions, expected)
+        assert len(np.unique(expected)) > 1  # the observations reach more than one action
+    else:
+        # TorchScript runs PyTorch's own kernels: bit-identical. ONNX Runtime has its own
+        # GEMM and tanh: equal to float32 rounding.
+        tol = 0 if fmt == "torchscript" else 1e-5
+        np.testing.assert_allclose(actions, expected, rtol=tol, atol=tol)
+        low, high = model._spaces[1].low, model._spaces[1].high
+        assert (actions >= low).all() and (actions <= high).all()
+    assert contract["input"]["shape"] == ["batch", *model._spaces[0].shape]
+    assert contract["algorithm"] == type(model).__name__
+    single = run_exported(path, fmt, obs[:1])  # a batch of one works too
+    np.testing.assert_allclose(single, expected[:1], rtol=1e-5, atol=1e-5)
+
+
+def test_the_normalizer_is_inside_the_exported_actor(checkpoints, tmp_path):
+    model = load_checkpoint(checkpoints["ppo_continuous"])
+    normalizer = model.policy.normalizer
+    assert not torch.allclose(normalizer.mean, torch.zeros_like(normalizer.mean))  # training moved it
+    obs = random_observations(model)
+    path = str(tmp_path / "actor.pt")
+    export_policy(model, path, "torchscript")
+    normalizer.mean.zero_()  # what an actor without the statistics would compute
+    normalizer.var.fill_(1.0)
+    assert not np.allclose(run_exported(path, "torchscript", obs), model.predict(obs), atol=1e-4)
+
+
+_BLOCK_TRAINING_STACK = """
+import sys
+for name in ("lightning", "pytorch_lightning", "torchrl", "tensordict", "gymnasium", "rl_lightning"):
+    sys.modules[name] = None  # importing any of them now fails
+import json, numpy as np
+obs = np.load(sys.argv[2])
+if sys.argv[1].endswith(".onnx"):
+    import onnxruntime
+    session = onnxruntime.InferenceSession(sys.argv[1], providers=["CPUExecutionProvider"])
+    meta = session.get_modelmeta().custom_metadata_map["rl_lightning"]
+    action = session.run(["action"], {"obs": obs})[0]
+else:
+    import torch
+    files = {"rl_lightning": ""}
+    actor = torch.jit.load(sys.argv[1], _extra_files=files)
+    meta = files["rl_lightning"]
+    action = actor(torch.from_numpy(obs)).numpy()
+np.save(sys.argv[3], action)
+print(json.loads(meta)["output"]["dtype"])
+"""
+
+
+@pytest.mark.parametrize("fmt", ["torchscript", "onnx"])
+def test_exported_actor_runs_without_lightning_torchrl_gymnasium_or_rl_lightning(checkpoints, fmt, tmp_path):
+    model = load_checkpoint(checkpoints["sac"])
+    obs = random_observations(model, 10)
+    path = str(tmp_path / f"actor.{'pt' if fmt == 'torchscript' else 'onnx'}")
+    export_policy(model, path, fmt)
+    np.save(tmp_path / "obs.npy", obs)
+    out = subprocess.run(
+        [sys.executable, "-c", _BLOCK_TRAINING_STACK, path, str(tmp_path / "obs.npy"), str(tmp_path / "act.npy")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip() == "float32"  # the contract travelled in the file
+    np.testing.assert_allclose(np.load(tmp_path / "act.npy"), model.predict(obs), rtol=1e-5, atol=1e-5)
+
+
+def test_a_failed_export_leaves_the_existing_file_as_it_was(checkpoints, tmp_path, monkeypatch):
+    model = load_checkpoint(checkpoints["dqn"])
+    path = tmp_path / "actor.pt"
+    path.write_bytes(b"an earlier export")
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("disk full")
+
+    monkeypatch.setattr(torch.jit, "save", broken)
+    with pytest.raises(RuntimeError, match="disk full"):
+        export_policy(model, path, "torchscript")
+    assert path.read_bytes() == b"an earlier export"
+    assert os.listdir(tmp_path) == ["actor.pt"]  # no temporary file left
+
+
+def test_export_refuses_an_unknown_format_and_an_untrained_model(tmp_path):
+    with pytest.raises(ValueError, match="torchscript, onnx"):
+        export_policy(PPO(), tmp_path / "a.tflite", "tflite")
+    with pytest.raises(ValueError, match="no policy to export yet"):
+        export_policy(PPO(), tmp_path / "a.pt", "torchscript")
+    assert not os.listdir(tmp_path)
+
+
+def test_torchscript_file_holds_the_contract(checkpoints, tmp_path):
+    model = load_checkpoint(checkpoints["ppo_discrete"])
+    path = tmp_path / "actor.pt"
+    export_policy(model, path, "torchscript")
+    with zipfile.ZipFile(path) as archive:
+        name = next(n for n in archive.namelist() if n.endswith(f"extra/{METADATA_KEY}"))
+        meta = json.loads(archive.read(name))
+    assert meta["output"] == {"name": "action", "dtype": "int64", "shape": ["batch"]}
+    assert meta["action_space"] == {"type": "Discrete", "n": 2, "start": 0}
