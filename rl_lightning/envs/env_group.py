@@ -72,8 +72,9 @@ def make_env(
 
     Unlike :class:`EnvGroup` it does not reset itself when an episode ends, so the last
     frame of an episode can be rendered. For ``render_mode="rgb_array"`` on a machine with
-    no display, MuJoCo is pointed at its headless EGL backend (``MUJOCO_GL=egl``) unless the
-    user chose one: its default tries GLFW, which needs a display.
+    no display, MuJoCo is pointed at its headless EGL backend (``MUJOCO_GL=egl``) and pygame
+    at SDL's dummy video driver, unless the user chose otherwise: MuJoCo's default tries
+    GLFW, which needs a display.
 
     Raises:
         ValueError: Unknown env id or object set (naming the ones available).
@@ -88,6 +89,9 @@ def make_env(
         )
     if render_mode is not None and not (os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY")):
         os.environ.setdefault("MUJOCO_GL", "egl")
+        # pygame (classic control) draws off-screen; without this SDL looks for a display and
+        # prints "error: XDG_RUNTIME_DIR is invalid" (SDL's documented headless driver).
+        os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
     return ObjectSetWrapper(sets, obj_set, max_episode_steps=max_episode_steps, render_mode=render_mode)
 
 

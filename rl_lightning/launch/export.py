@@ -25,7 +25,7 @@ SUFFIXES = {"torchscript": ".pt", "onnx": ".onnx"}
 
 def main(args: Sequence[str] | None = None) -> dict[str, Any]:
     """``rl-lightning export CKPT --format torchscript|onnx [--out FILE]``; returns the file's contract."""
-    parser = argparse.ArgumentParser(prog="rl-lightning export", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="rl-lightning export", description="A checkpoint's policy as one TorchScript or ONNX file for deployment.")
     parser.add_argument("checkpoint", help="a .ckpt file from a run's checkpoints/ directory")
     parser.add_argument("--format", required=True, choices=EXPORT_FORMATS, help="file format")
     parser.add_argument(

@@ -45,7 +45,7 @@ def main(args: Sequence[str] | None = None) -> list[Episode]:
     Returns:
         The episodes played.
     """
-    parser = argparse.ArgumentParser(prog="rl-lightning play", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="rl-lightning play", description="A checkpoint's policy plays episodes; each one's return and success is printed.")
     parser.add_argument("checkpoint", help="a .ckpt file from a run's checkpoints/ directory")
     parser.add_argument("--obj-set", default=None, help="object set to play on (default: the run's training set)")
     parser.add_argument("--episodes", type=_positive_int, default=5, help="episodes to play (default: 5)")
@@ -57,6 +57,8 @@ def main(args: Sequence[str] | None = None) -> list[Episode]:
     def fail(message: str) -> None:
         parser.exit(2, f"rl-lightning play: error: {message}\n")
 
+    if ns.video is not None and not ns.video.lower().endswith(".mp4"):
+        fail(f"--video {ns.video}: videos are written as mp4; name a file ending in .mp4.")
     try:
         model, data = load_with_data_settings(ns.checkpoint)
     except (FileNotFoundError, ValueError) as err:
@@ -98,6 +100,8 @@ def main(args: Sequence[str] | None = None) -> list[Episode]:
             )
     except KeyboardInterrupt:
         print(f"Stopped after {len(episodes)} episode(s).")
+    except OSError as err:  # the video's directory or file cannot be written
+        fail(f"Cannot write the video {ns.video}: {err} (--video)")
     finally:
         if video is not None:
             video.close()
