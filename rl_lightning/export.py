@@ -4,7 +4,8 @@ The exported actor runs with PyTorch alone (TorchScript) or ONNX Runtime alone (
 no Lightning, torchrl, gymnasium or rl_lightning. It holds everything between an env's
 observation and its action: the observation normalizer's statistics (PPO), the networks,
 the deterministic action (argmax, Gaussian mean, squashed mean, greedy Q) and the clipping
-to a ``Box`` action space's bounds that ``env.step`` would otherwise need. Its actions are
+to a ``Box`` action space's bounds that ``env.step`` would otherwise need (and the run's
+``obs_bound`` clipping of observations, when it had one). Its actions are
 those of ``RLModule.predict`` (``tests/test_export.py`` compares them).
 
 Contract (also stored in the file as the JSON metadata ``rl_lightning``):
@@ -20,6 +21,7 @@ from __future__ import annotations
 import copy
 import json
 import logging
+import math
 import os
 import tempfile
 import warnings
@@ -31,7 +33,10 @@ import torch
 from torch import nn
 
 from rl_lightning.algos.base import RLModule
+from rl_lightning.callbacks.checkpoint import plain_file_mode
 from rl_lightning.envs.spaces import space_to_dict
+from rl_lightning.nets.actor_critic import ActorCritic
+from rl_lightning.nets.dqn import QValueNetwork
 
 EXPORT_FORMATS = ("torchscript", "onnx")
 #: Name of the metadata entry (a TorchScript extra file, an ONNX metadata property).
@@ -43,21 +48,31 @@ ONNX_OPSET = 18
 class DeployedActor(nn.Module):
     """A policy's deterministic actor on raw observation batches, in float32 on the CPU.
 
+    Only what acting needs is kept: PPO's value head is dropped from the copy, DQN acts
+    greedily on its Q-values.
+
     Args:
         model: A trained algorithm (its ``policy`` is copied; the model is left as it was).
+        obs_bound: Clip observations to ``[-obs_bound, obs_bound]`` first, as a run with
+            ``obs_bound`` in ``clip`` mode did before its policy saw them.
 
     Raises:
         ValueError: The model has no policy yet (neither fitted nor loaded from a checkpoint).
     """
 
-    def __init__(self, model: RLModule):
+    def __init__(self, model: RLModule, obs_bound: float | None = None):
         super().__init__()
         if model.policy is None:
             raise ValueError(
                 f"This {type(model).__name__} has no policy to export yet: export a trained model "
                 "(after trainer.fit, or from load_from_checkpoint)."
             )
-        self.policy = copy.deepcopy(model.policy).float().cpu().eval().requires_grad_(False)
+        policy = copy.deepcopy(model.policy).float().cpu().eval().requires_grad_(False)
+        if isinstance(policy, ActorCritic):
+            policy.critic = None  # forward() is the mode of the actor; the critic plays no part
+        self.policy = policy
+        self.greedy = isinstance(policy, QValueNetwork)  # its forward is Q-values, greedy() the action
+        self.obs_bound = None if obs_bound is None else float(obs_bound)
         observation_space, action_space = model._spaces
         self.observation_shape = tuple(int(n) for n in observation_space.shape)
         self.discrete = isinstance(action_space, gym.spaces.Discrete)
@@ -74,16 +89,41 @@ class DeployedActor(nn.Module):
                 "dtype": "int64" if self.discrete else "float32",
                 "shape": ["batch"] if self.discrete else ["batch", int(action_space.shape[0])],
             },
+            "obs_bound": self.obs_bound,
             "observation_space": space_to_dict(observation_space),
             "action_space": space_to_dict(action_space),
         }
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         """Deterministic env actions for raw observations ``[batch, *observation_shape]``."""
-        action = self.policy.act(obs, True)[0]
+        obs = obs.float()  # a float64 batch acts as predict() would act on it
+        if self.obs_bound is not None:
+            obs = obs.clamp(-self.obs_bound, self.obs_bound)
+        if self.greedy:
+            return self.policy.greedy(obs).long()
+        action = self.policy(obs)
         if self.discrete:
             return action.long()
         return torch.clamp(action.float(), self.low, self.high)
+
+
+def metadata_json(metadata: Mapping[str, Any]) -> str:
+    """The contract as strict JSON: unbounded space limits are written ``"inf"`` / ``"-inf"``.
+
+    ``json.dumps`` would write ``Infinity``, which strict readers (JavaScript's
+    ``JSON.parse``, Go, serde) refuse; MuJoCo observation spaces are unbounded.
+    """
+
+    def plain(value: Any) -> Any:
+        if isinstance(value, float) and math.isinf(value):
+            return "inf" if value > 0 else "-inf"
+        if isinstance(value, Mapping):
+            return {k: plain(v) for k, v in value.items()}
+        if isinstance(value, (list, tuple)):
+            return [plain(v) for v in value]
+        return value
+
+    return json.dumps(plain(metadata), allow_nan=False)
 
 
 def _example(actor: DeployedActor) -> torch.Tensor:
@@ -98,7 +138,7 @@ def _torchscript(actor: DeployedActor, path: str) -> None:
         warnings.filterwarnings("ignore", message=r".*torch\.jit.*deprecated", category=DeprecationWarning)
         warnings.filterwarnings("ignore", category=torch.jit.TracerWarning)
         traced = torch.jit.trace(actor, _example(actor))
-        torch.jit.save(traced, path, _extra_files={METADATA_KEY: json.dumps(actor.metadata)})
+        torch.jit.save(traced, path, _extra_files={METADATA_KEY: metadata_json(actor.metadata)})
 
 
 def _onnx(actor: DeployedActor, path: str) -> None:
@@ -132,12 +172,16 @@ def _onnx(actor: DeployedActor, path: str) -> None:
         exporter_log.setLevel(level)
     proto = onnx.load(path)
     entry = proto.metadata_props.add()
-    entry.key, entry.value = METADATA_KEY, json.dumps(actor.metadata)
+    entry.key, entry.value = METADATA_KEY, metadata_json(actor.metadata)
     onnx.save(proto, path)
 
 
 def export_policy(
-    model: RLModule, path: str | os.PathLike, format: str = "onnx", metadata: Mapping[str, Any] | None = None
+    model: RLModule,
+    path: str | os.PathLike,
+    format: str = "onnx",
+    metadata: Mapping[str, Any] | None = None,
+    obs_bound: float | None = None,
 ) -> dict[str, Any]:
     """Write ``model``'s deterministic actor to ``path`` as TorchScript or ONNX.
 
@@ -149,6 +193,7 @@ def export_policy(
         path: The file to write (``.pt`` for TorchScript, ``.onnx`` for ONNX, by convention).
         format: ``"torchscript"`` or ``"onnx"``.
         metadata: More entries for the stored contract (``rl-lightning export`` adds ``env``).
+        obs_bound: The run's ``obs_bound`` when its mode was ``clip`` (see :class:`DeployedActor`).
 
     Returns:
         The contract stored in the file (input, output, spaces, algorithm).
@@ -159,7 +204,7 @@ def export_policy(
     """
     if format not in EXPORT_FORMATS:
         raise ValueError(f"Unknown export format {format!r}; choose one of {', '.join(EXPORT_FORMATS)}.")
-    actor = DeployedActor(model)
+    actor = DeployedActor(model, obs_bound)
     actor.metadata.update(metadata or {})
     path = os.fspath(path)
     directory = os.path.dirname(os.path.abspath(path))
@@ -168,7 +213,7 @@ def export_policy(
     os.close(fd)
     try:
         (_torchscript if format == "torchscript" else _onnx)(actor, tmp)
-        os.chmod(tmp, 0o644)
+        os.chmod(tmp, plain_file_mode())  # mkstemp made it private
         os.replace(tmp, path)
     finally:
         if os.path.exists(tmp):

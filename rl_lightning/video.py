@@ -7,6 +7,7 @@ CartPole episode is 500 frames of 400 x 600 x 3 bytes, 360 MB if they were kept.
 
 from __future__ import annotations
 
+import numbers
 import os
 import subprocess
 import tempfile
@@ -46,7 +47,7 @@ class VideoWriter:
     """
 
     def __init__(self, path: str | os.PathLike, fps: float):
-        if not isinstance(fps, (int, float)) or isinstance(fps, bool) or not fps > 0:
+        if not isinstance(fps, numbers.Real) or isinstance(fps, bool) or not fps > 0:
             raise ValueError(f"Video fps must be a positive number, got {fps!r}.")
         self.path = os.fspath(path)
         self.fps = float(fps)

@@ -28,7 +28,8 @@ def read_checkpoint(path: str | os.PathLike) -> dict[str, Any]:
     path = os.fspath(path)
     check_checkpoint_file(path)  # missing, or not a complete archive (a torn write, another file)
     try:
-        checkpoint = torch.load(path, weights_only=True, map_location="cpu")
+        # Memory-mapped: only the metadata is read here, not the weights (or a saved replay buffer).
+        checkpoint = torch.load(path, weights_only=True, map_location="cpu", mmap=True)
     except Exception as err:  # a zip archive that torch cannot read, or one holding arbitrary objects
         raise ValueError(
             f"Cannot read checkpoint '{path}': {str(err).strip().splitlines()[0]} Pass a .ckpt file written "

@@ -17,6 +17,16 @@ from lightning.fabric.utilities.types import _PATH
 from lightning.pytorch.callbacks import ModelCheckpoint
 
 
+def plain_file_mode() -> int:
+    """The permissions ``open(path, "w")`` would give a new file under the current umask.
+
+    Files written through ``tempfile.mkstemp`` (private, 0600) and renamed get these instead.
+    """
+    umask = os.umask(0)  # reading the umask means setting it: put it back at once
+    os.umask(umask)
+    return 0o666 & ~umask
+
+
 def run_checkpoint_dir(trainer: pl.Trainer) -> str:
     """``<trainer.log_dir>/checkpoints``: the same for every logger kind (ModelCheckpoint's own
     default nests a W&B run under project/run-id), so a run keeps its checkpoints in one place."""
@@ -155,9 +165,7 @@ class AtomicCheckpointIO(TorchCheckpointIO):
                 f.flush()
                 os.fsync(f.fileno())
                 # mkstemp creates the file private (0600); give it the permissions a plain open would.
-                umask = os.umask(0)
-                os.umask(umask)
-                os.fchmod(f.fileno(), 0o666 & ~umask)
+                os.fchmod(f.fileno(), plain_file_mode())
             os.replace(tmp, path)
             _fsync_directory(directory)  # the rename itself survives a power loss
         except BaseException:

@@ -101,6 +101,7 @@ def play_episode(
     deterministic: bool = True,
     video: VideoWriter | None = None,
     max_frames: int | None = None,
+    obs_bound: float | None = None,
 ) -> Episode:
     """Play one episode on a single env (from :func:`~rl_lightning.envs.make_env`), optionally filmed.
 
@@ -116,6 +117,8 @@ def play_episode(
         video: Where frames go, or ``None``.
         max_frames: Stop the episode once the video holds this many frames (long MuJoCo
             episodes render slowly on CPU); ``None`` plays it to its end.
+        obs_bound: Clip observations to ``[-obs_bound, obs_bound]`` before the policy sees
+            them, as a run with ``obs_bound`` in ``clip`` mode trained and evaluated.
     """
     device = next(policy.parameters()).device
     obs, info = env.reset(seed=seed)
@@ -124,7 +127,11 @@ def play_episode(
         video.add(env.render())
     total, length = 0.0, 0
     while True:
+        if video is not None and max_frames is not None and video.frames >= max_frames:
+            return Episode(total, length, math.nan, variation, ended=False)
         interrupt_request.check()  # a signal stops the episode between steps (callbacks/interrupt.py)
+        if obs_bound is not None:
+            obs = np.clip(obs, -obs_bound, obs_bound)
         obs_t = torch.as_tensor(np.asarray(obs), dtype=torch.float32, device=device).unsqueeze(0)
         action = to_env_action(policy.act(obs_t, deterministic)[0], env.action_space)[0]
         obs, reward, terminated, truncated, info = env.step(action)
@@ -135,8 +142,6 @@ def play_episode(
         if terminated or truncated:
             success = info.get("is_success", info.get("success"))
             return Episode(total, length, math.nan if success is None else float(success), variation)
-        if video is not None and max_frames is not None and video.frames >= max_frames:
-            return Episode(total, length, math.nan, variation, ended=False)
 
 
 class EvaluationDataset(IterableDataset):

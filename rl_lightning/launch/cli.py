@@ -103,7 +103,7 @@ def explain_parse_error(message: str, parser: Any) -> str:
     hint = _help_hint(parser)
     choice = re.search(r"invalid choice: '([^']*)' \(choose from (.*?)\)", message)
     if choice:
-        options = [*re.findall(r"'([^']+)'", choice.group(2)), "plot"]
+        options = [*re.findall(r"'([^']+)'", choice.group(2)), *TOOLS]
         return (
             f"Unknown subcommand '{choice.group(1)}'.{_did_you_mean(choice.group(1), options)} Choose one of: "
             f"{', '.join(options)} (e.g. rl-lightning fit --model PPO)."

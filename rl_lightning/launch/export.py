@@ -15,7 +15,7 @@ from __future__ import annotations
 import argparse
 import os
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 from rl_lightning.algos import load_with_data_settings
 from rl_lightning.export import EXPORT_FORMATS, export_policy
@@ -37,15 +37,28 @@ def main(args: Sequence[str] | None = None) -> dict[str, Any]:
     )
     ns = parser.parse_args(args)
     out = ns.out or os.path.splitext(ns.checkpoint)[0] + SUFFIXES[ns.format]
+
+    def fail(message: str) -> NoReturn:
+        parser.exit(2, f"rl-lightning export: error: {message}\n")
+
+    if os.path.abspath(out) == os.path.abspath(ns.checkpoint):
+        fail(f"--out {out} is the checkpoint itself; name another file (e.g. policy{SUFFIXES[ns.format]}).")
+    if os.path.isdir(out):
+        example = os.path.join(out, "policy" + SUFFIXES[ns.format])
+        fail(f"--out {out} is a directory; name the file to write (e.g. {example}).")
     try:
         model, data = load_with_data_settings(ns.checkpoint)
     except (FileNotFoundError, ValueError) as err:
-        parser.exit(2, f"rl-lightning export: error: {err}\n")
+        fail(str(err))
     algorithm, env = type(model).__name__, data.get("env")
+    # The run's obs_bound in clip mode clipped what its policy saw: the exported actor clips too.
+    obs_bound = data.get("obs_bound") if data.get("obs_bound_mode", "clip") == "clip" else None
     try:
-        contract = export_policy(model, out, ns.format, metadata={"env": env} if env else None)
+        contract = export_policy(model, out, ns.format, metadata={"env": env} if env else None, obs_bound=obs_bound)
     except ImportError as err:
-        parser.exit(2, f"rl-lightning export: error: {err}\n")
+        fail(str(err))
+    except OSError as err:
+        fail(f"Cannot write {out}: {err} (--out)")
     i, o = contract["input"], contract["output"]
     print(
         f"Wrote {out} ({ns.format}, {algorithm}{' on ' + env if env else ''}): "

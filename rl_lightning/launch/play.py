@@ -15,13 +15,15 @@ from __future__ import annotations
 import argparse
 import math
 from collections.abc import Sequence
+from typing import NoReturn
 
+import gymnasium as gym
 import numpy as np
 import torch
 
 from rl_lightning.algos import load_with_data_settings
 from rl_lightning.data.evaluation import Episode, play_episode
-from rl_lightning.envs import make_env
+from rl_lightning.envs import make_env, resolve_object_sets
 from rl_lightning.video import VideoWriter
 
 
@@ -58,7 +60,7 @@ def main(args: Sequence[str] | None = None) -> list[Episode]:
     parser.add_argument("--stochastic", action="store_true", help="sample actions instead of taking the mode")
     ns = parser.parse_args(args)
 
-    def fail(message: str) -> None:
+    def fail(message: str) -> NoReturn:
         parser.exit(2, f"rl-lightning play: error: {message}\n")
 
     if ns.video is not None and not ns.video.lower().endswith(".mp4"):
@@ -74,16 +76,27 @@ def main(args: Sequence[str] | None = None) -> list[Episode]:
         )
     algorithm = type(model).__name__
     obj_set = ns.obj_set or data.get("train_obj_set", "train")
+    sets = resolve_object_sets(data["env"], data.get("obj_sets"))
+    if obj_set not in sets:
+        fail(f"--obj-set {obj_set}: {data['env']} has no such object set in this run; available: {sorted(sets)}.")
+    # The run's obs_bound in clip mode clipped what its policy saw: play shows it the same.
+    obs_bound = data.get("obs_bound") if data.get("obs_bound_mode", "clip") == "clip" else None
     try:
         env = make_env(
             data["env"],
             obj_set,
-            data.get("obj_sets"),
+            sets,
             data.get("eval_max_episode_steps"),
             render_mode="rgb_array" if ns.video else None,
         )
-    except ValueError as err:
-        fail(f"{err} (--obj-set)")
+        if ns.video:
+            env.reset(seed=ns.seed)
+            env.render()  # fails here, before any episode, on a machine that cannot render this env
+    except (gym.error.Error, ValueError, RuntimeError, ImportError) as err:
+        fail(
+            f"Cannot make {data['env']}{' with rendering' if ns.video else ''}: {type(err).__name__}: {err} "
+            "(install the env's dependencies; MuJoCo without a display renders with MUJOCO_GL=egl)."
+        )
     torch.manual_seed(ns.seed)  # the samples of --stochastic
     mode = "stochastic" if ns.stochastic else "deterministic"
     names = ", ".join(v.name or "unnamed" for v in env.obj_sets[obj_set])
@@ -95,7 +108,8 @@ def main(args: Sequence[str] | None = None) -> list[Episode]:
     video = VideoWriter(ns.video, env.metadata.get("render_fps") or 30) if ns.video else None
     try:
         for k in range(ns.episodes):
-            episode = play_episode(model.policy, env, ns.seed if k == 0 else None, not ns.stochastic, video)
+            seed = ns.seed if k == 0 else None
+            episode = play_episode(model.policy, env, seed, not ns.stochastic, video, obs_bound=obs_bound)
             episodes.append(episode)
             print(
                 f"{k + 1:>7}  {episode.variation or '-':<20} {episode.ret:>10.2f} {episode.length:>7}  "
@@ -104,6 +118,11 @@ def main(args: Sequence[str] | None = None) -> list[Episode]:
             )
     except KeyboardInterrupt:
         print(f"Stopped after {len(episodes)} episode(s).")
+        if video is not None:
+            # The interrupt may have reached ffmpeg's pipe mid-frame, which kills the encoder.
+            print(f"The video {ns.video} may be incomplete.")
+            video.close()
+            video = None
     except OSError as err:  # the video's directory or file cannot be written
         fail(f"Cannot write the video {ns.video}: {err} (--video)")
     finally:
@@ -116,6 +135,6 @@ def main(args: Sequence[str] | None = None) -> list[Episode]:
         graded = successes[~np.isnan(successes)]
         rate = f"; success rate {graded.mean():.2f}" if graded.size else ""
         print(f"mean return {returns.mean():.2f} +/- {returns.std():.2f} over {len(episodes)} episodes{rate}")
-    if video is not None:
+    if video is not None and video.frames:
         print(f"Wrote {ns.video} ({video.frames} frames, {video.fps:g} fps)")
     return episodes

@@ -68,6 +68,9 @@ def test_play_episode_stops_at_max_frames(tmp_path):
         episode = play_episode(_ConstantAction(0.0), env, seed=0, video=video, max_frames=7)
     assert (episode.length, episode.ended) == (6, False)
     assert count_frames(tmp_path / "cut.mp4") == 7
+    with VideoWriter(tmp_path / "one.mp4", fps=30) as video:
+        episode = play_episode(_ConstantAction(0.0), env, seed=0, video=video, max_frames=1)
+    assert (episode.length, video.frames) == (0, 1)  # the reset's frame only: no step taken
 
 
 class _ConstantAction(ObsValuePolicy):

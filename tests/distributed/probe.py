@@ -25,6 +25,7 @@ import lightning.pytorch as pl  # noqa: E402
 import torch  # noqa: E402
 
 from rl_lightning import DQN, PPO, ReplayDataModule, RolloutDataModule  # noqa: E402
+from rl_lightning.callbacks import EvaluationVideo  # noqa: E402
 from rl_lightning.faults import TrainingInterrupted  # noqa: E402
 
 NUM_ENVS, ROLLOUT_STEPS, STEPS_PER_EPOCH, EVAL_EPISODES = 2, 16, 40, 3
@@ -109,6 +110,7 @@ def main() -> None:
     parser.add_argument("--save", action="store_true", help="checkpoint every epoch under OUT/checkpoints")
     parser.add_argument("--resume", default=None, help="a checkpoint to resume from")
     parser.add_argument("--sigterm-epoch", type=int, default=None, help="rank 0 gets SIGTERM as this epoch starts")
+    parser.add_argument("--video", action="store_true", help="film every evaluation (EvaluationVideo, rank 0)")
     args = parser.parse_args()
     warnings.simplefilter("ignore")
     torch.set_num_threads(1)
@@ -153,7 +155,7 @@ def main() -> None:
         default_root_dir=args.out,
         enable_progress_bar=False,
         enable_model_summary=False,
-        callbacks=[probe],
+        callbacks=[probe, *([EvaluationVideo(video_interval=1)] if args.video else [])],
     )
     try:
         trainer.fit(model, data, ckpt_path=args.resume)

@@ -50,8 +50,15 @@ def check_invariants(ranks, local_transitions_per_epoch, epochs=3):
 
 
 def test_ppo_ddp_two_processes(tmp_path):
-    """Test PPO with devices=2, strategy=ddp on CPU against every invariant."""
-    check_invariants(run_probe(tmp_path, "--algo", "ppo", "--devices", "2"), local_transitions_per_epoch=32)
+    """Test PPO with devices=2, strategy=ddp on CPU against every invariant, filming every evaluation.
+
+    Rank 0 films while rank 1 goes on to the next collective: neither waits on the other's
+    video, and the weights stay identical.
+    """
+    check_invariants(run_probe(tmp_path, "--algo", "ppo", "--devices", "2", "--video"), local_transitions_per_epoch=32)
+    for obj_set in ("train", "test"):
+        steps = [2 * NUM_ENVS_X_STEPS * epoch for epoch in (1, 2, 3)]
+        assert sorted(os.listdir(tmp_path / "videos" / obj_set)) == sorted(f"env_steps={s}.mp4" for s in steps)
 
 
 def test_dqn_ddp_two_processes_fill_their_own_buffer_shards(tmp_path):

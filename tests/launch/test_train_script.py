@@ -21,8 +21,10 @@ def _metrics(run_dir: str) -> list[dict[str, str]]:
 
 
 def test_run_with_overrides_writes_everything_under_one_run_dir(tmp_path):
-    """Test that an overridden run trains, evaluates both sets, checkpoints, logs (W&B offline, CSV), summarizes."""
-    proc = run_train([*TINY, "algo.lr=5e-4", "env.num_envs=4", "seed=3", "hydra.run.dir=runs/one"], tmp_path)
+    """Test that an overridden run trains, evaluates both sets, checkpoints, logs (W&B offline, CSV), summarizes;
+    with the video switch on, it films evaluations too."""
+    videos = "callbacks.video.video_interval=2"
+    proc = run_train([*TINY, "algo.lr=5e-4", "env.num_envs=4", "seed=3", videos, "hydra.run.dir=runs/one"], tmp_path)
     run_dir = tmp_path / "runs" / "one"
     summary = read_summary(run_dir)
     # 4 envs x 32 steps = 128 per epoch: the 512-step budget is 4 epochs.
@@ -56,6 +58,12 @@ def test_run_with_overrides_writes_everything_under_one_run_dir(tmp_path):
     # With no API key and no network, W&B wrote an offline run in the run dir.
     wandb_files = glob.glob(str(run_dir / "wandb" / "offline-run-*" / "run-*.wandb"))
     assert len(wandb_files) == 1 and os.path.getsize(wandb_files[0]) > 0
+    # The video switch: every 2nd of the 4 evaluations filmed on both sets, as files and in W&B.
+    for obj_set in ("train", "test"):
+        assert sorted(os.listdir(run_dir / "videos" / obj_set)) == ["env_steps=256.mp4", "env_steps=512.mp4"]
+    for key in ("eval", "eval_ood"):
+        media = run_dir / "wandb" / "offline-run-*" / "files" / "media" / "videos" / key
+        assert len(glob.glob(str(media / "*.mp4"))) == 2
 
 
 def test_ddp_two_cpu_processes_share_the_budget(tmp_path):
