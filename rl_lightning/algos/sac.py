@@ -20,7 +20,7 @@ import torch
 from tensordict import TensorDict
 from torch import nn
 
-from rl_lightning.algos.base import RLModule, adam, check_hidden_sizes, check_positive
+from rl_lightning.algos.base import RLModule, adam, check_hidden_sizes, check_positive, clear_grads
 from rl_lightning.algos.sac_loss import SACLossTerms, sac_loss
 from rl_lightning.data import ReplayDataModule
 from rl_lightning.data.base import check_unit_interval
@@ -159,18 +159,6 @@ class SAC(RLModule):
             self._train_terms = []
             metrics = {f"train/{name}": means[i] for i, name in enumerate(_TRAIN_METRICS)}
         self.log_rollout_metrics({**metrics, **self.pop_skipped_updates()})
-
-
-def clear_grads(optimizer: torch.optim.Optimizer) -> None:
-    """Set the gradients of the optimizer's parameters to ``None``, as ``optimizer.zero_grad()`` does.
-
-    A plain loop: 7 us against 97 us for ``zero_grad`` calls with their profiler scopes and
-    per-device grouping (measured over SAC's 13 parameter tensors in three optimizers, one
-    CPU thread).
-    """
-    for group in optimizer.param_groups:
-        for param in group["params"]:
-            param.grad = None
 
 
 def merge_optimizer_states(states: Sequence[dict[str, Any]]) -> dict[str, Any]:

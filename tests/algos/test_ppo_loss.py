@@ -115,3 +115,75 @@ def test_value_clipping_limits_the_update():
     )
     # unclipped error (1 - 2)^2 = 1; clipped value 0.2 -> (0.2 - 2)^2 = 3.24; max -> 0.5 * 3.24
     assert terms.value_loss.item() == pytest.approx(0.5 * 3.24)
+
+
+def _autograd_reference(log_prob, entropy, value, old_log_prob, old_value, advantage, returns, **coefs):
+    """The clipped objective recorded op by op (what ppo_loss computed before its gradient was written out)."""
+    clip_coef, ent_coef, vf_coef = coefs["clip_coef"], coefs["ent_coef"], coefs["vf_coef"]
+    if coefs["norm_adv"]:
+        advantage = (advantage - advantage.mean()) / (advantage.std() + 1e-8)
+    ratio = (log_prob - old_log_prob).exp()
+    policy_loss = -torch.min(advantage * ratio, advantage * ratio.clamp(1 - clip_coef, 1 + clip_coef)).mean()
+    if coefs["clip_vloss"]:
+        clipped = old_value + (value - old_value).clamp(-clip_coef, clip_coef)
+        value_loss = 0.5 * torch.max((value - returns) ** 2, (clipped - returns) ** 2).mean()
+    else:
+        value_loss = 0.5 * ((value - returns) ** 2).mean()
+    return policy_loss + vf_coef * value_loss - ent_coef * entropy.mean()
+
+
+@pytest.mark.parametrize("norm_adv", [True, False])
+@pytest.mark.parametrize("clip_vloss", [True, False])
+@pytest.mark.parametrize("ent_coef", [0.0, 0.01])
+def test_written_out_gradient_equals_autograd(norm_adv, clip_vloss, ent_coef):
+    """Test that ppo_loss's hand-written gradient equals autograd's through the same formulas.
+
+    The batch holds every branch and tie: ratios inside and outside the clip range on both
+    sides, exactly 1 and exactly 0 advantages, values that did not move (their clipped and
+    unclipped errors tie), values that moved beyond the clip range either way, and errors
+    that tie in size with opposite signs.
+    """
+    g = torch.Generator().manual_seed(1)
+    n = 256
+    old_log_prob = -torch.rand(n, generator=g)
+    old_value = torch.randn(n, generator=g)
+    advantage = torch.randn(n, generator=g)
+    advantage[:16] = 0.0
+    log_prob = old_log_prob + 0.5 * torch.randn(n, generator=g)
+    log_prob[16:48] = old_log_prob[16:48]  # ratio exactly 1
+    value = old_value + torch.randn(n, generator=g)
+    value[48:80] = old_value[48:80]  # the value did not move
+    returns = old_value + torch.randn(n, generator=g)
+    # Clipped and unclipped value errors tie with opposite signs: |1 - 0.625| = |0.25 - 0.625|.
+    old_value[80:96], value[80:96], returns[80:96] = 0.0, 1.0, 0.625
+    entropy = torch.rand(n, generator=g)
+    coefs = dict(clip_coef=0.25, ent_coef=ent_coef, vf_coef=0.5, norm_adv=norm_adv, clip_vloss=clip_vloss)
+
+    grads = []
+    losses = []
+    for loss_fn in (lambda *a: ppo_loss(*a, **coefs).loss, lambda *a: _autograd_reference(*a, **coefs)):
+        inputs = [t.clone().requires_grad_() for t in (log_prob, entropy, value)]
+        loss = loss_fn(*inputs, old_log_prob, old_value, advantage, returns)
+        loss.backward()
+        losses.append(loss.detach())
+        grads.append([t.grad for t in inputs])
+    torch.testing.assert_close(losses[0], losses[1], rtol=1e-6, atol=1e-7)
+    for ours, reference in zip(grads[0], grads[1], strict=True):
+        if ours is None:  # no entropy bonus: no gradient reaches the entropy at all
+            assert ent_coef == 0.0 and not reference.any()
+            continue
+        torch.testing.assert_close(ours, reference, rtol=1e-5, atol=1e-8)
+    ratio = (log_prob - old_log_prob).exp()
+    assert ((ratio > 1.25) & (advantage > 0)).any() and ((ratio < 0.75) & (advantage < 0)).any()
+    assert ((value - old_value).abs() > 0.25).any()
+
+
+def test_diagnostics_are_the_terms_stacked_and_carry_no_gradient():
+    """Test that the stacked diagnostics hold the five terms in order, detached."""
+    g = torch.Generator().manual_seed(2)
+    inputs = [torch.randn(32, generator=g, requires_grad=i < 3) for i in range(7)]
+    terms = ppo_loss(*inputs, ent_coef=0.01, clip_vloss=True)
+    expected = torch.stack([terms.policy_loss, terms.value_loss, terms.entropy, terms.approx_kl, terms.clip_fraction])
+    assert torch.equal(terms.diagnostics, expected)
+    assert terms.loss.requires_grad and not terms.diagnostics.requires_grad
+    torch.testing.assert_close(terms.loss, terms.policy_loss + 0.5 * terms.value_loss - 0.01 * terms.entropy)

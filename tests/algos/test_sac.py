@@ -9,7 +9,8 @@ import pytest
 import torch
 
 from rl_lightning import PPO, SAC, RolloutDataModule
-from rl_lightning.algos.sac import clear_grads, merge_optimizer_states
+from rl_lightning.algos import base as base_module
+from rl_lightning.algos.sac import merge_optimizer_states
 from rl_lightning.data.replay import sample_batch
 from tests.helpers import REPLAY_LEARNING_STARTS, REPLAY_STEPS, quiet_trainer, tiny_replay_data
 
@@ -57,17 +58,6 @@ def test_target_critics_move_by_polyak_averaging():
         torch.testing.assert_close(value, 0.75 * before[key] + 0.25 * online[key])
 
 
-def test_clear_grads_empties_every_groups_gradients_and_nothing_else():
-    """Test that clear_grads sets the gradients of every parameter group to None and leaves other tensors' alone."""
-    first, second = torch.nn.Parameter(torch.ones(2)), torch.nn.Parameter(torch.ones(2))
-    other = torch.nn.Parameter(torch.ones(1))
-    optimizer = torch.optim.Adam([{"params": [first]}, {"params": [second], "lr": 0.5}], lr=0.1)
-    for p in (first, second, other):
-        p.grad = torch.ones_like(p)
-    clear_grads(optimizer)
-    assert first.grad is None and second.grad is None and other.grad is not None
-
-
 def test_one_optimizer_steps_each_group_with_its_learning_rate_and_clips_groups_apart():
     """Test that actor, critics and temperature are Adam groups with their own rates, clipped group by group."""
     model, data, _ = fit(max_epochs=1, model_kwargs={"actor_lr": 1e-4, "critic_lr": 2e-3, "alpha_lr": 5e-2})
@@ -79,15 +69,17 @@ def test_one_optimizer_steps_each_group_with_its_learning_rate_and_clips_groups_
 
     model.hparams.max_grad_norm = 1e-3
     seen = []
-    original = torch.nn.utils.clip_grads_with_norm_
+    original = base_module._scale_to_norm
+
+    def spy(grads, max_norm, norm):
+        original(grads, max_norm, norm)
+        seen.append((len(grads), float(torch.linalg.vector_norm(torch.stack([g.norm() for g in grads])))))
+
     with pytest.MonkeyPatch.context() as mp:  # RLModule.gradients_finite clips each group with its own norm
-        mp.setattr(
-            torch.nn.utils,
-            "clip_grads_with_norm_",
-            lambda params, *a, **k: seen.append(len(params)) or original(params, *a, **k),
-        )
+        mp.setattr(base_module, "_scale_to_norm", spy)
         model.training_step(sample_batch(data.buffer), 0)
-    assert seen == [6, 6, 1]
+    assert [count for count, _ in seen] == [6, 6, 1]
+    assert all(norm == pytest.approx(1e-3, rel=1e-4) for _, norm in seen[:2])  # each group's own norm is clipped
 
 
 def test_three_optimizer_states_of_older_checkpoints_merge_into_the_groups():
