@@ -29,6 +29,32 @@ def test_gae_hand_computed_terminated_and_truncated():
     torch.testing.assert_close(ret, adv + value)
 
 
+def _gae_reference(reward, value, next_value, terminated, truncated, gamma, lam):
+    """The GAE recursion written as a loop over time (CleanRL's ppo.py, with truncation bootstraps)."""
+    advantage = torch.zeros_like(reward)
+    last = torch.zeros_like(reward[0])
+    for t in reversed(range(reward.shape[0])):
+        delta = reward[t] + gamma * next_value[t] * ~terminated[t] - value[t]
+        last = delta + gamma * lam * ~(terminated[t] | truncated[t]) * last
+        advantage[t] = last
+    return advantage
+
+
+@pytest.mark.parametrize("num_envs", [1, 4, 16])  # torchrl's vectorized form up to 8 envs, its loop beyond
+def test_gae_equals_the_recursion_on_random_rollouts(num_envs):
+    """Test that both GAE paths give the recursion's advantages on random rollouts with episode ends."""
+    g = torch.Generator().manual_seed(num_envs)
+    steps = 300
+    reward, value, next_value = (torch.randn(steps, num_envs, generator=g) for _ in range(3))
+    ended = torch.rand(steps, num_envs, generator=g) < 0.05
+    terminated = ended & (torch.rand(steps, num_envs, generator=g) < 0.5)
+    truncated = ended & ~terminated
+    assert terminated.any() and truncated.any()
+    adv, ret = compute_gae(reward, value, next_value, terminated, truncated, 0.99, 0.95)
+    torch.testing.assert_close(adv, _gae_reference(reward, value, next_value, terminated, truncated, 0.99, 0.95))
+    torch.testing.assert_close(ret, adv + value)
+
+
 def _dataset(rollout_steps=6, num_envs=2, update_epochs=3, num_minibatches=4, max_episode_steps=None, gamma=1.0):
     envs = EnvGroup(SCRIPTED_ID, num_envs, obj_sets=SCRIPTED_SETS, max_episode_steps=max_episode_steps)
     policy = ObsValuePolicy()
