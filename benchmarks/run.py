@@ -106,6 +106,21 @@ def table(title: str, summary: dict[str, dict[str, float]], unit: str, baselines
     return "\n".join(lines)
 
 
+def paired(results: dict[str, list[dict]], key: str, ours: str, baseline: str) -> str:
+    """One line: the ratio ``ours / baseline`` of every repeat (run back to back) and their median.
+
+    The machines drift by tens of percent within minutes; a repeat's two runs share the same
+    conditions, so the median of per-repeat ratios moves less between invocations than the
+    ratio of the two medians the table shows.
+    """
+    pairs = zip(results[ours], results[baseline], strict=True)
+    ratios = [a[key] / b[key] for a, b in pairs if a.get(key) and b.get(key)]
+    if not ratios:
+        return ""
+    shown = ", ".join(f"{r:.2f}" for r in ratios)
+    return f"Per repeat, {ours} / {baseline}: {shown}; median {statistics.median(ratios):.2f}x."
+
+
 # ---------------------------------------------------------------- suites
 def suite_ppo(quick: bool, repeats: int, report: dict) -> list[str]:
     steps = SIZES["ppo_env_steps"][quick]
@@ -123,6 +138,9 @@ def suite_ppo(quick: bool, repeats: int, report: dict) -> list[str]:
     return [
         f"### PPO, CartPole-v1, CleanRL's settings ({steps} env steps per run, {repeats} alternating repeats)",
         table("PPO", summary, "env-steps/s", ["stable_baselines3", "plain_pytorch"]),
+        "",
+        paired(results, "env_steps_per_second", "rl_lightning", "stable_baselines3"),
+        paired(results, "env_steps_per_second", "rl_lightning", "plain_pytorch"),
     ]
 
 
@@ -190,6 +208,8 @@ def suite_offpolicy(quick: bool, repeats: int, report: dict) -> list[str]:
         lines += [
             f"### {algo} ({steps} env steps per run, one gradient step per env step after the random steps)",
             table(algo.split(",")[0], grad, "gradient-steps/s", ["stable_baselines3"]),
+            "",
+            paired(results, "gradient_steps_per_second", "rl_lightning", "stable_baselines3"),
             "",
             table(algo.split(",")[0], env, "env-steps/s", ["stable_baselines3"]),
             "",

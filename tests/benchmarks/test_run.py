@@ -22,6 +22,19 @@ def test_summary_and_table_report_medians_ranges_and_ratios():
     assert "| theirs | 100 | 50-150 | 1.00x |" in text
 
 
+def test_paired_ratios_are_taken_repeat_by_repeat():
+    """Test that the paired line divides each repeat's runs and reports the median of those ratios."""
+    results = {
+        "ours": [{"sps": 300.0}, {"sps": 100.0}, {"sps": 200.0}],
+        "theirs": [{"sps": 100.0}, {"sps": 50.0}, {"sps": 160.0}],
+    }
+    line = run.paired(results, "sps", "ours", "theirs")
+    assert line == "Per repeat, ours / theirs: 3.00, 2.00, 1.25; median 2.00x."
+    # The ratio of the medians (200 / 100) is not what the line reports when they differ:
+    results["theirs"][1]["sps"] = 25.0
+    assert run.paired(results, "sps", "ours", "theirs").endswith("median 3.00x.")
+
+
 def test_alternate_runs_contenders_in_turn_with_the_repeat_as_seed():
     """Test that repeats alternate the contenders (a, b, a, b) and pass the repeat index as the seed."""
     calls = []
