@@ -134,29 +134,32 @@ def clear_grads(optimizer: torch.optim.Optimizer) -> None:
             param.grad = None
 
 
-def _uniform(grads: list[torch.Tensor]) -> bool:
-    """Whether every gradient shares the first one's device and dtype (then foreach ops take them at once)."""
+def _foreach_ok(grads: list[torch.Tensor]) -> bool:
+    """Whether the foreach kernels take ``grads`` at once: one device (CPU or CUDA) and one dtype."""
     first = grads[0]
-    return all(g.device == first.device and g.dtype == first.dtype for g in grads)
+    return first.device.type in ("cpu", "cuda") and all(
+        g.device == first.device and g.dtype == first.dtype for g in grads
+    )
 
 
 # torch.nn.utils.get_total_norm and clip_grads_with_norm_ compute the same thing as the two
 # functions below, but first group the tensors by device and dtype on every call; with one
 # group (a single-device model) going straight to the foreach kernels cost 26 against 57 us
 # and 27 against 47 us for PPO's 64x64 actor-critic (one CPU thread), about 3% of a
-# CleanRL-settings minibatch update. Anything else takes torch's functions.
-def _total_norm(grads: list[torch.Tensor]) -> torch.Tensor:
+# CleanRL-settings minibatch update. Anything else takes torch's functions. ``foreach`` is
+# ``_foreach_ok(grads)``, passed in by a caller that already knows it.
+def _total_norm(grads: list[torch.Tensor], foreach: bool | None = None) -> torch.Tensor:
     """The L2 norm of all ``grads`` taken as one vector (``torch.nn.utils.get_total_norm``)."""
-    if _uniform(grads) and grads[0].device.type in ("cpu", "cuda"):
+    if _foreach_ok(grads) if foreach is None else foreach:
         return torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads)))
     return torch.nn.utils.get_total_norm(grads)
 
 
 @torch.no_grad()
-def _scale_to_norm(grads: list[torch.Tensor], max_norm: float, norm: torch.Tensor) -> None:
+def _scale_to_norm(grads: list[torch.Tensor], max_norm: float, norm: torch.Tensor, foreach: bool | None = None) -> None:
     """Scale ``grads`` in place so their norm is at most ``max_norm`` (``clip_grads_with_norm_``'s rule)."""
     coef = (max_norm / (norm + 1e-6)).clamp_(max=1.0)
-    if _uniform(grads) and grads[0].device.type in ("cpu", "cuda"):
+    if _foreach_ok(grads) if foreach is None else foreach:
         torch._foreach_mul_(grads, coef.to(grads[0].device))
     else:
         for grad in grads:
@@ -322,15 +325,18 @@ class RLModule(pl.LightningModule):
             ``True`` when the optimizer should step.
         """
         max_norm = self.hparams.get("max_grad_norm") if clip else None
-        everything = [p for group in optimizer.param_groups for p in group["params"]]
-        groups = [group["params"] for group in optimizer.param_groups] if clip_per_group else [everything]
+        if clip_per_group:
+            groups = [group["params"] for group in optimizer.param_groups]
+        else:
+            groups = [[p for group in optimizer.param_groups for p in group["params"]]]
         norms = []
-        grouped = []
+        grouped = []  # (gradients, whether the foreach kernels take them), per clipping group
         for params in groups:
             grads = [p.grad for p in params if p.grad is not None]
             if grads:
-                grouped.append(grads)
-                norms.append(_total_norm(grads))
+                foreach = _foreach_ok(grads)
+                grouped.append((grads, foreach))
+                norms.append(_total_norm(grads, foreach))
         if not norms:
             return True
         # One check (one device sync) of the sum of the norms and, in a single process, the
@@ -343,8 +349,8 @@ class RLModule(pl.LightningModule):
                 total = total + loss.detach().reshape(())
         if bool(total.isfinite()):
             if max_norm is not None:
-                for grads, norm in zip(grouped, norms, strict=True):
-                    _scale_to_norm(grads, max_norm, norm)
+                for (grads, foreach), norm in zip(grouped, norms, strict=True):
+                    _scale_to_norm(grads, max_norm, norm, foreach)
             return True
         where = self._nonfinite_report(optimizer, losses)
         if self.hparams.get("on_nonfinite", "stop") == "stop":

@@ -71,8 +71,8 @@ def test_one_optimizer_steps_each_group_with_its_learning_rate_and_clips_groups_
     seen = []
     original = base_module._scale_to_norm
 
-    def spy(grads, max_norm, norm):
-        original(grads, max_norm, norm)
+    def spy(grads, max_norm, norm, *rest):
+        original(grads, max_norm, norm, *rest)
         seen.append((len(grads), float(torch.linalg.vector_norm(torch.stack([g.norm() for g in grads])))))
 
     with pytest.MonkeyPatch.context() as mp:  # RLModule.gradients_finite clips each group with its own norm
