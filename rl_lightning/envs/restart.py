@@ -27,8 +27,9 @@ from typing import Any
 
 import gymnasium as gym
 import numpy as np
-from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv
+from gymnasium.vector import AsyncVectorEnv, AutoresetMode
 
+from rl_lightning.envs.sync_vector import SameStepSyncVectorEnv
 from rl_lightning.faults import EnvFault
 
 logger = logging.getLogger(__name__)
@@ -226,7 +227,7 @@ class RebuildingVectorEnv:
     def _make(self) -> gym.vector.VectorEnv:
         if self.is_async:
             return AsyncVectorEnv(self.env_fns, autoreset_mode=AutoresetMode.SAME_STEP, context=ASYNC_CONTEXT)
-        return SyncVectorEnv(self.env_fns, autoreset_mode=AutoresetMode.SAME_STEP)
+        return SameStepSyncVectorEnv(self.env_fns)
 
     def _rebuild(self, err: BaseException) -> None:
         """Replace a vector env whose worker died, or raise :class:`EnvFault` past the limit."""
