@@ -10,7 +10,7 @@ forward and backward as one ``QEnsemble``, as two separate networks and through
 log-probability, on tensors and through torchrl's ``TanhNormal``; the Polyak update as
 one ``_foreach_lerp_`` and as SB3's per-tensor loop; a replay batch through
 ``buffer.sample()`` and ``sample_batch``; a one-transition ``extend`` with and without the
-storage's device on the TensorDict. Repeats alternate all variants; the table reports
+storage's device on the TensorDict, and through ``store_transitions``. Repeats alternate all variants; the table reports
 medians and ranges.
 """
 
@@ -30,7 +30,7 @@ from tensordict.nn import TensorDictModule
 from benchmarks.timing import alternate, print_table
 from rl_lightning.algos.base import adam
 from rl_lightning.algos.sac_loss import sac_loss
-from rl_lightning.data.replay import make_replay_buffer, sample_batch, to_torchrl_batch
+from rl_lightning.data.replay import make_replay_buffer, sample_batch, store_transitions, to_torchrl_batch
 from rl_lightning.nets.sac import QEnsemble, QNetwork, SquashedGaussianActor, squashed_gaussian_sample
 
 with warnings.catch_warnings():
@@ -174,8 +174,8 @@ def polyak_variants() -> dict:
 
 
 def replay_variants(batch_size: int) -> dict:
-    """Sampling a batch and storing one transition in a filled 1M-transition buffer, two ways each."""
-    buffers = [make_replay_buffer(1_000_000, batch_size) for _ in range(3)]
+    """Sampling a batch (two ways) and storing one transition (three ways) in a filled 1M-transition buffer."""
+    buffers = [make_replay_buffer(1_000_000, batch_size) for _ in range(4)]
 
     def transition(device=None) -> TensorDict:
         data = {"obs": torch.randn(1, 3), "action": torch.randn(1, 1), "reward": torch.randn(1)}
@@ -189,6 +189,7 @@ def replay_variants(batch_size: int) -> dict:
         "replay: sample_batch": lambda: sample_batch(buffers[0]),
         "replay: extend (TensorDict without device)": lambda: buffers[1].extend(transition()),
         "replay: extend (TensorDict on the storage's device)": lambda: buffers[2].extend(transition("cpu")),
+        "replay: store_transitions (on the storage's device)": lambda: store_transitions(buffers[3], transition("cpu")),
     }
 
 

@@ -3,9 +3,11 @@
     python -m benchmarks.sac_vs_sb3 [--repeats 3] [--env-steps 2100] [--threads 1]
 
 Both train SAC on Pendulum-v1 with 256x256 networks, batch 256, learning rate 1e-3,
-buffer 1M, tau 0.005, gamma 0.99, automatic entropy (target -1), 100 random steps, then
-one gradient step per env step. Reported: gradient steps per second over the whole
-``fit``/``learn`` call (env steps included), medians of alternating repeats, and the ratio.
+buffer 1M, tau 0.005, gamma 0.99, automatic entropy (target -1), 256 random steps (one
+batch: rl_lightning samples only from a buffer that holds a batch, Stable-Baselines3 would
+draw 256 from fewer with repeats, so both take their first gradient step at the same env
+step), then one gradient step per env step. Reported: gradient steps per second over the
+whole ``fit``/``learn`` call (env steps included), medians of alternating repeats, and the ratio.
 Needs ``pip install stable-baselines3`` (not a dependency of the package).
 """
 
@@ -23,7 +25,7 @@ import torch
 from benchmarks.throughput import bare_trainer, timed_fit, timed_learn
 from rl_lightning import SAC, ReplayDataModule
 
-LEARNING_STARTS = 100
+LEARNING_STARTS = 256  # = batch_size (see above)
 
 
 def ours(env_steps: int, seed: int) -> dict[str, float]:

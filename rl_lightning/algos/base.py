@@ -357,9 +357,9 @@ class RLModule(pl.LightningModule):
             ``True`` when the optimizer should step.
         """
         max_norm = self.hparams.get("max_grad_norm") if clip else None
-        if clip_per_group:
+        if clip_per_group and max_norm is not None:
             groups = [group["params"] for group in optimizer.param_groups]
-        else:
+        else:  # one norm for the check (and for clipping all groups together): one foreach call
             groups = [[p for group in optimizer.param_groups for p in group["params"]]]
         norms = []
         grouped = []  # (gradients, whether the foreach kernels take them), per clipping group

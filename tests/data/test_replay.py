@@ -13,7 +13,7 @@ from torch import nn
 
 from rl_lightning.algos import RLModule
 from rl_lightning.data import ReplayDataModule, ReplayDataset, RolloutCounters, make_replay_buffer
-from rl_lightning.data.replay import sample_batch
+from rl_lightning.data.replay import sample_batch, store_transitions
 from rl_lightning.envs import EnvGroup
 from tests.conftest import SCRIPTED_ID, SCRIPTED_SETS
 
@@ -204,6 +204,44 @@ def test_sample_batch_reads_what_buffer_sample_draws(storage, tmp_path):
         for key in expected.keys():
             torch.testing.assert_close(ours[key], expected[key])
     assert len(set(ours["reward"].tolist())) > 1  # a real draw, not one repeated row
+
+
+@pytest.mark.parametrize("storage", ["memory", "memmap"])
+def test_store_transitions_leaves_the_buffer_as_extend_does(storage, tmp_path):
+    """Test that the writer fast path gives extend's contents, length, cursor, state dict and samples, past a wrap-around."""
+    ours = make_replay_buffer(20, 8, storage=storage, scratch_dir=str(tmp_path / "ours"))
+    theirs = make_replay_buffer(20, 8, storage=storage, scratch_dir=str(tmp_path / "theirs"))
+    for i in range(13):  # 2 transitions per write: 26 written into 20 slots
+        rows = torch.arange(2 * i, 2 * i + 2, dtype=torch.float32)
+        data = TensorDict({"obs": rows.unsqueeze(-1).expand(2, 3), "reward": rows}, batch_size=[2])
+        store_transitions(ours, data.clone())
+        theirs.extend(data.clone())
+        assert len(ours) == len(theirs)
+    assert ours.writer.state_dict() == theirs.writer.state_dict() and ours.writer._cursor == 6
+    stored = ours.storage[torch.arange(20)]
+    expected = theirs.storage[torch.arange(20)]
+    assert stored["reward"].tolist() == expected["reward"].tolist() and 25.0 in stored["reward"].tolist()
+    assert torch.equal(stored["obs"], expected["obs"])
+    torch.manual_seed(0)
+    a = sample_batch(ours)
+    torch.manual_seed(0)
+    b = sample_batch(theirs)
+    assert torch.equal(a["reward"], b["reward"]) and torch.equal(a["index"], b["index"])
+
+
+def test_store_transitions_leaves_other_samplers_to_extend():
+    """Test that a buffer whose sampler is not uniform is written through its own extend (priorities, hooks)."""
+    buffer = make_replay_buffer(10, 2)
+    calls = []
+    original = buffer.extend
+    data = TensorDict({"obs": torch.zeros(1, 1)}, batch_size=[1])
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(buffer, "extend", lambda *a, **k: calls.append(1) or original(*a, **k))
+        store_transitions(buffer, data)
+        assert calls == [] and len(buffer) == 1  # uniform: the fast path
+        mp.setattr(buffer, "_sampler", SamplerWithoutReplacement())
+        store_transitions(buffer, data)
+        assert calls == [1] and len(buffer) == 2
 
 
 def test_sample_batch_leaves_other_samplers_to_the_buffer():
