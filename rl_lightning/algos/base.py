@@ -178,16 +178,24 @@ def _lightning_call_is_plain(module: pl.LightningModule, hooks: Sequence[str]) -
     none of which does anything: manual optimization on a ``SingleDeviceStrategy`` (not a
     subclass: DDP and others prepare and sync around backward and step) with the plain
     32-bit ``Precision`` plugin (mixed precision casts and scales), outside Fabric, and
-    neither a callback nor the module overrides one of ``hooks``."""
+    neither a callback nor the module overrides one of ``hooks``, on its class or as an
+    instance attribute. Skipping the dispatch also drops those hooks' (empty) entries from a
+    profiler's report."""
     trainer = module.trainer
     return (
         not module.automatic_optimization
         and module._fabric is None
         and type(trainer.strategy) is SingleDeviceStrategy
         and type(trainer.precision_plugin) is Precision
-        and all(getattr(type(module), hook) is getattr(pl.LightningModule, hook) for hook in hooks)
-        and all(getattr(type(callback), hook) is getattr(pl.Callback, hook) for callback in trainer.callbacks for hook in hooks)
+        and all(_inherited(module, hook, pl.LightningModule) for hook in hooks)
+        and all(_inherited(callback, hook, pl.Callback) for callback in trainer.callbacks for hook in hooks)
     )
+
+
+def _inherited(obj: Any, name: str, base: type) -> bool:
+    """Whether ``obj.name`` is ``base``'s method: not overridden by its class, nor set on the instance
+    (Lightning calls hooks by attribute lookup, so an instance attribute counts)."""
+    return getattr(getattr(obj, name, None), "__func__", None) is getattr(base, name)
 
 
 def backward_runs_alone(module: pl.LightningModule) -> bool:
@@ -196,7 +204,7 @@ def backward_runs_alone(module: pl.LightningModule) -> bool:
     :func:`_lightning_call_is_plain` for ``on_before_backward`` / ``on_after_backward``, and the
     module keeps ``LightningModule.backward``.
     """
-    return _lightning_call_is_plain(module, BACKWARD_HOOKS) and type(module).backward is pl.LightningModule.backward
+    return _lightning_call_is_plain(module, BACKWARD_HOOKS) and _inherited(module, "backward", pl.LightningModule)
 
 
 def optimizer_step_runs_alone(module: pl.LightningModule) -> bool:
@@ -370,7 +378,7 @@ class RLModule(pl.LightningModule):
         max_norm = self.hparams.get("max_grad_norm") if clip else None
         if clip_per_group and max_norm is not None:
             groups = [group["params"] for group in optimizer.param_groups]
-        else:  # one norm for the check (and for clipping all groups together): one foreach call
+        else:  # one norm for the check (and for clipping all groups together)
             groups = [[p for group in optimizer.param_groups for p in group["params"]]]
         norms = []
         grouped = []  # (gradients, whether the foreach kernels take them), per clipping group

@@ -83,7 +83,7 @@ def _fit_ppo(callbacks=()):
     """Fit a tiny PPO, counting the calls that reach Lightning's strategy backward and optimizer step."""
     pl.seed_everything(3, verbose=False)
     model = PPO(total_timesteps=64)  # 2 rollouts of 2 envs x 16 steps
-    trainer = quiet_trainer(callbacks=callbacks, max_epochs=-1)
+    trainer = quiet_trainer(callbacks=callbacks, max_epochs=-1, accelerator="cpu")  # bit-identical: CPU kernels
     calls = {"backward": 0, "optimizer_step": 0}
     for name in calls:
         real = getattr(trainer.strategy, name)
@@ -120,7 +120,19 @@ def test_lightnings_dispatch_is_skipped_only_when_no_hook_would_run(hooked):
         assert torch.equal(a, b), name
 
 
-@pytest.mark.parametrize("change", [None, "callback", "module_hook", "module_backward", "precision", "automatic"])
+@pytest.mark.parametrize(
+    "change",
+    [
+        None,
+        "callback",
+        "callback_instance",
+        "module_hook",
+        "module_instance",
+        "module_backward",
+        "precision",
+        "automatic",
+    ],
+)
 def test_backward_runs_alone_only_where_lightning_would_do_nothing_else(change):
     """Test that backward_runs_alone and optimizer_step_runs_alone hold for a plain PPO on one device only.
 
@@ -139,11 +151,28 @@ def test_backward_runs_alone_only_where_lightning_would_do_nothing_else(change):
 
     model = {"module_hook": Hooked, "module_backward": OwnBackward}.get(change, PPO)(total_timesteps=100)
     model.automatic_optimization = change == "automatic"
+    callback = pl.Callback()
+    if change == "module_instance":  # Lightning calls hooks by attribute: an instance's own counts
+        model.on_before_backward = lambda loss: None
+    if change == "callback_instance":
+        callback.on_after_backward = lambda trainer, pl_module: None
     model.trainer = quiet_trainer(
-        callbacks=[_CountBackward()] if change == "callback" else [],
+        callbacks=[_CountBackward()] if change == "callback" else [callback],
+        accelerator="cpu",
         **({"precision": "bf16-mixed"} if change == "precision" else {}),
     )
     assert backward_runs_alone(model) is (change is None)
-    assert optimizer_step_runs_alone(model) is (change in (None, "callback", "module_hook", "module_backward"))
+    optimizer_hooks_free = change in (
+        None,
+        "callback",
+        "callback_instance",
+        "module_hook",
+        "module_instance",
+        "module_backward",
+    )
+    assert optimizer_step_runs_alone(model) is optimizer_hooks_free
     model.trainer = quiet_trainer(callbacks=[_CountOptimizerSteps()])
+    assert not optimizer_step_runs_alone(model)
+    callback.on_before_optimizer_step = lambda trainer, pl_module, optimizer: None
+    model.trainer = quiet_trainer(callbacks=[callback], accelerator="cpu")
     assert not optimizer_step_runs_alone(model)

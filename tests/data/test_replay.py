@@ -208,7 +208,10 @@ def test_sample_batch_reads_what_buffer_sample_draws(storage, tmp_path):
 
 @pytest.mark.parametrize("storage", ["memory", "memmap"])
 def test_store_transitions_leaves_the_buffer_as_extend_does(storage, tmp_path):
-    """Test that the writer fast path gives extend's contents, length, cursor, state dict and samples, past a wrap-around."""
+    """Test that the writer fast path leaves what extend leaves, past a wrap-around.
+
+    Contents, length, cursor, samples, and a state dict that loads into a fresh buffer alike.
+    """
     ours = make_replay_buffer(20, 8, storage=storage, scratch_dir=str(tmp_path / "ours"))
     theirs = make_replay_buffer(20, 8, storage=storage, scratch_dir=str(tmp_path / "theirs"))
     for i in range(13):  # 2 transitions per write: 26 written into 20 slots
@@ -227,6 +230,10 @@ def test_store_transitions_leaves_the_buffer_as_extend_does(storage, tmp_path):
     torch.manual_seed(0)
     b = sample_batch(theirs)
     assert torch.equal(a["reward"], b["reward"]) and torch.equal(a["index"], b["index"])
+    restored = make_replay_buffer(20, 8, storage=storage, scratch_dir=str(tmp_path / "restored"))
+    restored.load_state_dict(ours.state_dict())
+    assert len(restored) == 20 and restored.writer.state_dict() == theirs.writer.state_dict()
+    assert torch.equal(restored.storage[torch.arange(20)]["obs"], expected["obs"])
 
 
 def test_store_transitions_leaves_other_samplers_to_extend():

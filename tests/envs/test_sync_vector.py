@@ -13,10 +13,10 @@ from rl_lightning.envs.sync_vector import SameStepSyncVectorEnv
 class InfoEnv(gym.Env):
     """Random observations; infos with scalars, arrays and a nested dict that come and go; episodes of 2 to 6 steps."""
 
-    def __init__(self, dict_obs: bool = False, box_actions: bool = False):
+    def __init__(self, dict_obs: bool = False, actions: gym.Space | None = None):
         box = gym.spaces.Box(-1.0, 1.0, shape=(3,), dtype=np.float32)
         self.observation_space = gym.spaces.Dict({"x": box}) if dict_obs else box
-        self.action_space = gym.spaces.Box(-1.0, 1.0, shape=(2,)) if box_actions else gym.spaces.Discrete(3)
+        self.action_space = actions if actions is not None else gym.spaces.Discrete(3)
         self.dict_obs = dict_obs
 
     def _obs(self):
@@ -68,7 +68,9 @@ def assert_same(a, b, where: str) -> None:
         pytest.param(lambda: gym.make("CartPole-v1", max_episode_steps=20), id="cartpole-discrete"),
         pytest.param(lambda: gym.make("Pendulum-v1", max_episode_steps=15), id="pendulum-box"),
         pytest.param(lambda: InfoEnv(), id="infos"),
-        pytest.param(lambda: InfoEnv(box_actions=True), id="infos-box-actions"),
+        pytest.param(lambda: InfoEnv(actions=gym.spaces.Box(-1.0, 1.0, shape=(2,))), id="infos-box-actions"),
+        pytest.param(lambda: InfoEnv(actions=gym.spaces.MultiDiscrete([2, 3])), id="multidiscrete-actions"),
+        pytest.param(lambda: InfoEnv(actions=gym.spaces.MultiBinary(4)), id="multibinary-actions"),
         pytest.param(lambda: InfoEnv(dict_obs=True), id="dict-obs-fallback"),
     ],
 )
@@ -76,6 +78,7 @@ def test_steps_equal_gymnasium_same_step(make):
     num_envs, steps = 3, 120
     ours = SameStepSyncVectorEnv([make] * num_envs)
     reference = SyncVectorEnv([make] * num_envs, autoreset_mode=AutoresetMode.SAME_STEP)
+    assert ours._lean is not isinstance(ours.single_observation_space, gym.spaces.Dict)  # the path under test
     assert_same(ours.reset(seed=7), reference.reset(seed=7), "reset")
     ours.action_space.seed(3)
     ends = 0
@@ -83,6 +86,8 @@ def test_steps_equal_gymnasium_same_step(make):
         actions = ours.action_space.sample()
         got, want = ours.step(actions), reference.step(actions)
         assert_same(got, want, f"step {t}")
+        assert_same(tuple(ours._env_obs), tuple(reference._env_obs), f"env obs {t}")
+        assert_same(ours._autoreset_envs, reference._autoreset_envs, f"autoreset {t}")
         ends += int((want[2] | want[3]).sum())
     assert ends >= 10  # the autoreset path ran many times
     # A masked reset (what EnvGroup does for an env it cuts short) then steps alike too.
@@ -102,6 +107,38 @@ def test_returned_observations_are_copies_unless_copy_is_false():
     shared = SameStepSyncVectorEnv([lambda: gym.make("CartPole-v1")] * 2, copy=False)
     shared.reset(seed=0)
     assert shared.step(np.array([0, 1]))[0] is shared.step(np.array([1, 0]))[0]
+
+
+class BadObsEnv(gym.Env):
+    """A ``Box(3,)`` uint8 env whose step returns a float observation, or one of the wrong shape."""
+
+    def __init__(self, bad: str):
+        self.observation_space = gym.spaces.Box(0, 255, shape=(3,), dtype=np.uint8)
+        self.action_space = gym.spaces.Discrete(2)
+        self.bad = bad
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        return np.zeros(3, dtype=np.uint8), {}
+
+    def step(self, action):
+        obs = np.full(3, 1.5) if self.bad == "float" else np.ones(1, dtype=np.uint8)
+        return obs, 0.0, False, False, {}
+
+
+@pytest.mark.parametrize(("bad", "error"), [("float", TypeError), ("shape", ValueError)])
+def test_observations_gymnasium_refuses_are_refused(bad, error):
+    """Test that a float observation in an integer space, or one of the wrong shape, raises as in gymnasium.
+
+    Neither is cast or broadcast into the batch.
+    """
+    for envs in (
+        SameStepSyncVectorEnv([lambda: BadObsEnv(bad)] * 2),
+        SyncVectorEnv([lambda: BadObsEnv(bad)] * 2, autoreset_mode=AutoresetMode.SAME_STEP),
+    ):
+        envs.reset(seed=0)
+        with pytest.raises(error):
+            envs.step(np.array([0, 1]))
 
 
 def test_wrong_number_of_actions_names_the_shape():
