@@ -10,7 +10,7 @@ the space-generic ``iterate``/``concatenate`` dispatch, skips merging empty info
 the observation batch without ``deepcopy``: 4 CartPole-v1 envs step in 33 against 44 us per
 vector step through gymnasium's ``step`` (random actions; 37-39 against 54-55 us at a busier
 moment of the shared machine). With it a whole :class:`~rl_lightning.envs.EnvGroup` steps at
-0.92-0.95x the rate of a bare gymnasium ``SyncVectorEnv``, against 0.70x before (``python -m
+0.87-0.95x the rate of a bare gymnasium ``SyncVectorEnv``, against 0.70x before (``python -m
 benchmarks.run --suites ceiling``). Other spaces take gymnasium's ``step`` unchanged.
 """
 
