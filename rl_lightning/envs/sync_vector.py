@@ -58,6 +58,7 @@ class SameStepSyncVectorEnv(SyncVectorEnv):
             self._terminations,
             self._truncations,
         )
+        dtype, row_shape = batch.dtype, batch.shape[1:]
         infos: dict[str, Any] = {}
         for i, env in enumerate(self.envs):
             obs, rewards[i], terminations[i], truncations[i], info = env.step(actions[i])
@@ -67,7 +68,7 @@ class SameStepSyncVectorEnv(SyncVectorEnv):
             if info:
                 infos = self._add_info(infos, info, i)
             self._env_obs[i] = obs
-            if type(obs) is np.ndarray and obs.dtype == batch.dtype and obs.shape == batch.shape[1:]:
+            if type(obs) is np.ndarray and obs.dtype == dtype and obs.shape == row_shape:
                 batch[i] = obs
             else:
                 self._write_checked(i, obs)
