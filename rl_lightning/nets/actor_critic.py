@@ -76,9 +76,9 @@ class ActorCritic(nn.Module):
         # Casts and copies write the same Parameter objects (``.to()``, ActorCopy,
         # ``load_state_dict``), so its dtype stays current; deepcopy keeps the aliasing.
         self._dtype_ref = [next(self.parameters())]
-        #: The actor's forward in numpy, for :meth:`explore` (see ``nets/numpy_mlp.py``).
-        self._numpy_actor = NumpyMLP(self.actor)
-        self._noise_buffer: tuple[torch.Tensor, np.ndarray] | None = None
+        #: The actor's forward in numpy, and the noise buffer, for :meth:`explore` (``nets/numpy_mlp.py``).
+        self._numpy_actor: NumpyMLP | None = None
+        self._noise_buffer: torch.Tensor | None = None
 
     def _features(self, obs: torch.Tensor) -> torch.Tensor:
         # Normalized in float32 (the statistics stay float32 in every copy), then in the
@@ -169,9 +169,12 @@ class ActorCritic(nn.Module):
         if type(obs) is not torch.Tensor or not obs.is_cpu or obs.dtype != torch.float32 or obs.requires_grad:
             return None
         actor = self._modules["actor"]
-        if self._numpy_actor.net is not actor:  # the actor was replaced
-            self._numpy_actor = NumpyMLP(actor)
-        x = (obs if obs.dim() == 2 else obs.reshape(obs.shape[0], self.obs_dim)).numpy()
+        numpy_actor = self.__dict__.get("_numpy_actor")  # None after a copy or unpickling (__getstate__)
+        if numpy_actor is None or numpy_actor.net is not actor:  # new, or the actor was replaced
+            numpy_actor = self._numpy_actor = NumpyMLP(actor)
+        if obs.dim() != 2 or obs.shape[1] != self.obs_dim:
+            obs = obs.reshape(obs.shape[0], self.obs_dim)  # raises on a wrong size, as _features does
+        x = obs.numpy()
         if self.normalize_obs:
             norm = self._modules["normalizer"]
             if type(norm) is not RunningNormalizer or norm._forward_hooks or norm._forward_pre_hooks:
@@ -182,17 +185,26 @@ class ActorCritic(nn.Module):
             # RunningNormalizer.forward's formula, in float32 as there.
             x = (x - mean.numpy()) / np.sqrt(var.numpy() + np.float32(norm.eps))
             np.clip(x, -norm.clip, norm.clip, out=x)
-        return self._numpy_actor(x)
+        return numpy_actor(x)
 
     def _exponential_noise(self, shape: tuple[int, ...]) -> np.ndarray:
-        """Standard exponential draws from torch's generator, as ``torch.empty(shape).exponential_()``, in a
-        reused buffer (allocating a tensor per env step costs about as much as drawing into it)."""
-        buffer = self._noise_buffer
-        if buffer is None or buffer[0].shape != shape:
-            tensor = torch.empty(shape)
-            buffer = self._noise_buffer = (tensor, tensor.numpy())
-        buffer[0].exponential_()
-        return buffer[1]
+        """What ``torch.empty(shape).exponential_()`` draws, in a buffer reused across env steps.
+
+        A new tensor per step costs about as much as the draw. The buffer is made outside
+        inference mode, so calls under ``inference_mode`` and under ``no_grad`` can both fill it.
+        """
+        buffer = self.__dict__.get("_noise_buffer")
+        if buffer is None or buffer.shape != shape:
+            with torch.inference_mode(False):
+                buffer = self._noise_buffer = torch.empty(shape, dtype=torch.float32)
+        return buffer.exponential_().numpy()
+
+    def __getstate__(self) -> dict:
+        """The module's state without the acting caches (numpy views, noise buffer): a copy or an
+        unpickled module builds its own, on its own tensors."""
+        state = self.__dict__.copy()
+        state["_numpy_actor"] = state["_noise_buffer"] = None
+        return state
 
     def value(self, obs: torch.Tensor) -> torch.Tensor:
         """State values ``[B]`` of raw observations ``[B, *obs_shape]``."""

@@ -5,8 +5,8 @@ Why: a rollout asks the actor for actions once per env step, on a handful of obs
 a torch op costs 3-6 us to dispatch on these CPUs, numpy's matmul on such arrays about 3 us
 and a ufunc 1-2 us, and views that share memory with the parameters see every in-place
 update (optimizer steps, ``load_state_dict``, an acting copy's sync) without a copy.
-``ActorCritic.explore`` uses it for the default networks: 0.037 against 0.085 ms per call on
-4 CartPole observations, PPO at CleanRL's settings 1.19x env-steps/s (``python -m
+``ActorCritic.explore`` uses it for the default networks: 0.038 against 0.082 ms per call on
+4 CartPole observations, PPO at CleanRL's settings 1.16x env-steps/s (``python -m
 benchmarks.acting``; ``docs/algos/ppo.md``, "The hot path").
 
 It takes exactly the layouts :func:`~rl_lightning.nets.mlp.mlp` builds (``nn.Sequential`` of
@@ -38,14 +38,15 @@ class NumpyMLP:
     Args:
         net: The network to mirror. Its layout, hooks, devices and dtypes are checked on every
             call (any of them can change between calls); the numpy views are rebuilt when a
-            parameter's storage changed (``.to()``, ``param.data = ...``).
+            layer holds another parameter (``load_state_dict(assign=True)``, a new
+            ``nn.Parameter``) or a parameter another storage (``.to()``, ``param.data = ...``).
     """
 
     def __init__(self, net: nn.Module):
         self.net = net
         self._modules: list[nn.Module] = []
-        self._params: list[torch.Tensor] = []
-        self._ptrs: list[int] = []
+        #: Per parameter: the dict it lives in, its name there, the tensor mirrored, its storage.
+        self._slots: list[tuple[dict, str, torch.Tensor, int]] = []
         self._layers: list = []
         self._max_rows = 0
 
@@ -54,13 +55,20 @@ class NumpyMLP:
         net = self.net
         modules = list(net._modules.values()) if type(net) is nn.Sequential else []
         linears = [m for m in modules if type(m) is nn.Linear]
-        self._modules, self._params, self._ptrs, self._layers = modules, [], [], []
-        if not linears or any(type(m) is not nn.Linear and type(m) not in _ACTIVATIONS for m in modules):
+        self._modules, self._slots, self._layers = modules, [], []
+        # A Linear first: the activations work in place, on the arrays the Linears return.
+        if not modules or type(modules[0]) is not nn.Linear:
             return False
-        if any(m.bias is None or m.weight.dtype != torch.float32 or m.weight.device.type != "cpu" for m in linears):
+        if any(type(m) is not nn.Linear and type(m) not in _ACTIVATIONS for m in modules):
             return False
-        self._params = [p for m in linears for p in (m.weight, m.bias)]
-        self._ptrs = [p.data_ptr() for p in self._params]
+        params = [p for m in linears for p in (m.weight, m.bias)]
+        if any(p is None or p.dtype != torch.float32 or p.device.type != "cpu" for p in params):
+            return False
+        self._slots = [
+            (m._parameters, name, m._parameters[name], m._parameters[name].data_ptr())
+            for m in linears
+            for name in ("weight", "bias")
+        ]
         self._max_rows = MAX_LAYER_SIZE // max(m.in_features * m.out_features for m in linears)
         self._layers = [
             (m.weight.detach().numpy().T, m.bias.detach().numpy()) if type(m) is nn.Linear else _ACTIVATIONS[type(m)]
@@ -84,8 +92,8 @@ class NumpyMLP:
                     current = False
                     break
         if current:
-            for param, ptr in zip(self._params, self._ptrs, strict=True):
-                if param.data_ptr() != ptr:
+            for params, name, param, ptr in self._slots:
+                if params.get(name) is not param or param.data_ptr() != ptr:
                     current = False
                     break
         if not current and not self._rebuild():
@@ -99,12 +107,16 @@ class NumpyMLP:
         return True
 
     def __call__(self, x: np.ndarray) -> np.ndarray | None:
-        """``net(x)`` for float32 inputs ``[B, in]`` as a new float32 array, or ``None`` (use torch's forward)."""
+        """``net(x)`` for float32 inputs ``[B, in]`` as a new float32 array, or ``None`` (use torch's forward).
+
+        ``x`` is not written: the first layer (a Linear) returns a new array, which the rest
+        of the pass works on.
+        """
         if not self._current() or x.shape[0] > self._max_rows:
             return None
         for layer in self._layers:
             if type(layer) is tuple:
-                x = x @ layer[0]  # a new array: the input is never written
+                x = x @ layer[0]
                 x += layer[1]
             else:
                 layer(x, out=x)

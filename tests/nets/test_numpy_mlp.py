@@ -140,3 +140,64 @@ def test_explore_takes_the_numpy_path_only_where_it_may(monkeypatch):
     with torch.no_grad():
         action = policy.explore(obs)
     assert calls == [] and action.shape == (4,)
+
+
+def test_replaced_parameters_are_mirrored_afresh():
+    """Test that a new Parameter object (``assign=True`` loads, assignment) or a removed bias is seen."""
+    torch.manual_seed(0)
+    net, other = mlp(4, (8,), 2), mlp(4, (8,), 2)
+    fast, x = NumpyMLP(net), _obs(3)
+    assert fast(x) is not None
+    net.load_state_dict(other.state_dict(), assign=True)
+    np.testing.assert_allclose(fast(x), other(torch.from_numpy(x)).detach().numpy(), rtol=1e-5, atol=1e-6)
+    net[2].weight = nn.Parameter(torch.ones(2, 8))
+    np.testing.assert_allclose(fast(x), net(torch.from_numpy(x)).detach().numpy(), rtol=1e-5, atol=1e-6)
+    net[2].bias = None
+    assert fast(x) is None  # no bias: not a layout it mirrors
+
+
+def test_a_leading_activation_is_refused_and_the_input_left_alone():
+    """Test that a network starting with an activation takes torch's path (the numpy pass works in place)."""
+    x = _obs(3)
+    assert NumpyMLP(nn.Sequential(nn.Tanh(), nn.Linear(4, 2)))(x) is None
+    assert np.array_equal(x, _obs(3))
+
+
+def test_copies_and_pickles_sample_like_the_original():
+    """Test that a deepcopy or a pickle round trip of a policy that has explored draws the original's actions."""
+    import copy
+    import io
+
+    torch.manual_seed(0)
+    policy = ActorCritic(BOX4, gym.spaces.Discrete(3), normalize_obs=False)
+    with torch.no_grad():
+        policy.actor[-1].weight.mul_(100)
+    obs = torch.from_numpy(_obs(4))
+    with torch.no_grad():
+        policy.explore(obs)  # builds the numpy views and the noise buffer
+    saved = io.BytesIO()
+    torch.save(policy, saved)
+    saved.seek(0)
+    copies = [copy.deepcopy(policy), torch.load(saved, weights_only=False)]
+    expected, _ = _explore_both_ways(policy, obs, steps=200)
+    for other in copies:
+        actions, _ = _explore_both_ways(other, obs, steps=200)
+        assert torch.equal(actions, expected)
+
+
+def test_inference_mode_then_no_grad():
+    """Test that explore works under inference_mode and afterwards under no_grad (the noise buffer is reused)."""
+    policy = ActorCritic(BOX4, gym.spaces.Discrete(2))
+    obs = torch.from_numpy(_obs(4))
+    with torch.inference_mode():
+        first = policy.explore(obs)
+    with torch.no_grad():
+        second = policy.explore(obs)
+    assert first.shape == second.shape == (4,)
+
+
+def test_wrong_observation_width_raises_as_on_the_torch_path():
+    """Test that observations of the wrong width raise instead of broadcasting against the normalizer."""
+    policy = ActorCritic(BOX4, gym.spaces.Discrete(2))
+    with torch.no_grad(), pytest.raises(RuntimeError, match="invalid for input of size"):
+        policy.explore(torch.zeros(4, 1))
