@@ -31,23 +31,37 @@ CONF = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
 
 
 class _SolveWatch(pl.Callback):
-    """Stops the fit at the first evaluation reaching ``SOLVED``; keeps the evaluation time."""
+    """Stops the fit at the first evaluation reaching ``SOLVED``; keeps the evaluation time.
+
+    The evaluation runs when Lightning's validation loop fetches its first batch, which is
+    before ``on_validation_start``: the clock therefore stops at the end of the epoch's
+    training batch and restarts at ``on_validation_end``, on the epochs where an evaluation
+    ran (a validation batch came), which also excludes that loop's own few milliseconds;
+    epochs without an evaluation count their whole (empty) loop as training.
+    """
 
     def __init__(self):
         self.eval_seconds = 0.0
         self.solved_at: int | None = None
         self.solved_seconds: float | None = None
-        self._start = self._fit_start = 0.0
+        self._fit_start = self._batch_end = 0.0
+        self._evaluated = False
 
     def on_train_start(self, trainer, pl_module):
         self._fit_start = time.perf_counter()
 
-    def on_validation_start(self, trainer, pl_module):
-        self._start = time.perf_counter()
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        self._batch_end = time.perf_counter()
+        self._evaluated = False
+
+    def on_validation_batch_start(self, trainer, pl_module, batch, batch_idx, dataloader_idx=0):
+        self._evaluated = True
 
     def on_validation_end(self, trainer, pl_module):
+        if not self._evaluated:
+            return
         now = time.perf_counter()
-        self.eval_seconds += now - self._start
+        self.eval_seconds += now - self._batch_end
         score = trainer.callback_metrics.get("eval/return_mean")
         if self.solved_at is None and score is not None and float(score) >= SOLVED:
             self.solved_at = pl_module.env_steps
