@@ -25,6 +25,8 @@ import warnings
 import lightning.pytorch as pl
 import numpy as np
 
+from benchmarks.throughput import bare_trainer
+
 SOLVED = 475.0
 BUDGET = 150_000
 CONF = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "conf")
@@ -89,16 +91,7 @@ def solve_ours(seed: int, eval_every: int = 2048) -> dict[str, float | bool]:
     )
     model = build_model(cfg, save_interval=None, total_timesteps=BUDGET)
     watch = _SolveWatch()
-    trainer = pl.Trainer(
-        max_epochs=-1,
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        num_sanity_val_steps=0,
-        callbacks=[watch],
-    )
-    trainer.fit(model, data)
+    bare_trainer(callbacks=[watch]).fit(model, data)
     data.close()
     return {
         "solved": watch.solved_at is not None,

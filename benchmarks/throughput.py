@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import time
 import warnings
+from collections.abc import Sequence
 
 import lightning.pytorch as pl
 
@@ -30,8 +31,9 @@ DQN_LEARNING_STARTS = 1000
 PLAIN = {"train": [{}], "test": [{}]}
 
 
-def bare_trainer(max_epochs: int = -1) -> pl.Trainer:
-    """A ``Trainer`` with nothing beside training: no loggers, checkpoints, progress bar or sanity check."""
+def bare_trainer(max_epochs: int = -1, callbacks: Sequence[pl.Callback] = ()) -> pl.Trainer:
+    """A ``Trainer`` with nothing beside training (no loggers, checkpoints, progress bar or sanity
+    check) but the given ``callbacks``."""
     warnings.filterwarnings("ignore")
     return pl.Trainer(
         max_epochs=max_epochs,
@@ -40,6 +42,7 @@ def bare_trainer(max_epochs: int = -1) -> pl.Trainer:
         enable_progress_bar=False,
         enable_model_summary=False,
         num_sanity_val_steps=0,
+        callbacks=list(callbacks),
     )
 
 

@@ -2,10 +2,9 @@
 
 import time
 
-import lightning.pytorch as pl
-
 import benchmarks.solve_cartpole as solve
 import rl_lightning.data.evaluation as evaluation
+from benchmarks.throughput import bare_trainer
 from rl_lightning import PPO, RolloutDataModule
 
 PAUSE = 0.3
@@ -34,17 +33,8 @@ def test_watch_excludes_the_evaluation_that_runs_before_on_validation_start(monk
         seed=0,
     )
     watch = solve._SolveWatch()
-    trainer = pl.Trainer(
-        max_epochs=4,
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        num_sanity_val_steps=0,
-        callbacks=[watch],
-    )
     start = time.perf_counter()
-    trainer.fit(PPO(total_timesteps=10_000), data)
+    bare_trainer(max_epochs=4, callbacks=[watch]).fit(PPO(total_timesteps=10_000), data)
     wall = time.perf_counter() - start
     data.close()
     assert watch.solved_at == 64  # the evaluation after epoch 2 (2 x 32 env steps)
