@@ -12,6 +12,7 @@ its share of evaluation episodes.
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import hashlib
 import json
 import os
@@ -111,7 +112,15 @@ def main() -> None:
     parser.add_argument("--resume", default=None, help="a checkpoint to resume from")
     parser.add_argument("--sigterm-epoch", type=int, default=None, help="rank 0 gets SIGTERM as this epoch starts")
     parser.add_argument("--video", action="store_true", help="film every evaluation (EvaluationVideo, rank 0)")
+    parser.add_argument(
+        "--watchdog", type=float, default=None, help="after this many seconds, print every thread's stack and exit 1"
+    )
     args = parser.parse_args()
+    # A rank that crashes (even at interpreter exit) or hangs says where, so the test's
+    # failure shows the stack instead of a bare timeout.
+    faulthandler.enable()
+    if args.watchdog:
+        faulthandler.dump_traceback_later(args.watchdog, exit=True)
     warnings.simplefilter("ignore")
     torch.set_num_threads(1)
     pl.seed_everything(0, verbose=False)

@@ -16,7 +16,12 @@ PROBE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "probe.py")
 def run_probe(out, *args, timeout=300):
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
     proc = subprocess.run(
-        [sys.executable, PROBE, str(out), *args], capture_output=True, text=True, timeout=timeout, env=env
+        # Every rank prints its stacks and exits before the timeout if it hangs (probe.py --watchdog).
+        [sys.executable, PROBE, str(out), *args, f"--watchdog={timeout - 60}"],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     return [json.load(open(os.path.join(out, f"rank{r}.json"))) for r in range(2)]
