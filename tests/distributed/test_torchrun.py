@@ -38,9 +38,11 @@ def _wait_for_nodes(nodes: list[subprocess.Popen], deadline: float) -> str | Non
         failed = any(code not in (None, 0) for code in codes)
         if failed or time.monotonic() > end:
             for node in nodes:  # the agent and its worker: each node runs in its own session
-                if node.poll() is None:
+                try:
                     os.killpg(node.pid, signal.SIGKILL)
-                    node.wait()
+                except ProcessLookupError:  # that session has ended already
+                    pass
+                node.wait()
             return "a node failed" if failed else f"still running after {deadline} s"
         time.sleep(0.2)
 
