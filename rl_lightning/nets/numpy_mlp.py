@@ -32,6 +32,14 @@ _ACTIVATIONS = {nn.Tanh: np.tanh, nn.ReLU: lambda x, out: np.maximum(x, 0.0, out
 MAX_LAYER_SIZE = 2**17
 
 
+def _plain(module: nn.Module) -> bool:
+    """No forward hooks, and still a class mirrored (a parametrization swaps the class in)."""
+    if module._forward_hooks or module._forward_pre_hooks:
+        return False
+    kind = type(module)
+    return kind is nn.Linear or kind in _ACTIVATIONS
+
+
 class NumpyMLP:
     """Evaluates ``net`` in numpy, or says it cannot (``None``) so the caller uses torch.
 
@@ -87,24 +95,19 @@ class NumpyMLP:
         # A net that could not be mirrored is looked at again (its dtype or device may be back).
         current = bool(self._layers) and len(net._modules) == len(modules)
         if current:
-            for module, own in zip(net._modules.values(), modules, strict=True):
-                if module is not own:
-                    current = False
-                    break
-        if current:
             for params, name, param, ptr in self._slots:
                 if params.get(name) is not param or param.data_ptr() != ptr:
                     current = False
                     break
-        if not current and not self._rebuild():
-            return False
-        for module in self._modules:
-            if module._forward_hooks or module._forward_pre_hooks:
-                return False
-            kind = type(module)
-            if kind is not nn.Linear and kind not in _ACTIVATIONS:  # a class swapped in (parametrization)
-                return False
-        return True
+        if current:  # one pass: the same modules, each still plain
+            for module, own in zip(net._modules.values(), modules, strict=True):
+                if module is not own:
+                    break
+                if not _plain(module):
+                    return False
+            else:
+                return True
+        return self._rebuild() and all(_plain(module) for module in self._modules)
 
     def __call__(self, x: np.ndarray) -> np.ndarray | None:
         """``net(x)`` for float32 inputs ``[B, in]`` as a new float32 array, or ``None`` (use torch's forward).
