@@ -4,9 +4,11 @@
 
 Update steps (loss, one backward, the three fused Adam steps, the Polyak update of the
 target critics) compute the same thing in both variants (``tests/algos/test_sac_loss.py``)
-on Pendulum's 256x256 networks (the ``sac`` experiment's). The parts: the twin critics'
-forward and backward as one ``QEnsemble``, as two separate networks and through
-``torch.func.vmap`` (torchrl's way); one reparameterized action sample with its
+on Pendulum's 256x256 networks (the ``sac`` experiment's); a third runs the plain loss with
+the critics' layers through autograd's backward instead of ``relu_mlp``'s (a no-op forward
+hook on each layer sends ``QEnsemble`` down that path). The parts: the twin critics'
+forward and backward as one ``QEnsemble`` (through ``relu_mlp``, and through autograd), as
+two separate networks and through ``torch.func.vmap`` (torchrl's way); one reparameterized action sample with its
 log-probability, on tensors and through torchrl's ``TanhNormal``; the Polyak update as
 one ``_foreach_lerp_`` and as SB3's per-tensor loop; a replay batch through
 ``buffer.sample()`` and ``sample_batch``; a one-transition ``extend`` with and without the
@@ -57,10 +59,21 @@ def make_batch(n: int) -> TensorDict:
     )
 
 
-def plain_update(batch: TensorDict):
+def through_autograd(critics: QEnsemble) -> QEnsemble:
+    """``critics`` with a no-op forward hook on each layer: their forward takes the per-layer
+    ``baddbmm``/``relu`` path and autograd's backward instead of ``relu_mlp`` (the hooks themselves
+    cost about 1 us per layer call)."""
+    for layer in critics.layers:
+        layer.register_forward_hook(lambda module, args, output: None)
+    return critics
+
+
+def plain_update(batch: TensorDict, autograd_critics: bool = False):
     policy = SquashedGaussianActor(OBS_SPACE, ACTION_SPACE, HIDDEN)
     critics = QEnsemble(3, 1, HIDDEN)
     targets = copy.deepcopy(critics).requires_grad_(False)
+    if autograd_critics:
+        critics, targets = through_autograd(critics), through_autograd(targets)
     log_alpha = torch.nn.Parameter(torch.zeros(()))
     optimizers = [adam(policy.parameters(), 1e-3), adam(critics.parameters(), 1e-3), adam([log_alpha], 1e-3)]
     target_params, online_params = list(targets.parameters()), list(critics.parameters())
@@ -117,6 +130,7 @@ def critic_variants(batch: TensorDict) -> dict:
     """Forward and backward of both critics on (obs, action), three ways."""
     obs, action = batch["obs"], batch["action"]
     ensemble = QEnsemble(3, 1, HIDDEN)
+    hooked = through_autograd(copy.deepcopy(ensemble))
     nets = [QNetwork(3, 1, HIDDEN) for _ in range(2)]
     base = copy.deepcopy(nets[0]).to("meta")
     params = {k: torch.stack([n.state_dict()[k] for n in nets]).requires_grad_() for k in nets[0].state_dict()}
@@ -129,13 +143,21 @@ def critic_variants(batch: TensorDict) -> dict:
     def stacked():
         ensemble(obs, action).sum().backward()
 
+    def autograd():
+        hooked(obs, action).sum().backward()
+
     def separate():
         sum(net(obs, action).sum() for net in nets).backward()
 
     def vmap():
         vmapped(params, obs, action).sum().backward()
 
-    return {"critics: QEnsemble": stacked, "critics: two QNetworks": separate, "critics: torch.func.vmap": vmap}
+    return {
+        "critics: QEnsemble": stacked,
+        "critics: QEnsemble through autograd": autograd,
+        "critics: two QNetworks": separate,
+        "critics: torch.func.vmap": vmap,
+    }
 
 
 def sample_variants(batch: TensorDict) -> dict:
@@ -203,7 +225,11 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     batch = make_batch(args.batch)
-    variants = {"update: plain sac_loss": plain_update(batch), "update: torchrl SACLoss": torchrl_update(batch)}
+    variants = {
+        "update: plain sac_loss": plain_update(batch),
+        "update: plain sac_loss, critics through autograd": plain_update(batch, autograd_critics=True),
+        "update: torchrl SACLoss": torchrl_update(batch),
+    }
     variants |= critic_variants(batch) | sample_variants(batch) | polyak_variants() | replay_variants(args.batch)
     times = alternate(variants, args.repeats, args.steps, warmup=10)
     print(
@@ -212,8 +238,11 @@ def main() -> None:
     )
     medians = print_table(times)
     ratio = medians["update: torchrl SACLoss"] / medians["update: plain sac_loss"]
+    relu_ratio = medians["update: plain sac_loss, critics through autograd"] / medians["update: plain sac_loss"]
     print(f"SACLoss update / plain update: {ratio:.2f}x")
-    print(json.dumps({"medians_ms": {k: round(v, 4) for k, v in medians.items()}, "ratio": round(ratio, 3)}))
+    print(f"critics through autograd / through relu_mlp: {relu_ratio:.2f}x")
+    summary = {"ratio": round(ratio, 3), "relu_mlp_ratio": round(relu_ratio, 3)}
+    print(json.dumps({"medians_ms": {k: round(v, 4) for k, v in medians.items()}} | summary))
 
 
 if __name__ == "__main__":

@@ -22,6 +22,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from rl_lightning.nets.mlp import mlp, weight_dtype
+from rl_lightning.nets.relu_mlp import has_forward_hooks, relu_mlp
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore")
@@ -141,10 +142,16 @@ class QEnsemble(nn.Module):
                 actor loss, where the critics are held fixed).
         """
         x = torch.cat([obs, action], dim=-1).expand(self.num_nets, -1, -1)
-        *hidden, last = self.layers
-        for layer in hidden:
-            x = torch.relu(layer(x, detach_params))
-        return last(x, detach_params).squeeze(-1)
+        if has_forward_hooks(self.layers):  # the layers' own forward, so their hooks see the call
+            *hidden, last = self.layers
+            for layer in hidden:
+                x = torch.relu(layer(x, detach_params))
+            return last(x, detach_params).squeeze(-1)
+        weights = [layer.weight for layer in self.layers]
+        biases = [layer.bias for layer in self.layers]
+        if detach_params:
+            weights, biases = [w.detach() for w in weights], [b.detach() for b in biases]
+        return relu_mlp(x, weights, biases).squeeze(-1)
 
 
 class SquashedGaussianActor(nn.Module):

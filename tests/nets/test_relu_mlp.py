@@ -1,0 +1,124 @@
+"""Tests for relu_mlp: the same outputs and gradients as nn.Linear/ReLU through autograd, hooks respected."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+import torch
+from torch import nn
+
+from rl_lightning.nets.relu_mlp import has_forward_hooks, relu_mlp
+from rl_lightning.nets.sac import QEnsemble
+
+
+def _reference(x: torch.Tensor, weights: list[torch.Tensor], biases: list[torch.Tensor]) -> torch.Tensor:
+    """The MLP as autograd sees it: per layer ``x W^T + b`` (batched for stacked weights), ReLU between."""
+    for i, (w, b) in enumerate(zip(weights, biases, strict=True)):
+        x = x @ w.mT + b.unsqueeze(-2)
+        if i < len(weights) - 1:
+            x = torch.relu(x)
+    return x
+
+
+def _layers(sizes: list[int], stacked: int | None, seed: int) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+    generator = torch.Generator().manual_seed(seed)
+    lead = () if stacked is None else (stacked,)
+    weights = [torch.randn(*lead, o, i, generator=generator) / i**0.5 for i, o in itertools.pairwise(sizes)]
+    biases = [torch.randn(*lead, o, generator=generator) * 0.1 for o in sizes[1:]]
+    return weights, biases
+
+
+# Narrow first and last layers (3 or 4 inputs, 1 or 2 outputs) take the transposed products;
+# 300 rows and 40-wide layers check that wide ones don't, and that nothing assumes a square shape.
+SHAPES = [([4, 256, 256, 1], 256), ([3, 64, 2], 300), ([40, 24, 32, 40], 8)]
+
+
+@pytest.mark.parametrize("sizes, rows", SHAPES)
+@pytest.mark.parametrize("stacked", [None, 2])
+@pytest.mark.parametrize("grad_of", ["all", "input", "params"])
+def test_outputs_and_gradients_equal_autograds(sizes, rows, stacked, grad_of):
+    """Test that relu_mlp's output and the gradients of input, weights and biases (those asked for) are autograd's."""
+    weights, biases = _layers(sizes, stacked, seed=rows)
+    lead = () if stacked is None else (stacked,)
+    x = torch.randn(*lead, rows, sizes[0], generator=torch.Generator().manual_seed(1))
+    leaves = {"input": [x], "params": weights + biases, "all": [x, *weights, *biases]}[grad_of]
+    for leaf in leaves:
+        leaf.requires_grad_(True)
+    upstream = torch.randn(*x.shape[:-1], sizes[-1], generator=torch.Generator().manual_seed(2))
+
+    expected = _reference(x, weights, biases)
+    expected_grads = torch.autograd.grad((expected * upstream).sum(), leaves)
+    out = relu_mlp(x, weights, biases)
+    grads = torch.autograd.grad((out * upstream).sum(), leaves)
+
+    torch.testing.assert_close(out, expected)
+    for got, want in zip(grads, expected_grads, strict=True):
+        assert got.shape == want.shape
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
+
+
+def test_gradients_accumulate_into_parameters_across_calls():
+    """Test that two calls' backward passes add up in .grad, as for nn.Linear (the product may come back transposed)."""
+    weights, biases = _layers([4, 32, 1], 2, seed=3)
+    params = [nn.Parameter(p) for p in weights + biases]
+    x = torch.randn(2, 16, 4)
+    for _ in range(2):
+        relu_mlp(x, params[:2], params[2:]).square().sum().backward()
+    expected = torch.autograd.grad(2 * _reference(x, params[:2], params[2:]).square().sum(), params)
+    for param, want in zip(params, expected, strict=True):
+        torch.testing.assert_close(param.grad, want, rtol=1e-4, atol=1e-5)
+
+
+def test_without_gradients_the_input_is_left_alone_and_no_graph_is_built():
+    """Test that the no-grad forward (ReLU in place) equals autograd's and writes neither input nor parameters."""
+    weights, biases = _layers([3, 16, 16, 2], None, seed=4)
+    x = torch.randn(5, 3)
+    before = [t.clone() for t in [x, *weights, *biases]]
+    out = relu_mlp(x, weights, biases)
+    torch.testing.assert_close(out, _reference(x, weights, biases))
+    assert out.grad_fn is None
+    for now, then in zip([x, *weights, *biases], before, strict=True):
+        assert torch.equal(now, then)
+    with torch.no_grad():  # parameters requiring grad, under no_grad: no graph either
+        assert relu_mlp(x, [w.requires_grad_() for w in weights], biases).grad_fn is None
+
+
+def test_a_saved_activation_changed_before_backward_is_an_error():
+    """Test that modifying the input in place after the forward makes backward fail, as autograd's own ops do."""
+    weights, biases = _layers([3, 8, 1], None, seed=5)
+    x = torch.randn(4, 3, requires_grad=True)
+    y = x * 1.0
+    out = relu_mlp(y, weights, biases)
+    y.add_(1.0)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        out.sum().backward()
+
+
+def test_q_ensemble_hooks_see_every_layer_call_and_results_do_not_change():
+    """Test that a hook on a critic layer (or a global one) makes QEnsemble call its layers, with equal results."""
+    torch.manual_seed(0)
+    critics = QEnsemble(3, 1, (16, 16))
+    obs, action = torch.randn(6, 3), torch.randn(6, 1, requires_grad=True)
+    fast = critics(obs, action)
+    (grad_fast,) = torch.autograd.grad(fast.sum(), action)
+    assert not has_forward_hooks(critics.layers)
+
+    seen = []
+    handle = critics.layers[1].register_forward_hook(lambda module, args, output: seen.append(output.shape))
+    hooked = critics(obs, action)
+    (grad_hooked,) = torch.autograd.grad(hooked.sum(), action)
+    handle.remove()
+    assert seen == [torch.Size([2, 6, 16])]
+    torch.testing.assert_close(hooked, fast)
+    torch.testing.assert_close(grad_hooked, grad_fast)
+
+    seen.clear()
+    handle = nn.modules.module.register_module_forward_hook(lambda module, args, output: seen.append(type(module)))
+    try:
+        assert has_forward_hooks(critics.layers)
+        torch.testing.assert_close(critics(obs, action), fast)
+    finally:
+        handle.remove()
+    assert seen.count(type(critics.layers[0])) == 3
+    assert not has_forward_hooks(critics.layers)
