@@ -73,7 +73,7 @@ def sac_loss(
         target = batch["reward"] + gamma * (~batch["terminated"]) * next_value
     loss_qvalue = (critics(obs, batch["action"]) - target).square().sum(0).mean()
     action, log_prob = actor.rsample(obs)
-    min_q = critics(obs, action, detach_params=True).min(0).values
+    min_q = critics.min_q(obs, action)  # critics held fixed
     loss_actor = (alpha * log_prob - min_q).mean()
     log_prob = log_prob.detach()
     loss_alpha = -(log_alpha * (log_prob + target_entropy)).mean()

@@ -77,6 +77,27 @@ def _forward(x: torch.Tensor, params: Sequence[torch.Tensor]) -> tuple[torch.Ten
     return x, inputs
 
 
+def _backward(
+    grad: torch.Tensor, inputs: Sequence[torch.Tensor], weights: Sequence[torch.Tensor], needs: Sequence[bool]
+) -> list[torch.Tensor | None]:
+    """Gradients ``(x, weight 0, bias 0, weight 1, ...)`` from the output's ``grad``; ``None`` where not ``needs``."""
+    grads: list[torch.Tensor | None] = [None] * len(needs)
+    for i in reversed(range(len(weights))):
+        x, weight = inputs[i], weights[i]
+        if needs[1 + 2 * i]:
+            grads[1 + 2 * i] = _matmul(grad.mT, x)
+        if needs[2 + 2 * i]:
+            grads[2 + 2 * i] = grad.sum(-2)
+        if i == 0:
+            if needs[0]:
+                grads[0] = _matmul(grad, weight)
+            break
+        grad_in = _matmul(grad, weight)
+        # ReLU's backward in place: zero where its output was zero (its input <= 0).
+        grad = torch.ops.aten.threshold_backward.grad_input(grad_in, x, 0, grad_input=grad_in)
+    return grads
+
+
 class _ReLUMLP(torch.autograd.Function):
     """Linear, ReLU, ..., Linear with the backward written out (see the module docstring)."""
 
@@ -90,23 +111,36 @@ class _ReLUMLP(torch.autograd.Function):
     def backward(ctx, grad: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
         saved = ctx.saved_tensors
         layers = len(saved) // 2
+        return tuple(_backward(grad, saved[:layers], saved[layers:], ctx.needs_input_grad))
+
+
+class _MinOverNets(torch.autograd.Function):
+    """``min_i`` of stacked one-output networks, the gradient to the input only, through each row's minimum."""
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, *params: torch.Tensor) -> torch.Tensor:
+        out, inputs = _forward(x, params)
+        values, index = out.squeeze(-1).min(0)
+        ctx.save_for_backward(index, *inputs, *params[0::2])
+        return values
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
+        index, *saved = ctx.saved_tensors
+        layers = len(saved) // 2
         inputs, weights = saved[:layers], saved[layers:]
-        needs = ctx.needs_input_grad  # (x, weight 0, bias 0, weight 1, ...)
-        grads: list[torch.Tensor | None] = [None] * len(needs)
-        for i in reversed(range(layers)):
-            x, weight = inputs[i], weights[i]
-            if needs[1 + 2 * i]:
-                grads[1 + 2 * i] = _matmul(grad.mT, x)
-            if needs[2 + 2 * i]:
-                grads[2 + 2 * i] = grad.sum(-2)
-            if i == 0:
-                if needs[0]:
-                    grads[0] = _matmul(grad, weight)
-                break
-            grad_in = _matmul(grad, weight)
-            # ReLU's backward in place: zero where its output was zero (its input <= 0).
-            grad = torch.ops.aten.threshold_backward.grad_input(grad_in, x, 0, grad_input=grad_in)
-        return tuple(grads)
+        grad_x = inputs[0].new_zeros(inputs[0].shape)
+        needs = [True] + [False] * (2 * layers)
+        for net in range(grad_x.shape[0]):
+            # min's gradient reaches only the network that gave each row's minimum (torch's
+            # min(0) backward, the same index), so each network back-propagates its own rows.
+            rows = (index == net).nonzero().squeeze(-1)
+            if rows.numel():
+                net_inputs = [x[net].index_select(0, rows) for x in inputs]
+                net_grad = grad.index_select(0, rows).unsqueeze(-1)
+                grad_rows = _backward(net_grad, net_inputs, [w[net] for w in weights], needs)[0]
+                grad_x[net].index_copy_(0, rows, grad_rows)
+        return (grad_x, *[None] * (2 * layers))
 
 
 def relu_mlp(x: torch.Tensor, weights: Sequence[torch.Tensor], biases: Sequence[torch.Tensor]) -> torch.Tensor:
@@ -126,3 +160,27 @@ def relu_mlp(x: torch.Tensor, weights: Sequence[torch.Tensor], biases: Sequence[
         return _ReLUMLP.apply(x, *params)
     with torch.no_grad():
         return _forward(x, params)[0]
+
+
+def min_over_nets(x: torch.Tensor, weights: Sequence[torch.Tensor], biases: Sequence[torch.Tensor]) -> torch.Tensor:
+    """``min_i`` over stacked one-output ReLU MLPs, held fixed: the gradient goes to ``x`` alone.
+
+    SAC's actor loss takes the smaller of the twin critics' values per row. Its gradient
+    reaches only the critic that gave each row's minimum, so instead of back-propagating
+    both critics over every row (half of it zeros), each critic back-propagates its own
+    rows: half the rows through the 256x256 layer's input-gradient product. The weights get no
+    gradient (detached, whether or not they require one), as in the actor loss.
+
+    Args:
+        x: Inputs ``[n, B, in]``.
+        weights: Stacked per layer ``[n, out, in]``, the last with ``out = 1``.
+        biases: Stacked per layer ``[n, out]``.
+
+    Returns:
+        ``[B]``: per row, the minimum over the ``n`` networks (``relu_mlp(...).squeeze(-1).min(0).values``).
+    """
+    params = [p.detach() for pair in zip(weights, biases, strict=True) for p in pair]
+    if torch.is_grad_enabled() and x.requires_grad:
+        return _MinOverNets.apply(x, *params)
+    with torch.no_grad():
+        return _forward(x, params)[0].squeeze(-1).min(0).values

@@ -22,7 +22,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from rl_lightning.nets.mlp import mlp, weight_dtype
-from rl_lightning.nets.relu_mlp import has_forward_hooks, relu_mlp
+from rl_lightning.nets.relu_mlp import has_forward_hooks, min_over_nets, relu_mlp
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore")
@@ -152,6 +152,18 @@ class QEnsemble(nn.Module):
         if detach_params:
             weights, biases = [w.detach() for w in weights], [b.detach() for b in biases]
         return relu_mlp(x, weights, biases).squeeze(-1)
+
+    def min_q(self, obs: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
+        """``min_i Q_i(s, a)`` ``[B]`` with the critics held fixed: gradients reach the inputs only (SAC's actor loss).
+
+        Equal to ``self(obs, action, detach_params=True).min(0).values``, values and
+        gradients; the backward runs each critic over the rows where it gave the minimum
+        only (:func:`~rl_lightning.nets.relu_mlp.min_over_nets`).
+        """
+        if has_forward_hooks(self.layers):
+            return self(obs, action, detach_params=True).min(0).values
+        x = torch.cat([obs, action], dim=-1).expand(self.num_nets, -1, -1)
+        return min_over_nets(x, [layer.weight for layer in self.layers], [layer.bias for layer in self.layers])
 
 
 class SquashedGaussianActor(nn.Module):

@@ -8,7 +8,7 @@ import pytest
 import torch
 from torch import nn
 
-from rl_lightning.nets.relu_mlp import has_forward_hooks, relu_mlp
+from rl_lightning.nets.relu_mlp import has_forward_hooks, min_over_nets, relu_mlp
 from rl_lightning.nets.sac import QEnsemble
 
 
@@ -122,3 +122,47 @@ def test_q_ensemble_hooks_see_every_layer_call_and_results_do_not_change():
         handle.remove()
     assert seen.count(type(critics.layers[0])) == 3
     assert not has_forward_hooks(critics.layers)
+
+
+@pytest.mark.parametrize("nets", [2, 3])
+@pytest.mark.parametrize("case", ["mixed", "one net always lowest"])
+def test_min_over_nets_equals_autograds_min_and_leaves_the_weights_alone(nets, case):
+    """Test that min_over_nets' values and input gradient are those of min(0) through autograd, weights untouched."""
+    weights, biases = _layers([4, 32, 32, 1], nets, seed=nets)
+    if case == "one net always lowest":
+        biases[-1][0] -= 100.0
+    params = [nn.Parameter(p.clone()) for p in weights + biases]
+    x = torch.randn(nets, 40, 4, generator=torch.Generator().manual_seed(6)).requires_grad_()
+    upstream = torch.randn(40, generator=torch.Generator().manual_seed(7))
+
+    # The networks' values through relu_mlp (checked against autograd's above), so that both
+    # sides pick each row's minimum from the same numbers; min(0) and its backward by autograd.
+    reference = relu_mlp(x, [p.detach() for p in params[:3]], [p.detach() for p in params[3:]]).squeeze(-1)
+    expected = reference.min(0).values
+    (expected_grad,) = torch.autograd.grad((expected * upstream).sum(), x)
+    out = min_over_nets(x, params[:3], params[3:])
+    (out * upstream).sum().backward()
+
+    torch.testing.assert_close(out, expected)
+    torch.testing.assert_close(x.grad, expected_grad, rtol=1e-4, atol=1e-5)
+    assert all(p.grad is None for p in params)
+    if case == "one net always lowest":
+        assert x.grad[1:].abs().sum() == 0 and x.grad[0].abs().sum() > 0
+    else:  # every network gave some rows' minimum, so each back-propagated some rows
+        assert len(reference.min(0).indices.unique()) == nets
+
+
+def test_q_ensemble_min_q_equals_the_detached_forward_min():
+    """Test that QEnsemble.min_q matches forward(detach_params=True).min(0) in value and action gradient."""
+    torch.manual_seed(1)
+    critics = QEnsemble(3, 2, (32, 32))
+    obs, action = torch.randn(50, 3), torch.randn(50, 2, requires_grad=True)
+    expected = critics(obs, action, detach_params=True).min(0).values
+    (expected_grad,) = torch.autograd.grad(expected.square().sum(), action)
+    got = critics.min_q(obs, action)
+    (grad,) = torch.autograd.grad(got.square().sum(), action)
+    torch.testing.assert_close(got, expected)
+    torch.testing.assert_close(grad, expected_grad, rtol=1e-4, atol=1e-5)
+    assert all(p.grad is None for p in critics.parameters())
+    with torch.no_grad():
+        torch.testing.assert_close(critics.min_q(obs, action), expected.detach())
