@@ -115,8 +115,11 @@ class QEnsemble(nn.Module):
     both 256x256 critics on batch 256 takes 3.05 ms against 3.43 ms for two separate
     networks and 4.01 ms through ``torch.func.vmap`` as torchrl's ``SACLoss`` runs them
     (one CPU thread, ``python -m benchmarks.sac_loss``). The stacked weights also make
-    the Polyak update one ``_foreach_lerp_`` over 6 tensors. Initialized from
-    ``num_nets`` independently initialized :class:`QNetwork` s.
+    the Polyak update one ``_foreach_lerp_`` over 6 tensors. The forward and backward run
+    through :func:`~rl_lightning.nets.relu_mlp.relu_mlp` (products in the BLAS's fast
+    orientation, ReLU in place; 1.08-1.15x faster SAC updates), or the layers' own forward
+    where a forward hook watches them. Initialized from ``num_nets`` independently
+    initialized :class:`QNetwork` s.
 
     Args:
         obs_dim: Observation width.
