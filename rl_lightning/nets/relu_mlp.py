@@ -34,21 +34,29 @@ from collections.abc import Iterable, Sequence
 
 import torch
 from torch import nn
+from torch.autograd.function import once_differentiable
 from torch.nn.modules import module as _module
 
 #: Results with fewer columns than this (and at least as many rows) are computed transposed.
 NARROW = 16
 
 
-def has_forward_hooks(modules: Iterable[nn.Module]) -> bool:
-    """Whether a forward hook or pre-hook would run on any of ``modules`` (theirs or global ones).
+def has_call_hooks(modules: Iterable[nn.Module]) -> bool:
+    """Whether a forward or backward hook (or pre-hook) would run on a call of any of ``modules``.
 
-    Code that evaluates a network without calling its modules checks this first, so a hook a
-    user registered still sees every call (it then takes the modules' own forward).
+    The module's own hooks or global ones. Code that evaluates a network without calling its
+    modules checks this first, so a hook a user registered still sees every call and every
+    gradient (the code then takes the modules' own forward and autograd's backward).
     """
-    if _module._global_forward_hooks or _module._global_forward_pre_hooks:
+    m = _module
+    if m._global_forward_hooks or m._global_forward_pre_hooks or m._global_backward_hooks:
         return True
-    return any(m._forward_hooks or m._forward_pre_hooks for m in modules)
+    if m._global_backward_pre_hooks:
+        return True
+    return any(
+        mod._forward_hooks or mod._forward_pre_hooks or mod._backward_hooks or mod._backward_pre_hooks
+        for mod in modules
+    )
 
 
 def _matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -108,6 +116,7 @@ class _ReLUMLP(torch.autograd.Function):
         return out
 
     @staticmethod
+    @once_differentiable  # the backward's own ops are not tracked: a double backward raises
     def backward(ctx, grad: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
         saved = ctx.saved_tensors
         layers = len(saved) // 2
@@ -125,6 +134,7 @@ class _MinOverNets(torch.autograd.Function):
         return values
 
     @staticmethod
+    @once_differentiable
     def backward(ctx, grad: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
         index, *saved = ctx.saved_tensors
         layers = len(saved) // 2

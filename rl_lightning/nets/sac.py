@@ -22,7 +22,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from rl_lightning.nets.mlp import mlp, weight_dtype
-from rl_lightning.nets.relu_mlp import has_forward_hooks, min_over_nets, relu_mlp
+from rl_lightning.nets.relu_mlp import has_call_hooks, min_over_nets, relu_mlp
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore")
@@ -118,7 +118,7 @@ class QEnsemble(nn.Module):
     the Polyak update one ``_foreach_lerp_`` over 6 tensors. The forward and backward run
     through :func:`~rl_lightning.nets.relu_mlp.relu_mlp` (products in the BLAS's fast
     orientation, ReLU in place; 1.08-1.15x faster SAC updates), or the layers' own forward
-    where a forward hook watches them. Initialized from ``num_nets`` independently
+    where a forward or backward hook watches them. Initialized from ``num_nets`` independently
     initialized :class:`QNetwork` s.
 
     Args:
@@ -145,7 +145,7 @@ class QEnsemble(nn.Module):
                 actor loss, where the critics are held fixed).
         """
         x = torch.cat([obs, action], dim=-1).expand(self.num_nets, -1, -1)
-        if has_forward_hooks(self.layers):  # the layers' own forward, so their hooks see the call
+        if has_call_hooks(self.layers):  # the layers' own forward and autograd, so their hooks see the call
             *hidden, last = self.layers
             for layer in hidden:
                 x = torch.relu(layer(x, detach_params))
@@ -163,7 +163,7 @@ class QEnsemble(nn.Module):
         gradients; the backward runs each critic over the rows where it gave the minimum
         only (:func:`~rl_lightning.nets.relu_mlp.min_over_nets`).
         """
-        if has_forward_hooks(self.layers):
+        if has_call_hooks(self.layers):
             return self(obs, action, detach_params=True).min(0).values
         x = torch.cat([obs, action], dim=-1).expand(self.num_nets, -1, -1)
         return min_over_nets(x, [layer.weight for layer in self.layers], [layer.bias for layer in self.layers])

@@ -8,7 +8,7 @@ import pytest
 import torch
 from torch import nn
 
-from rl_lightning.nets.relu_mlp import has_forward_hooks, min_over_nets, relu_mlp
+from rl_lightning.nets.relu_mlp import has_call_hooks, min_over_nets, relu_mlp
 from rl_lightning.nets.sac import QEnsemble
 
 
@@ -102,7 +102,7 @@ def test_q_ensemble_hooks_see_every_layer_call_and_results_do_not_change():
     obs, action = torch.randn(6, 3), torch.randn(6, 1, requires_grad=True)
     fast = critics(obs, action)
     (grad_fast,) = torch.autograd.grad(fast.sum(), action)
-    assert not has_forward_hooks(critics.layers)
+    assert not has_call_hooks(critics.layers)
 
     seen = []
     handle = critics.layers[1].register_forward_hook(lambda module, args, output: seen.append(output.shape))
@@ -116,12 +116,12 @@ def test_q_ensemble_hooks_see_every_layer_call_and_results_do_not_change():
     seen.clear()
     handle = nn.modules.module.register_module_forward_hook(lambda module, args, output: seen.append(type(module)))
     try:
-        assert has_forward_hooks(critics.layers)
+        assert has_call_hooks(critics.layers)
         torch.testing.assert_close(critics(obs, action), fast)
     finally:
         handle.remove()
     assert seen.count(type(critics.layers[0])) == 3
-    assert not has_forward_hooks(critics.layers)
+    assert not has_call_hooks(critics.layers)
 
 
 @pytest.mark.parametrize("nets", [2, 3])
@@ -166,3 +166,29 @@ def test_q_ensemble_min_q_equals_the_detached_forward_min():
     assert all(p.grad is None for p in critics.parameters())
     with torch.no_grad():
         torch.testing.assert_close(critics.min_q(obs, action), expected.detach())
+
+
+def test_a_backward_hook_on_a_critic_layer_sees_the_gradient():
+    """Test that a full backward hook on a critic layer makes QEnsemble take autograd's path: the hook sees it."""
+    torch.manual_seed(2)
+    critics = QEnsemble(3, 1, (16, 16))
+    obs, action = torch.randn(6, 3), torch.randn(6, 1)
+    critics(obs, action).sum().backward()
+    expected = [p.grad.clone() for p in critics.parameters()]
+    critics.zero_grad()
+    seen = []
+    critics.layers[0].register_full_backward_hook(lambda module, grad_in, grad_out: seen.append(grad_out[0].shape))
+    assert has_call_hooks(critics.layers)
+    critics(obs, action).sum().backward()
+    assert seen == [torch.Size([2, 6, 16])]
+    for param, want in zip(critics.parameters(), expected, strict=True):
+        torch.testing.assert_close(param.grad, want)
+
+
+def test_a_double_backward_is_refused():
+    """Test that differentiating relu_mlp's gradient again raises instead of returning a wrong second derivative."""
+    weights, biases = _layers([3, 8, 1], None, seed=6)
+    x = torch.randn(4, 3, requires_grad=True)
+    (grad,) = torch.autograd.grad(relu_mlp(x, weights, biases).sum(), x, create_graph=True)
+    with pytest.raises(RuntimeError, match="once_differentiable|does not require grad"):
+        grad.sum().backward()
