@@ -8,8 +8,9 @@ on Pendulum's 256x256 networks (the ``sac`` experiment's); a third runs the plai
 the critics' layers through autograd's backward instead of ``relu_mlp``'s (a no-op forward
 hook on each layer sends ``QEnsemble`` down that path). The parts: the twin critics'
 forward and backward as one ``QEnsemble`` (through ``relu_mlp``, and through autograd), as
-two separate networks and through ``torch.func.vmap`` (torchrl's way); one reparameterized action sample with its
-log-probability, on tensors and through torchrl's ``TanhNormal``; the Polyak update as
+two separate networks and through ``torch.func.vmap`` (torchrl's way); one
+reparameterized action sample with its log-probability, on tensors and through torchrl's
+``TanhNormal``; the Polyak update as
 one ``_foreach_lerp_`` and as SB3's per-tensor loop; a replay batch through
 ``buffer.sample()`` and ``sample_batch``; a one-transition ``extend`` with and without the
 storage's device on the TensorDict, and through ``store_transitions``. Repeats alternate all variants; the table reports

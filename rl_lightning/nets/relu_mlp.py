@@ -49,9 +49,13 @@ def has_call_hooks(modules: Iterable[nn.Module]) -> bool:
     gradient (the code then takes the modules' own forward and autograd's backward).
     """
     m = _module
-    if m._global_forward_hooks or m._global_forward_pre_hooks or m._global_backward_hooks:
-        return True
-    if m._global_backward_pre_hooks:
+    global_hooks = (
+        m._global_forward_hooks,
+        m._global_forward_pre_hooks,
+        m._global_backward_hooks,
+        m._global_backward_pre_hooks,
+    )
+    if any(global_hooks):
         return True
     return any(
         mod._forward_hooks or mod._forward_pre_hooks or mod._backward_hooks or mod._backward_pre_hooks

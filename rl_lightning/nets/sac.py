@@ -144,14 +144,13 @@ class QEnsemble(nn.Module):
             detach_params: Use detached weights, so gradients reach the inputs only (SAC's
                 actor loss, where the critics are held fixed).
         """
-        x = torch.cat([obs, action], dim=-1).expand(self.num_nets, -1, -1)
+        x = self._input(obs, action)
         if has_call_hooks(self.layers):  # the layers' own forward and autograd, so their hooks see the call
             *hidden, last = self.layers
             for layer in hidden:
                 x = torch.relu(layer(x, detach_params))
             return last(x, detach_params).squeeze(-1)
-        weights = [layer.weight for layer in self.layers]
-        biases = [layer.bias for layer in self.layers]
+        weights, biases = self._params()
         if detach_params:
             weights, biases = [w.detach() for w in weights], [b.detach() for b in biases]
         return relu_mlp(x, weights, biases).squeeze(-1)
@@ -165,8 +164,15 @@ class QEnsemble(nn.Module):
         """
         if has_call_hooks(self.layers):
             return self(obs, action, detach_params=True).min(0).values
-        x = torch.cat([obs, action], dim=-1).expand(self.num_nets, -1, -1)
-        return min_over_nets(x, [layer.weight for layer in self.layers], [layer.bias for layer in self.layers])
+        return min_over_nets(self._input(obs, action), *self._params())  # detaches the weights itself
+
+    def _input(self, obs: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
+        """``[obs, action]`` for every critic: ``[num_nets, B, obs_dim + act_dim]`` (one copy, expanded)."""
+        return torch.cat([obs, action], dim=-1).expand(self.num_nets, -1, -1)
+
+    def _params(self) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+        """The stacked weights and biases, layer by layer."""
+        return [layer.weight for layer in self.layers], [layer.bias for layer in self.layers]
 
 
 class SquashedGaussianActor(nn.Module):
