@@ -207,6 +207,22 @@ def backward_runs_alone(module: pl.LightningModule) -> bool:
     return _lightning_call_is_plain(module, BACKWARD_HOOKS) and _inherited(module, "backward", pl.LightningModule)
 
 
+def backward_without_engine(loss: torch.Tensor) -> bool:
+    """``loss.backward()`` by the ``accumulate_grads(node)`` of the autograd Function that made ``loss``, if it has one.
+
+    A Function whose backward is written out may offer it (PPO's
+    ``_ActorCriticObjective.accumulate_grads``): it adds the same gradients to ``.grad``
+    without autograd's engine, or returns ``False`` where that would not be the same. Only
+    for a :func:`backward_runs_alone` fit: nothing else may need to see the backward.
+
+    Returns:
+        Whether the gradients were accumulated (``False``: call ``loss.backward()``).
+    """
+    node = loss.grad_fn
+    accumulate = getattr(getattr(node, "_forward_cls", None), "accumulate_grads", None)
+    return accumulate is not None and accumulate(node)
+
+
 def optimizer_step_runs_alone(module: pl.LightningModule) -> bool:
     """Whether a ``LightningOptimizer.step()`` would run nothing but the torch optimizer's step between
     Lightning's progress callbacks in this fit: :func:`_lightning_call_is_plain` for
@@ -522,7 +538,8 @@ class RLModule(pl.LightningModule):
         every hook that does something still runs (:func:`backward_runs_alone`).
         """
         if self._plain_backward and not args and not kwargs:
-            loss.backward()
+            if not backward_without_engine(loss):
+                loss.backward()
         else:
             super().manual_backward(loss, *args, **kwargs)
 

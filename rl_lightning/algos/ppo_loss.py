@@ -12,9 +12,14 @@ formulas (ties included). It is written out because the TensorDict machinery aro
 from __future__ import annotations
 
 import dataclasses
+import inspect
 from collections.abc import Mapping
 
 import torch
+from torch.autograd.function import once_differentiable
+
+from rl_lightning.nets import ActorCritic
+from rl_lightning.nets.mlp_grad import mlp_backward, mlp_forward
 
 
 @dataclasses.dataclass
@@ -31,6 +36,52 @@ class PPOLossTerms:
     diagnostics: torch.Tensor | None = None
 
 
+def _objective(
+    log_prob, entropy, value, old_log_prob, old_value, advantage, returns,
+    clip_coef, ent_coef, vf_coef, norm_adv, clip_vloss,
+):  # fmt: skip
+    """The clipped objective and its gradient: what :func:`ppo_loss` documents, as plain tensor ops.
+
+    Returns:
+        ``(loss, diagnostics, log_prob_grad, value_grad, entropy_grad)``: the gradients of
+        ``loss`` with respect to each row's log-probability and value (``[B]``), and to each
+        row's entropy (one number, the same for every row).
+    """
+    n = log_prob.shape[0]
+    if norm_adv and n > 1:
+        advantage = (advantage - advantage.mean()) / (advantage.std() + 1e-8)
+    log_ratio = log_prob - old_log_prob
+    ratio = log_ratio.exp()
+    unclipped = advantage * ratio
+    clipped = advantage * ratio.clamp(1 - clip_coef, 1 + clip_coef)
+    # min(unclipped, clipped): where they tie the ratio is inside the clip range (or the
+    # advantage is 0), so the gradient is the unclipped term's wherever it is the minimum.
+    unclipped_is_min = unclipped <= clipped
+    policy_loss = -torch.where(unclipped_is_min, unclipped, clipped).mean()
+    error = value - returns
+    if clip_vloss:
+        step = value - old_value
+        clipped_error = old_value + step.clamp(-clip_coef, clip_coef) - returns
+        squared, clipped_squared = error * error, clipped_error * clipped_error
+        value_loss = 0.5 * torch.max(squared, clipped_squared).mean()
+        # d/dvalue of 0.5 * max(e^2, c^2): e where e^2 wins, c where c^2 wins and the clamp
+        # passes (|step| <= clip_coef), half of each on a tie.
+        weight = (squared > clipped_squared).to(error.dtype) + 0.5 * (squared == clipped_squared)
+        value_grad = weight * error + (1 - weight) * (step.abs() <= clip_coef) * clipped_error
+    else:
+        value_loss = 0.5 * (error * error).mean()
+        value_grad = error
+    entropy_mean = entropy.mean()
+    loss = policy_loss + vf_coef * value_loss - ent_coef * entropy_mean
+    # Unbiased low-variance KL estimator k3 (Schulman, "Approximating KL Divergence").
+    approx_kl = ((ratio - 1) - log_ratio).mean()
+    clip_fraction = ((ratio - 1).abs() > clip_coef).to(ratio.dtype).mean()
+    diagnostics = torch.stack([policy_loss, value_loss, entropy_mean, approx_kl, clip_fraction])
+    # dL/dlog_prob = -(1/n) * advantage * ratio where the unclipped term is the minimum.
+    log_prob_grad = torch.where(unclipped_is_min, unclipped, 0.0) * (-1.0 / n)
+    return loss, diagnostics, log_prob_grad, value_grad * (vf_coef / n), -ent_coef / n
+
+
 class _ClippedObjective(torch.autograd.Function):
     """The loss as one autograd node: its gradient is written out instead of recorded op by op.
 
@@ -44,43 +95,9 @@ class _ClippedObjective(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(
-        ctx, log_prob, entropy, value, old_log_prob, old_value, advantage, returns,
-        clip_coef, ent_coef, vf_coef, norm_adv, clip_vloss,
-    ):  # fmt: skip
-        n = log_prob.shape[0]
-        if norm_adv and n > 1:
-            advantage = (advantage - advantage.mean()) / (advantage.std() + 1e-8)
-        log_ratio = log_prob - old_log_prob
-        ratio = log_ratio.exp()
-        unclipped = advantage * ratio
-        clipped = advantage * ratio.clamp(1 - clip_coef, 1 + clip_coef)
-        # min(unclipped, clipped): where they tie the ratio is inside the clip range (or the
-        # advantage is 0), so the gradient is the unclipped term's wherever it is the minimum.
-        unclipped_is_min = unclipped <= clipped
-        policy_loss = -torch.where(unclipped_is_min, unclipped, clipped).mean()
-        error = value - returns
-        if clip_vloss:
-            step = value - old_value
-            clipped_error = old_value + step.clamp(-clip_coef, clip_coef) - returns
-            squared, clipped_squared = error * error, clipped_error * clipped_error
-            value_loss = 0.5 * torch.max(squared, clipped_squared).mean()
-            # d/dvalue of 0.5 * max(e^2, c^2): e where e^2 wins, c where c^2 wins and the clamp
-            # passes (|step| <= clip_coef), half of each on a tie.
-            weight = (squared > clipped_squared).to(error.dtype) + 0.5 * (squared == clipped_squared)
-            value_grad = weight * error + (1 - weight) * (step.abs() <= clip_coef) * clipped_error
-        else:
-            value_loss = 0.5 * (error * error).mean()
-            value_grad = error
-        entropy_mean = entropy.mean()
-        loss = policy_loss + vf_coef * value_loss - ent_coef * entropy_mean
-        # dL/dlog_prob = -(1/n) * advantage * ratio where the unclipped term is the minimum.
-        ctx.save_for_backward(torch.where(unclipped_is_min, unclipped, 0.0) * (-1.0 / n), value_grad * (vf_coef / n))
-        ctx.entropy_grad = -ent_coef / n
-        # Unbiased low-variance KL estimator k3 (Schulman, "Approximating KL Divergence").
-        approx_kl = ((ratio - 1) - log_ratio).mean()
-        clip_fraction = ((ratio - 1).abs() > clip_coef).to(ratio.dtype).mean()
-        diagnostics = torch.stack([policy_loss, value_loss, entropy_mean, approx_kl, clip_fraction])
+    def forward(ctx, *inputs):
+        loss, diagnostics, log_prob_grad, value_grad, ctx.entropy_grad = _objective(*inputs)
+        ctx.save_for_backward(log_prob_grad, value_grad)
         ctx.mark_non_differentiable(diagnostics)
         return loss, diagnostics
 
@@ -95,6 +112,106 @@ class _ClippedObjective(torch.autograd.Function):
             value_grad * grad if needs[2] else None,
             *([None] * 9),
         )
+
+
+class _ActorCriticObjective(torch.autograd.Function):
+    """The loss of a default actor-critic's minibatch, networks included, as one autograd node.
+
+    :func:`minibatch_loss` takes this path when the policy's actor and critic are the default
+    tanh MLPs (:meth:`ActorCritic.tanh_layers <rl_lightning.nets.ActorCritic.tanh_layers>`):
+    the networks' forward (:func:`~rl_lightning.nets.mlp_grad.mlp_forward`), the action
+    distribution's log-probability and entropy, and the clipped objective run as plain
+    tensor ops, and the gradients of all of them are written out
+    (:func:`~rl_lightning.nets.mlp_grad.mlp_backward`). Autograd records one node instead of
+    about forty (six products, four tanh, the distribution, the objective, the views between),
+    and its engine's per-node work was most of what a CartPole-sized update cost beside the
+    arithmetic. FIGURE. The values and every gradient are those of the generic path
+    (``tests/algos/test_ppo_loss.py``).
+    """
+
+    @staticmethod
+    def forward(ctx, policy, features, action, old_log_prob, old_value, advantage, returns, coefs, log_std, *params):
+        n_actor = len(params) // 2
+        actor_params, critic_params = params[:n_actor], params[n_actor:]
+        out, actor_inputs = mlp_forward(features, actor_params, "tanh")
+        value, critic_inputs = mlp_forward(features, critic_params, "tanh")
+        log_prob, entropy, distribution_grads = policy._log_prob_entropy_grads(out, action)
+        loss, diagnostics, log_prob_grad, value_grad, entropy_grad = _objective(
+            log_prob, entropy, value.squeeze(-1), old_log_prob, old_value, advantage, returns, *coefs
+        )
+        out_grad, log_std_grad = distribution_grads(log_prob_grad, entropy_grad)
+        # The gradients up to each network's output are known now, the loss being a scalar;
+        # backward scales them by the loss's incoming gradient (1 for a plain backward).
+        ctx.save_for_backward(out_grad, value_grad.unsqueeze(-1), log_std_grad, *actor_inputs, *critic_inputs, *params)
+        ctx.layers = len(actor_inputs)
+        ctx.log_std_is_tensor = log_std is not None  # it has an edge in the graph only then
+        ctx.mark_non_differentiable(diagnostics)
+        return loss, diagnostics
+
+    @staticmethod
+    @once_differentiable  # the backward's own ops are not tracked: a double backward raises
+    def backward(ctx, grad, _):
+        return _ActorCriticObjective._gradients(ctx, grad)
+
+    @staticmethod
+    def _gradients(ctx, grad: torch.Tensor | None) -> tuple[torch.Tensor | None, ...]:
+        """The gradients of :meth:`forward`'s inputs; ``grad`` is the loss's (``None``: 1, nothing to scale)."""
+        out_grad, value_grad, log_std_grad, *saved = ctx.saved_tensors
+        if grad is not None:
+            out_grad, value_grad = out_grad * grad, value_grad * grad
+            log_std_grad = log_std_grad * grad if log_std_grad is not None else None
+        layers = ctx.layers
+        actor_inputs, critic_inputs, params = saved[:layers], saved[layers : 2 * layers], saved[2 * layers :]
+        needs = ctx.needs_input_grad
+        n_actor = len(params) // 2
+        actor_needs, critic_needs = (needs[1], *needs[9 : 9 + n_actor]), (needs[1], *needs[9 + n_actor :])
+        actor_grads = mlp_backward(out_grad, actor_inputs, params[:n_actor:2], actor_needs, "tanh")
+        critic_grads = mlp_backward(value_grad, critic_inputs, params[n_actor::2], critic_needs, "tanh")
+        features_grad = actor_grads[0] + critic_grads[0] if needs[1] else None
+        log_std_grad = log_std_grad if needs[8] else None
+        return (None, features_grad, *[None] * 6, log_std_grad, *actor_grads[1:], *critic_grads[1:])
+
+    @staticmethod
+    @torch.no_grad()
+    def accumulate_grads(node) -> bool:
+        """``loss.backward()`` for this node's loss without autograd's engine, where that is the same.
+
+        The engine's fixed cost (graph task, ready queue, one ``AccumulateGrad`` node per
+        parameter) is about 0.15 ms per call on these CPUs, more than the written-out backward's
+        arithmetic on a CartPole-sized minibatch. Here the gradients are computed by
+        :meth:`_gradients` and added to ``.grad`` as ``AccumulateGrad`` adds them (set when
+        there is none, else summed in place). That is the engine's result only when every input
+        that needs a gradient is a leaf with no tensor hook, the input features need none, and
+        anomaly detection is off; otherwise this returns ``False`` and does nothing, and the
+        caller runs ``loss.backward()``. Hooks registered on autograd's graph nodes themselves
+        (as DDP's reducer does) cannot be seen from here: callers take this path only where no
+        strategy does that (:func:`~rl_lightning.algos.base.backward_runs_alone`). The graph is
+        kept, as with ``retain_graph=True``.
+
+        Args:
+            node: The ``grad_fn`` of a loss this Function returned.
+
+        Returns:
+            Whether the gradients were accumulated.
+        """
+        # One edge per tensor input: features, the five rollout tensors, log_std (if a tensor), parameters.
+        edges = node.next_functions
+        if edges[0][0] is not None or torch.is_anomaly_enabled():
+            return False
+        leaves = []
+        for fn, _ in edges[6:]:
+            leaf = getattr(fn, "variable", None) if fn is not None else None
+            if fn is not None and (leaf is None or leaf._backward_hooks or leaf._post_accumulate_grad_hooks):
+                return False
+            leaves.append(leaf)
+        grads = _ActorCriticObjective._gradients(node, None)[8 if node.log_std_is_tensor else 9 :]
+        for leaf, grad in zip(leaves, grads, strict=True):
+            if leaf is not None and grad is not None:
+                if leaf.grad is None:
+                    leaf.grad = grad.contiguous()  # AccumulateGrad's layout for a contiguous parameter
+                else:
+                    leaf.grad += grad
+        return True
 
 
 def ppo_loss(
@@ -135,20 +252,44 @@ def ppo_loss(
         log_prob, entropy, value, old_log_prob, old_value, advantage, returns,
         clip_coef, ent_coef, vf_coef, norm_adv, clip_vloss,
     )  # fmt: skip
-    policy_loss, value_loss, entropy_mean, approx_kl, clip_fraction = diagnostics.unbind()
-    return PPOLossTerms(loss, policy_loss, value_loss, entropy_mean, approx_kl, clip_fraction, diagnostics)
+    return PPOLossTerms(loss, *diagnostics.unbind(), diagnostics)
 
 
 def minibatch_loss(policy, batch: Mapping[str, torch.Tensor], **coefs) -> PPOLossTerms:
     """Evaluate a rollout minibatch under ``policy`` and return its PPO loss terms.
 
+    An :class:`~rl_lightning.nets.ActorCritic` with the default networks takes the written-out
+    path (:class:`_ActorCriticObjective`; the same values and gradients); any other policy,
+    a hooked network, or autocast goes through ``policy.evaluate_actions`` and :func:`ppo_loss`.
+
     Args:
         policy: Has ``evaluate_actions(obs, action) -> (log_prob, entropy, value)``.
         batch: Rollout minibatch with keys ``obs``, ``action``, ``log_prob``, ``value``,
             ``advantage``, ``return`` (rows of the rollout ``RolloutDataset`` yields).
-        **coefs: ``clip_coef``, ``ent_coef``, ``vf_coef``, ``norm_adv``, ``clip_vloss``.
+        **coefs: ``clip_coef``, ``ent_coef``, ``vf_coef``, ``norm_adv``, ``clip_vloss`` (as in :func:`ppo_loss`).
     """
+    layers = policy.tanh_layers() if isinstance(policy, ActorCritic) else None
+    if layers is not None:
+        features = policy._features(batch["obs"])
+        if not torch.is_autocast_enabled(features.device.type):
+            unknown = sorted(coefs.keys() - _COEF_DEFAULTS.keys())
+            if unknown:
+                raise TypeError(f"minibatch_loss: unknown coefficients {unknown}, known: {list(_COEF_DEFAULTS)}")
+            values = tuple(coefs.get(name, default) for name, default in _COEF_DEFAULTS.items())
+            loss, diagnostics = _ActorCriticObjective.apply(
+                policy, features, batch["action"], batch["log_prob"], batch["value"], batch["advantage"],
+                batch["return"], values, policy.log_std, *layers[0], *layers[1],
+            )  # fmt: skip
+            return PPOLossTerms(loss, *diagnostics.unbind(), diagnostics)
     log_prob, entropy, value = policy.evaluate_actions(batch["obs"], batch["action"])
     return ppo_loss(
         log_prob, entropy, value, batch["log_prob"], batch["value"], batch["advantage"], batch["return"], **coefs
     )
+
+
+#: :func:`ppo_loss`'s coefficients and their defaults, in :func:`_objective`'s order.
+_COEF_DEFAULTS = {
+    name: param.default
+    for name, param in inspect.signature(ppo_loss).parameters.items()
+    if param.default is not inspect.Parameter.empty
+}

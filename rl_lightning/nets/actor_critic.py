@@ -8,7 +8,7 @@ observations go in everywhere (rollout, training, evaluation, deployment).
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import gymnasium as gym
 import numpy as np
@@ -16,6 +16,7 @@ import torch
 from torch import nn
 
 from rl_lightning.nets.mlp import mlp
+from rl_lightning.nets.mlp_grad import has_call_hooks, has_own_hooks
 from rl_lightning.nets.normalizer import RunningNormalizer
 from rl_lightning.nets.numpy_mlp import NumpyMLP
 
@@ -119,6 +120,80 @@ class ActorCritic(nn.Module):
         log_std = self.log_std.expand_as(out)
         log_prob = (-((action - out) ** 2) / (2 * (2 * log_std).exp()) - log_std - _HALF_LOG_2PI).sum(-1)
         return log_prob, (0.5 + _HALF_LOG_2PI + log_std).sum(-1)
+
+    def _log_prob_entropy_grads(
+        self, out: torch.Tensor, action: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, Callable[[torch.Tensor, float], tuple[torch.Tensor, torch.Tensor | None]]]:
+        """:meth:`_log_prob_entropy` with its gradient written out, for a loss differentiated by hand.
+
+        Returns:
+            ``(log_prob, entropy, grads)``: ``grads(log_prob_grad, entropy_grad)`` maps the
+            loss's gradient with respect to each row's log-probability (``[B]``) and to each
+            row's entropy (one number for every row) to its gradient with respect to ``out``
+            and, for continuous actions, to ``log_std`` (``None`` for discrete ones). The
+            formulas are the derivatives of :meth:`_log_prob_entropy`'s, as autograd takes
+            them (``tests/algos/test_ppo_loss.py`` compares).
+        """
+        if self.discrete:
+            log_p = torch.log_softmax(out, -1)
+            index = action.long().unsqueeze(-1)
+            log_prob = log_p.gather(-1, index).squeeze(-1)
+            log_p = log_p.clamp(min=torch.finfo(out.dtype).min)  # as in _log_prob_entropy
+            p = log_p.exp()
+            entropy = -(p * log_p).sum(-1)
+
+            def grads(log_prob_grad: torch.Tensor, entropy_grad: float) -> tuple[torch.Tensor, None]:
+                # log_softmax's backward: d log p_a / d out_k = [k = a] - p_k, and
+                # d entropy / d out_k = -p_k (log p_k + entropy).
+                grad = -p * (log_prob_grad.unsqueeze(-1) + entropy_grad * (log_p + entropy.unsqueeze(-1)))
+                return grad.scatter_add_(-1, index, log_prob_grad.unsqueeze(-1)), None
+
+            return log_prob, entropy, grads
+        log_std = self.log_std.expand_as(out)
+        diff = action - out
+        twice_var = 2 * (2 * log_std).exp()
+        log_prob = (-(diff**2) / twice_var - log_std - _HALF_LOG_2PI).sum(-1)  # as in _log_prob_entropy
+        entropy = (0.5 + _HALF_LOG_2PI + log_std).sum(-1)
+
+        def grads(log_prob_grad: torch.Tensor, entropy_grad: float) -> tuple[torch.Tensor, torch.Tensor]:
+            # d log_prob / d mean = (a - mean) / var; d log_prob / d log_std = (a - mean)^2 / var - 1;
+            # d entropy / d log_std = 1 on every row.
+            scaled = diff * (2 / twice_var) * log_prob_grad.unsqueeze(-1)
+            log_std_grad = (scaled * diff).sum(0) - log_prob_grad.sum() + entropy_grad * out.shape[0]
+            return scaled, log_std_grad
+
+        return log_prob, entropy, grads
+
+    def tanh_layers(self) -> tuple[list[torch.Tensor], list[torch.Tensor]] | None:
+        """The actor's and the critic's tensors ``(weight 0, bias 0, weight 1, ...)``, when both are default networks.
+
+        Default means what :func:`~rl_lightning.nets.mlp.mlp` builds with its default
+        activation: an ``nn.Sequential`` of ``nn.Linear`` (with bias) and ``nn.Tanh``,
+        alternating, first and last ``nn.Linear``; and no hook, the modules' own or a global
+        one, that would see their calls. A loss that differentiates the networks by hand
+        (PPO's, :func:`~rl_lightning.algos.ppo_loss.minibatch_loss`) may then compute them in
+        their place; ``None`` otherwise, and it calls them.
+        """
+        if has_call_hooks(()):  # a global hook
+            return None
+        layers: tuple[list[torch.Tensor], list[torch.Tensor]] = ([], [])
+        # One pass per network, plain loops and attribute reads: this runs on every minibatch.
+        for net, tensors in zip((self._modules["actor"], self._modules["critic"]), layers, strict=True):
+            if type(net) is not nn.Sequential or has_own_hooks(net):
+                return None
+            expected = nn.Linear
+            for module in net._modules.values():
+                if type(module) is not expected or has_own_hooks(module):
+                    return None
+                if expected is nn.Linear:
+                    params = module._parameters
+                    if params["bias"] is None:
+                        return None
+                    tensors += (params["weight"], params["bias"])
+                expected = nn.Tanh if expected is nn.Linear else nn.Linear
+            if expected is nn.Linear:  # empty, or a Tanh last
+                return None
+        return layers
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         """Deterministic action (argmax or mean) for raw observations ``[B, *obs_shape]``."""

@@ -22,7 +22,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from rl_lightning.nets.mlp import mlp, weight_dtype
-from rl_lightning.nets.relu_mlp import has_call_hooks, min_over_nets, relu_mlp
+from rl_lightning.nets.mlp_grad import has_call_hooks, min_over_nets, relu_mlp
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore")
@@ -116,7 +116,7 @@ class QEnsemble(nn.Module):
     networks and 4.01 ms through ``torch.func.vmap`` as torchrl's ``SACLoss`` runs them
     (one CPU thread, ``python -m benchmarks.sac_loss``). The stacked weights also make
     the Polyak update one ``_foreach_lerp_`` over 6 tensors. The forward and backward run
-    through :func:`~rl_lightning.nets.relu_mlp.relu_mlp` (products in the BLAS's fast
+    through :func:`~rl_lightning.nets.mlp_grad.relu_mlp` (products in the BLAS's fast
     orientation, ReLU in place; 1.08-1.15x faster SAC updates), or the layers' own forward
     where a forward or backward hook watches them. Initialized from ``num_nets`` independently
     initialized :class:`QNetwork` s.
@@ -160,7 +160,7 @@ class QEnsemble(nn.Module):
 
         Equal to ``self(obs, action, detach_params=True).min(0).values``, values and
         gradients; the backward runs each critic over the rows where it gave the minimum
-        only (:func:`~rl_lightning.nets.relu_mlp.min_over_nets`).
+        only (:func:`~rl_lightning.nets.mlp_grad.min_over_nets`).
         """
         if has_call_hooks(self.layers):
             return self(obs, action, detach_params=True).min(0).values

@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from rl_lightning import PPO
+from rl_lightning.algos import base
 from rl_lightning.algos.base import (
     _scale_to_norm,
     _total_norm,
@@ -79,8 +80,9 @@ class _CountOptimizerSteps(pl.Callback):
         self.calls += 1
 
 
-def _fit_ppo(callbacks=()):
-    """Fit a tiny PPO, counting the calls that reach Lightning's strategy backward and optimizer step."""
+def _fit_ppo(monkeypatch, callbacks=()):
+    """Fit a tiny PPO, counting the calls that reach Lightning's strategy backward and optimizer step,
+    and the backward passes that ran without autograd's engine ("direct")."""
     pl.seed_everything(3, verbose=False)
     model = PPO(total_timesteps=64)  # 2 rollouts of 2 envs x 16 steps
     trainer = quiet_trainer(callbacks=callbacks, max_epochs=-1, accelerator="cpu")  # bit-identical: CPU kernels
@@ -93,25 +95,38 @@ def _fit_ppo(callbacks=()):
             return _real(*args, **kwargs)
 
         setattr(trainer.strategy, name, spy)
-    trainer.fit(model, tiny_rollout_data(seed=3))
+    calls["direct"] = 0
+    real_direct = base.backward_without_engine
+
+    def direct_spy(loss):
+        done = real_direct(loss)
+        calls["direct"] += done
+        return done
+
+    with monkeypatch.context() as patch:
+        patch.setattr(base, "backward_without_engine", direct_spy)
+        trainer.fit(model, tiny_rollout_data(seed=3))
     return model, trainer, calls
 
 
 @pytest.mark.parametrize("hooked", ["backward", "optimizer_step"])
-def test_lightnings_dispatch_is_skipped_only_when_no_hook_would_run(hooked):
+def test_lightnings_dispatch_is_skipped_only_when_no_hook_would_run(hooked, monkeypatch):
     """Test that backward and optimizer steps skip Lightning's dispatch without hooks, and take it otherwise.
 
     Both paths train to bit-identical weights and count the same gradient steps; with a
     callback overriding the backward hooks (or ``on_before_optimizer_step``), that call goes
-    through Lightning and every hook runs once per gradient step, while the other call stays direct.
+    through Lightning and every hook runs once per gradient step, while the other call stays
+    direct. Without hooks, PPO's backward also skips autograd's engine (its loss offers
+    ``accumulate_grads``); through Lightning it never does.
     """
-    plain, plain_trainer, plain_calls = _fit_ppo()
+    plain, plain_trainer, plain_calls = _fit_ppo(monkeypatch)
     counter = _CountBackward() if hooked == "backward" else _CountOptimizerSteps()
-    hooked_model, hooked_trainer, hooked_calls = _fit_ppo([counter])
+    hooked_model, hooked_trainer, hooked_calls = _fit_ppo(monkeypatch, [counter])
     steps = hooked_trainer.global_step
     assert steps == plain_trainer.global_step == 8  # 2 epochs x 2 update epochs x 2 minibatches
-    assert plain_calls == {"backward": 0, "optimizer_step": 0}
-    assert hooked_calls == {"backward": 0, "optimizer_step": 0, hooked: steps}
+    assert plain_calls == {"backward": 0, "optimizer_step": 0, "direct": steps}
+    direct = 0 if hooked == "backward" else steps
+    assert hooked_calls == {"backward": 0, "optimizer_step": 0, "direct": direct, hooked: steps}
     if hooked == "backward":
         assert counter.before == counter.after == steps
     else:

@@ -8,7 +8,7 @@ import pytest
 import torch
 from torch import nn
 
-from rl_lightning.nets.relu_mlp import has_call_hooks, min_over_nets, relu_mlp
+from rl_lightning.nets.mlp_grad import has_call_hooks, min_over_nets, relu_mlp
 from rl_lightning.nets.sac import QEnsemble
 
 

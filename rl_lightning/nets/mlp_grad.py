@@ -1,6 +1,11 @@
-"""``relu_mlp``: a ReLU MLP's forward and backward written out, for SAC's critics (``QEnsemble``).
+"""MLPs with their backward written out: ``relu_mlp`` for SAC's critics, the tanh layers of PPO's loss.
 
-Why: SAC's update (256x256 networks, batch 256) is bound by its matrix products, and on
+:func:`mlp_forward` and :func:`mlp_backward` run ``Linear, act, ..., Linear`` (ReLU or tanh)
+and its gradient as plain tensor ops, for code that differentiates a whole loss by hand
+(PPO's, ``rl_lightning/algos/ppo_loss.py``); :func:`relu_mlp` wraps them in one
+``autograd.Function`` for SAC's critics.
+
+Why for SAC: its update (256x256 networks, batch 256) is bound by its matrix products, and on
 these CPUs two things around them cost more than autograd's generic rules expect:
 
 - **Narrow products.** A product whose result has a few columns and many rows runs several
@@ -20,7 +25,7 @@ Together, one SAC update (loss, backward, Adam, Polyak) takes 15.1 against 17.4 
 critics through ``relu_mlp`` rather than per-layer ``baddbmm``/``relu`` and autograd's
 backward (1.15x, ``python -m benchmarks.sac_loss --repeats 7``, a busy hour; 1.08x as the
 median of 10 alternating pairs in another run). The values are the same products in the
-same precision; ``tests/nets/test_relu_mlp.py`` checks outputs and every gradient against
+same precision; ``tests/nets/test_mlp_grad.py`` checks outputs and every gradient against
 autograd's. The actor's layers stay ``nn.Linear``: through this function its update was no
 faster (0.99x over 14 pairs), its products being half the critics' and its ReLUs a quarter.
 
@@ -55,11 +60,13 @@ def has_call_hooks(modules: Iterable[nn.Module]) -> bool:
         m._global_backward_hooks,
         m._global_backward_pre_hooks,
     )
-    if any(global_hooks):
-        return True
-    return any(
-        mod._forward_hooks or mod._forward_pre_hooks or mod._backward_hooks or mod._backward_pre_hooks
-        for mod in modules
+    return any(global_hooks) or any(has_own_hooks(module) for module in modules)
+
+
+def has_own_hooks(module: nn.Module) -> bool:
+    """Whether ``module`` has a forward or backward hook (or pre-hook) of its own, not counting global ones."""
+    return bool(
+        module._forward_hooks or module._forward_pre_hooks or module._backward_hooks or module._backward_pre_hooks
     )
 
 
@@ -77,22 +84,54 @@ def _linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> torch.
     return torch.baddbmm(bias.unsqueeze(1), x, weight.transpose(1, 2))
 
 
-def _forward(x: torch.Tensor, params: Sequence[torch.Tensor]) -> tuple[torch.Tensor, list[torch.Tensor]]:
-    """The output and the inputs of every layer (``x``, then each hidden ReLU output)."""
+#: The hidden activations :func:`mlp_forward` and :func:`mlp_backward` know.
+ACTIVATIONS = ("relu", "tanh")
+
+
+def mlp_forward(
+    x: torch.Tensor, params: Sequence[torch.Tensor], activation: str = "relu"
+) -> tuple[torch.Tensor, list[torch.Tensor]]:
+    """``x`` through ``Linear, activation, ..., Linear``: the output and the inputs of every layer.
+
+    Args:
+        x: Inputs ``[B, in]`` (or ``[n, B, in]`` with stacked weights).
+        params: ``(weight 0, bias 0, weight 1, ...)`` in ``nn.Linear``'s layout (or stacked).
+        activation: ``"relu"`` or ``"tanh"``, between layers.
+
+    Returns:
+        The output, and the inputs of every layer (``x``, then each hidden activation's output),
+        which :func:`mlp_backward` needs.
+    """
     inputs = [x]
     last = len(params) // 2 - 1
     for i in range(last + 1):
         x = _linear(x, params[2 * i], params[2 * i + 1])
         if i < last:
-            x = x.relu_()  # in place: the product's output is still in cache, and nothing else holds it
+            # In place: the product's output is still in cache, and nothing else holds it.
+            x = x.relu_() if activation == "relu" else x.tanh_()
             inputs.append(x)
     return x, inputs
 
 
-def _backward(
-    grad: torch.Tensor, inputs: Sequence[torch.Tensor], weights: Sequence[torch.Tensor], needs: Sequence[bool]
+def mlp_backward(
+    grad: torch.Tensor,
+    inputs: Sequence[torch.Tensor],
+    weights: Sequence[torch.Tensor],
+    needs: Sequence[bool],
+    activation: str = "relu",
 ) -> list[torch.Tensor | None]:
-    """Gradients ``(x, weight 0, bias 0, weight 1, ...)`` from the output's ``grad``; ``None`` where not ``needs``."""
+    """The gradients of :func:`mlp_forward` from its output's ``grad``.
+
+    Args:
+        grad: Gradient of the output.
+        inputs: The layers' inputs, as :func:`mlp_forward` returned them.
+        weights: The layers' weights.
+        needs: Which of ``(x, weight 0, bias 0, weight 1, ...)`` to compute.
+        activation: The forward's activation.
+
+    Returns:
+        Gradients ``(x, weight 0, bias 0, weight 1, ...)``; ``None`` where not ``needs``.
+    """
     grads: list[torch.Tensor | None] = [None] * len(needs)
     for i in reversed(range(len(weights))):
         x, weight = inputs[i], weights[i]
@@ -105,8 +144,12 @@ def _backward(
                 grads[0] = _matmul(grad, weight)
             break
         grad_in = _matmul(grad, weight)
-        # ReLU's backward in place: zero where its output was zero (its input <= 0).
-        grad = torch.ops.aten.threshold_backward.grad_input(grad_in, x, 0, grad_input=grad_in)
+        # The activation's backward in place, from its output: ReLU's zero where it was zero
+        # (its input <= 0), tanh's times 1 - tanh^2.
+        if activation == "relu":
+            grad = torch.ops.aten.threshold_backward.grad_input(grad_in, x, 0, grad_input=grad_in)
+        else:
+            grad = torch.ops.aten.tanh_backward.grad_input(grad_in, x, grad_input=grad_in)
     return grads
 
 
@@ -115,7 +158,7 @@ class _ReLUMLP(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x: torch.Tensor, *params: torch.Tensor) -> torch.Tensor:
-        out, inputs = _forward(x, params)
+        out, inputs = mlp_forward(x, params)
         ctx.save_for_backward(*inputs, *params[0::2])
         return out
 
@@ -124,7 +167,7 @@ class _ReLUMLP(torch.autograd.Function):
     def backward(ctx, grad: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
         saved = ctx.saved_tensors
         layers = len(saved) // 2
-        return tuple(_backward(grad, saved[:layers], saved[layers:], ctx.needs_input_grad))
+        return tuple(mlp_backward(grad, saved[:layers], saved[layers:], ctx.needs_input_grad))
 
 
 class _MinOverNets(torch.autograd.Function):
@@ -132,7 +175,7 @@ class _MinOverNets(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x: torch.Tensor, *params: torch.Tensor) -> torch.Tensor:
-        out, inputs = _forward(x, params)
+        out, inputs = mlp_forward(x, params)
         values, index = out.squeeze(-1).min(0)
         ctx.save_for_backward(index, *inputs, *params[0::2])
         return values
@@ -152,7 +195,7 @@ class _MinOverNets(torch.autograd.Function):
             if rows.numel():
                 net_inputs = [x[net].index_select(0, rows) for x in inputs]
                 net_grad = grad.index_select(0, rows).unsqueeze(-1)
-                grad_rows = _backward(net_grad, net_inputs, [w[net] for w in weights], needs)[0]
+                grad_rows = mlp_backward(net_grad, net_inputs, [w[net] for w in weights], needs)[0]
                 grad_x[net].index_copy_(0, rows, grad_rows)
         return (grad_x, *[None] * (2 * layers))
 
@@ -173,7 +216,7 @@ def relu_mlp(x: torch.Tensor, weights: Sequence[torch.Tensor], biases: Sequence[
     if torch.is_grad_enabled() and (x.requires_grad or any(p.requires_grad for p in params)):
         return _ReLUMLP.apply(x, *params)
     with torch.no_grad():
-        return _forward(x, params)[0]
+        return mlp_forward(x, params)[0]
 
 
 def min_over_nets(x: torch.Tensor, weights: Sequence[torch.Tensor], biases: Sequence[torch.Tensor]) -> torch.Tensor:
@@ -197,4 +240,4 @@ def min_over_nets(x: torch.Tensor, weights: Sequence[torch.Tensor], biases: Sequ
     if torch.is_grad_enabled() and x.requires_grad:
         return _MinOverNets.apply(x, *params)
     with torch.no_grad():
-        return _forward(x, params)[0].squeeze(-1).min(0).values
+        return mlp_forward(x, params)[0].squeeze(-1).min(0).values
