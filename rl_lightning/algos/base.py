@@ -25,6 +25,7 @@ from lightning.pytorch.strategies import SingleDeviceStrategy
 from lightning.pytorch.trainer.states import TrainerFn
 from torch import nn
 
+from rl_lightning.algos.fused_adam import FusedAdam
 from rl_lightning.callbacks import BestCheckpoint, EnvStepBudget, Interruption, IntervalCheckpoint
 from rl_lightning.callbacks.checkpoint import check_checkpoint_file, install_atomic_checkpoint_io
 from rl_lightning.callbacks.interrupt import stop_if_requested
@@ -100,8 +101,9 @@ def adam(params, lr: float, eps: float = 1e-8) -> torch.optim.Adam:
     params = list(params)
     groups = params if params and isinstance(params[0], dict) else [{"params": params}]
     tensors = [p for group in groups for p in group["params"]]
-    fused = all(p.is_floating_point() and p.device.type in ("cpu", "cuda") for p in tensors)
-    return torch.optim.Adam(params, lr=lr, eps=eps, fused=fused or None)
+    if all(p.is_floating_point() and p.device.type in ("cpu", "cuda") for p in tensors):
+        return FusedAdam(params, lr=lr, eps=eps)
+    return torch.optim.Adam(params, lr=lr, eps=eps)
 
 
 def _named_loss_tensors(losses: Any) -> dict[str, torch.Tensor]:
