@@ -102,6 +102,8 @@ def mlp_forward(
         The output, and the inputs of every layer (``x``, then each hidden activation's output),
         which :func:`mlp_backward` needs.
     """
+    if activation not in ACTIVATIONS:
+        raise ValueError(f"activation must be one of {ACTIVATIONS}, got {activation!r}.")
     inputs = [x]
     last = len(params) // 2 - 1
     for i in range(last + 1):

@@ -1,4 +1,5 @@
-"""Tests for relu_mlp: the same outputs and gradients as nn.Linear/ReLU through autograd, hooks respected."""
+"""Tests for mlp_grad: relu_mlp and mlp_forward/mlp_backward give the outputs and gradients of nn.Linear with
+ReLU or tanh through autograd; hooks are respected."""
 
 from __future__ import annotations
 
@@ -8,16 +9,18 @@ import pytest
 import torch
 from torch import nn
 
-from rl_lightning.nets.mlp_grad import has_call_hooks, min_over_nets, relu_mlp
+from rl_lightning.nets.mlp_grad import has_call_hooks, min_over_nets, mlp_backward, mlp_forward, relu_mlp
 from rl_lightning.nets.sac import QEnsemble
 
 
-def _reference(x: torch.Tensor, weights: list[torch.Tensor], biases: list[torch.Tensor]) -> torch.Tensor:
-    """The MLP as autograd sees it: per layer ``x W^T + b`` (batched for stacked weights), ReLU between."""
+def _reference(
+    x: torch.Tensor, weights: list[torch.Tensor], biases: list[torch.Tensor], activation=torch.relu
+) -> torch.Tensor:
+    """The MLP as autograd sees it: per layer ``x W^T + b`` (batched for stacked weights), ``activation`` between."""
     for i, (w, b) in enumerate(zip(weights, biases, strict=True)):
         x = x @ w.mT + b.unsqueeze(-2)
         if i < len(weights) - 1:
-            x = torch.relu(x)
+            x = activation(x)
     return x
 
 
@@ -56,6 +59,29 @@ def test_outputs_and_gradients_equal_autograds(sizes, rows, stacked, grad_of):
     for got, want in zip(grads, expected_grads, strict=True):
         assert got.shape == want.shape
         torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("sizes, rows", SHAPES)
+@pytest.mark.parametrize("activation", ["relu", "tanh"])
+def test_mlp_forward_and_backward_equal_autograds(sizes, rows, activation):
+    """Test mlp_forward's output and mlp_backward's gradients (input, weights, biases) against autograd's."""
+    weights, biases = _layers(sizes, None, seed=rows)
+    x = torch.randn(rows, sizes[0], generator=torch.Generator().manual_seed(1))
+    leaves = [t.requires_grad_(True) for t in (x, *weights, *biases)]
+    upstream = torch.randn(rows, sizes[-1], generator=torch.Generator().manual_seed(2))
+    expected = _reference(x, weights, biases, getattr(torch, activation))
+    expected_grads = torch.autograd.grad((expected * upstream).sum(), leaves)
+    with torch.no_grad():
+        params = [p for pair in zip(weights, biases, strict=True) for p in pair]
+        out, inputs = mlp_forward(x, params, activation)
+        grads = mlp_backward(upstream, inputs, weights, [True] * (1 + len(params)), activation)
+    torch.testing.assert_close(out, expected.detach())
+    # mlp_backward's order is (x, weight 0, bias 0, ...); the leaves' (x, weights..., biases...).
+    reordered = [grads[0], *grads[1::2], *grads[2::2]]
+    for got, want in zip(reordered, expected_grads, strict=True):
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
+    with pytest.raises(ValueError, match="activation must be one of"):
+        mlp_forward(x, params, "gelu")
 
 
 def test_gradients_accumulate_into_parameters_across_calls():
