@@ -157,9 +157,11 @@ class _ActorCriticObjective(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, policy, features, action, old_log_prob, old_value, advantage, returns, coefs, log_std, *params):
-        # log_std is an input so that autograd knows it (the distribution reads policy.log_std).
-        n_actor = len(params) // 2
+    def forward(
+        ctx, policy, features, action, old_log_prob, old_value, advantage, returns, coefs, log_std, n_actor, *params
+    ):  # fmt: skip
+        # log_std is an input so that autograd knows it (the distribution reads policy.log_std);
+        # params are the actor's n_actor tensors, then the critic's.
         actor_params, critic_params = params[:n_actor], params[n_actor:]
         out, actor_inputs = mlp_forward(features, actor_params, "tanh")
         value, critic_inputs = mlp_forward(features, critic_params, "tanh")
@@ -169,9 +171,13 @@ class _ActorCriticObjective(torch.autograd.Function):
         )
         out_grad, log_std_grad = distribution_grads(log_prob_grad, entropy_grad)
         # The gradients up to each network's output are known now, the loss being a scalar;
-        # backward scales them by the loss's incoming gradient (1 for a plain backward).
-        ctx.save_for_backward(out_grad, value_grad.unsqueeze(-1), log_std_grad, *actor_inputs, *critic_inputs, *params)
-        ctx.layers = len(actor_inputs)
+        # backward scales them by the loss's incoming gradient (1 for a plain backward). The
+        # backward needs the layers' inputs and weights (not the biases).
+        ctx.save_for_backward(
+            out_grad, value_grad.unsqueeze(-1), log_std_grad,
+            *actor_inputs, *actor_params[0::2], *critic_inputs, *critic_params[0::2],
+        )  # fmt: skip
+        ctx.actor_layers, ctx.critic_layers = len(actor_inputs), len(critic_inputs)
         ctx.log_std_is_tensor = log_std is not None  # it has an edge in the graph only then
         ctx.mark_non_differentiable(diagnostics)
         return loss, diagnostics
@@ -181,6 +187,9 @@ class _ActorCriticObjective(torch.autograd.Function):
     def backward(ctx, grad, _):
         return _ActorCriticObjective._gradients(ctx, grad)
 
+    #: Position of the first parameter among forward's inputs (after ctx).
+    _FIRST_PARAM = 10
+
     @staticmethod
     def _gradients(ctx, grad: torch.Tensor | None) -> tuple[torch.Tensor | None, ...]:
         """The gradients of :meth:`forward`'s inputs; ``grad`` is the loss's (``None``: 1, nothing to scale)."""
@@ -188,16 +197,18 @@ class _ActorCriticObjective(torch.autograd.Function):
         if grad is not None:
             out_grad, value_grad = out_grad * grad, value_grad * grad
             log_std_grad = log_std_grad * grad if log_std_grad is not None else None
-        layers = ctx.layers
-        actor_inputs, critic_inputs, params = saved[:layers], saved[layers : 2 * layers], saved[2 * layers :]
+        a, c = ctx.actor_layers, ctx.critic_layers
+        actor_inputs, actor_weights = saved[:a], saved[a : 2 * a]
+        critic_inputs, critic_weights = saved[2 * a : 2 * a + c], saved[2 * a + c :]
         needs = ctx.needs_input_grad
-        n_actor = len(params) // 2
-        actor_needs, critic_needs = (needs[1], *needs[9 : 9 + n_actor]), (needs[1], *needs[9 + n_actor :])
-        actor_grads = mlp_backward(out_grad, actor_inputs, params[:n_actor:2], actor_needs, "tanh")
-        critic_grads = mlp_backward(value_grad, critic_inputs, params[n_actor::2], critic_needs, "tanh")
+        first = _ActorCriticObjective._FIRST_PARAM
+        actor_needs = (needs[1], *needs[first : first + 2 * a])
+        critic_needs = (needs[1], *needs[first + 2 * a :])
+        actor_grads = mlp_backward(out_grad, actor_inputs, actor_weights, actor_needs, "tanh")
+        critic_grads = mlp_backward(value_grad, critic_inputs, critic_weights, critic_needs, "tanh")
         features_grad = actor_grads[0] + critic_grads[0] if needs[1] else None
         log_std_grad = log_std_grad if needs[8] else None
-        return (None, features_grad, *[None] * 6, log_std_grad, *actor_grads[1:], *critic_grads[1:])
+        return (None, features_grad, *[None] * 6, log_std_grad, None, *actor_grads[1:], *critic_grads[1:])
 
     @staticmethod
     @torch.no_grad()
@@ -232,7 +243,8 @@ class _ActorCriticObjective(torch.autograd.Function):
             if fn is not None and (leaf is None or leaf._backward_hooks or leaf._post_accumulate_grad_hooks):
                 return False
             leaves.append(leaf)
-        grads = _ActorCriticObjective._gradients(node, None)[8 if node.log_std_is_tensor else 9 :]
+        grads = _ActorCriticObjective._gradients(node, None)
+        grads = ((grads[8],) if node.log_std_is_tensor else ()) + grads[_ActorCriticObjective._FIRST_PARAM :]
         for leaf, grad in zip(leaves, grads, strict=True):
             if leaf is not None and grad is not None:
                 if leaf.grad is None:
@@ -306,7 +318,7 @@ def minibatch_loss(policy, batch: Mapping[str, torch.Tensor], **coefs) -> PPOLos
             values = tuple(coefs.get(name, default) for name, default in _COEF_DEFAULTS.items())
             loss, diagnostics = _ActorCriticObjective.apply(
                 policy, features, batch["action"], batch["log_prob"], batch["value"], batch["advantage"],
-                batch["return"], values, policy.log_std, *layers[0], *layers[1],
+                batch["return"], values, policy.log_std, len(layers[0]), *layers[0], *layers[1],
             )  # fmt: skip
             return PPOLossTerms(loss, *diagnostics.unbind(), diagnostics)
     log_prob, entropy, value = policy.evaluate_actions(batch["obs"], batch["action"])

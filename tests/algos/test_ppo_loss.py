@@ -272,6 +272,24 @@ def test_minibatch_loss_written_out_equals_autograd_path(spaces, coefs, normaliz
             assert got[name].is_contiguous()
 
 
+@pytest.mark.parametrize("custom", ["actor", "critic"])
+def test_written_out_path_takes_networks_of_different_depths(custom):
+    """Test that an actor and a critic of different depths (both Linear/Tanh) go the written-out way, and right."""
+    from rl_lightning.nets.mlp import mlp
+
+    out = 3 if custom == "actor" else 1
+    policy, batch = _minibatch(_DISCRETE, **{custom: mlp(4, (32,), out)})
+    reference = _generic(policy, batch, ent_coef=0.01, clip_vloss=True)
+    expected = _grads(policy, reference)
+    terms = minibatch_loss(policy, batch, ent_coef=0.01, clip_vloss=True)
+    assert _written_out(terms)
+    torch.testing.assert_close(terms.loss, reference.loss, rtol=1e-6, atol=1e-7)
+    for direct in (False, True):
+        got = _grads(policy, minibatch_loss(policy, batch, ent_coef=0.01, clip_vloss=True), direct=direct)
+        for name in expected:
+            torch.testing.assert_close(got[name], expected[name], rtol=1e-5, atol=1e-7, msg=name)
+
+
 def test_accumulate_grads_adds_to_existing_gradients_like_backward():
     """Test that accumulate_grads sums into gradients already there, as AccumulateGrad does."""
     policy, batch = _minibatch(_DISCRETE)
