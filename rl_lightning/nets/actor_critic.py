@@ -110,35 +110,30 @@ class ActorCritic(nn.Module):
         return out.argmax(-1) if self.discrete else out
 
     def _log_prob_entropy(self, out: torch.Tensor, action: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        if self.discrete:
-            log_p = torch.log_softmax(out, -1)
-            log_prob = log_p.gather(-1, action.long().unsqueeze(-1)).squeeze(-1)
-            # Clamped like Categorical.logits (for the entropy only, so the policy gradient
-            # does not pass through the clamp), so a probability of 0 gives entropy 0, not nan.
-            log_p = log_p.clamp(min=torch.finfo(out.dtype).min)
-            return log_prob, -(log_p.exp() * log_p).sum(-1)
-        log_std = self.log_std.expand_as(out)
-        log_prob = (-((action - out) ** 2) / (2 * (2 * log_std).exp()) - log_std - _HALF_LOG_2PI).sum(-1)
-        return log_prob, (0.5 + _HALF_LOG_2PI + log_std).sum(-1)
+        """Log-probability of ``action`` and the entropy, per row, of the distribution ``out`` parameterizes."""
+        log_prob, entropy, _ = self._log_prob_entropy_grads(out, action)
+        return log_prob, entropy
 
     def _log_prob_entropy_grads(
         self, out: torch.Tensor, action: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor, Callable[[torch.Tensor, float], tuple[torch.Tensor, torch.Tensor | None]]]:
-        """:meth:`_log_prob_entropy` with its gradient written out, for a loss differentiated by hand.
+        """:meth:`_log_prob_entropy`, and its gradient written out for a loss differentiated by hand.
 
         Returns:
             ``(log_prob, entropy, grads)``: ``grads(log_prob_grad, entropy_grad)`` maps the
             loss's gradient with respect to each row's log-probability (``[B]``) and to each
             row's entropy (one number for every row) to its gradient with respect to ``out``
             and, for continuous actions, to ``log_std`` (``None`` for discrete ones). The
-            formulas are the derivatives of :meth:`_log_prob_entropy`'s, as autograd takes
-            them (``tests/algos/test_ppo_loss.py`` compares).
+            formulas are the derivatives autograd takes through the log-probability and
+            entropy (``tests/algos/test_ppo_loss.py`` compares); calling ``grads`` is optional.
         """
         if self.discrete:
             log_p = torch.log_softmax(out, -1)
             index = action.long().unsqueeze(-1)
             log_prob = log_p.gather(-1, index).squeeze(-1)
-            log_p = log_p.clamp(min=torch.finfo(out.dtype).min)  # as in _log_prob_entropy
+            # Clamped like Categorical.logits (for the entropy only, so the policy gradient
+            # does not pass through the clamp), so a probability of 0 gives entropy 0, not nan.
+            log_p = log_p.clamp(min=torch.finfo(out.dtype).min)
             p = log_p.exp()
             entropy = -(p * log_p).sum(-1)
 
@@ -152,7 +147,7 @@ class ActorCritic(nn.Module):
         log_std = self.log_std.expand_as(out)
         diff = action - out
         twice_var = 2 * (2 * log_std).exp()
-        log_prob = (-(diff**2) / twice_var - log_std - _HALF_LOG_2PI).sum(-1)  # as in _log_prob_entropy
+        log_prob = (-(diff**2) / twice_var - log_std - _HALF_LOG_2PI).sum(-1)
         entropy = (0.5 + _HALF_LOG_2PI + log_std).sum(-1)
 
         def grads(log_prob_grad: torch.Tensor, entropy_grad: float) -> tuple[torch.Tensor, torch.Tensor]:
