@@ -4,9 +4,9 @@
 
 Per call: sampled actions for ``--envs`` CartPole observations (4x64x64x2 tanh actor, no
 observation normalization: CleanRL's ``ppo.py`` network), through ``explore`` without
-gradients (the numpy forward of ``nets/numpy_mlp.py`` and the Gumbel-max draw on numpy
-views) and through the torch path it replaces (``_sample(actor(_features(obs)))``, what
-``explore`` ran before). Both draw from torch's generator alike.
+gradients (the numpy forward of ``rl_lightning/fast/numpy_actor.py`` and the Gumbel-max draw
+on numpy views) and through the torch path it replaces (``sample(actor(features(obs)))``,
+what ``explore`` runs with the fast path off). Both draw from torch's generator alike.
 
 In a fit: PPO at CleanRL's settings (``benchmarks/throughput.py``), ``--fits`` pairs of
 16,384-step fits with the numpy path on and off, the order alternating; reported as the
@@ -25,6 +25,7 @@ import numpy as np
 import torch
 
 from benchmarks.timing import alternate, print_table
+from rl_lightning import fast
 from rl_lightning.nets import ActorCritic
 
 
@@ -40,7 +41,7 @@ def per_call(repeats: int, steps: int, envs: int) -> dict[str, float]:
 
     def torch_path():
         with torch.no_grad():
-            policy._sample(policy.actor(policy._features(obs)))
+            policy.sample(policy.actor(policy.features(obs)))
 
     times = alternate({"explore (numpy path)": numpy_path, "torch path": torch_path}, repeats, steps)
     return print_table(times)
@@ -50,20 +51,20 @@ def in_fit(pairs: int) -> list[float]:
     """Speedup of PPO fits with the numpy path over fits without it, one per pair of back-to-back fits."""
     from benchmarks.throughput import ppo_ours
 
-    numpy_out = ActorCritic._numpy_actor_out
+    numpy_explore = fast.explore
     speedups = []
     ppo_ours(2048, 0)  # warm-up
     try:
         for pair in range(pairs):
             seconds = {}
             for on in (True, False) if pair % 2 == 0 else (False, True):
-                ActorCritic._numpy_actor_out = numpy_out if on else (lambda self, obs: None)
+                fast.explore = numpy_explore if on else (lambda policy, obs: None)
                 start = time.perf_counter()
                 ppo_ours(16_384, pair)
                 seconds[on] = time.perf_counter() - start
             speedups.append(seconds[False] / seconds[True])
     finally:
-        ActorCritic._numpy_actor_out = numpy_out
+        fast.explore = numpy_explore
     return speedups
 
 

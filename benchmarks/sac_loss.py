@@ -31,8 +31,8 @@ from tensordict import TensorDict
 from tensordict.nn import TensorDictModule
 
 from benchmarks.timing import alternate, print_table
-from rl_lightning.algos.base import adam
 from rl_lightning.algos.sac_loss import sac_loss
+from rl_lightning.algos.update import adam
 from rl_lightning.data.replay import make_replay_buffer, sample_batch, store_transitions, to_torchrl_batch
 from rl_lightning.nets.sac import QEnsemble, QNetwork, SquashedGaussianActor, squashed_gaussian_sample
 

@@ -75,8 +75,17 @@ def timed_learn(model, env_steps: int, gradient_steps: bool = False) -> dict[str
     return result
 
 
-def ppo_ours(env_steps: int, seed: int) -> dict[str, float]:
-    """rl_lightning's PPO through the Python API (``Trainer.fit(PPO(...), RolloutDataModule(...))``)."""
+def ppo_ours(env_steps: int, seed: int, fast_path: bool = True) -> dict[str, float]:
+    """rl_lightning's PPO through the Python API (``Trainer.fit(PPO(...), RolloutDataModule(...))``).
+
+    ``fast_path=False`` runs it with every shortcut of ``rl_lightning.fast`` off (envs built
+    and the fit run inside ``fast.disabled()``): the plain torch/Lightning/gymnasium path.
+    """
+    from rl_lightning import fast
+
+    if not fast_path:
+        with fast.disabled():
+            return ppo_ours(env_steps, seed)
     from rl_lightning import PPO, RolloutDataModule
 
     s = PPO_SETTINGS

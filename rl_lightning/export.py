@@ -73,7 +73,7 @@ class DeployedActor(nn.Module):
         self.policy = policy
         self.greedy = isinstance(policy, QValueNetwork)  # its forward is Q-values, greedy() the action
         self.obs_bound = None if obs_bound is None else float(obs_bound)
-        observation_space, action_space = model._spaces
+        observation_space, action_space = model.spaces
         self.observation_shape = tuple(int(n) for n in observation_space.shape)
         self.discrete = isinstance(action_space, gym.spaces.Discrete)
         if not self.discrete:

@@ -76,3 +76,10 @@ class ObsValuePolicy(nn.Module):
 @pytest.fixture
 def scripted_sets():
     return SCRIPTED_SETS
+
+
+def pytest_report_header(config):
+    """Say whether this run tests the fast path or the plain path (``RL_LIGHTNING_FAST``)."""
+    from rl_lightning import fast
+
+    return f"rl_lightning fast path: {'on' if fast.enabled() else 'off (RL_LIGHTNING_FAST=0: plain path only)'}"

@@ -46,7 +46,7 @@ def checkpoints(tmp_path_factory):
 
 def random_observations(model, n: int = 100) -> np.ndarray:
     """``n`` observations spread well beyond the training ones (the normalizer's clip is exercised too)."""
-    shape = model._spaces[0].shape
+    shape = model.spaces[0].shape
     return (np.random.default_rng(0).standard_normal((n, *shape)) * 3).astype(np.float32)
 
 
@@ -55,7 +55,7 @@ def score_margin(model, obs: np.ndarray) -> np.ndarray:
     with torch.no_grad():
         obs_t = torch.from_numpy(obs)
         policy = model.policy
-        scores = policy(obs_t) if isinstance(model, DQN) else policy.actor(policy._features(obs_t))
+        scores = policy(obs_t) if isinstance(model, DQN) else policy.actor(policy.features(obs_t))
     top2 = scores.topk(2, dim=-1).values
     return (top2[:, 0] - top2[:, 1]).numpy()
 
@@ -78,7 +78,7 @@ def test_exported_actions_equal_the_checkpoints_deterministic_actions(checkpoint
     contract = export_policy(model, path, fmt)
     actions = run_exported(path, fmt, obs)
     assert actions.shape == expected.shape and actions.dtype == expected.dtype
-    if model._spaces[1].shape == ():  # discrete: the same action ids
+    if model.spaces[1].shape == ():  # discrete: the same action ids
         assert actions.dtype == np.int64
         assert len(np.unique(expected)) > 1  # the observations reach more than one action
         if fmt == "torchscript":
@@ -94,9 +94,9 @@ def test_exported_actions_equal_the_checkpoints_deterministic_actions(checkpoint
         # GEMM and tanh: equal to float32 rounding.
         tol = 0 if fmt == "torchscript" else 1e-5
         np.testing.assert_allclose(actions, expected, rtol=tol, atol=tol)
-        low, high = model._spaces[1].low, model._spaces[1].high
+        low, high = model.spaces[1].low, model.spaces[1].high
         assert (actions >= low).all() and (actions <= high).all()
-    assert contract["input"]["shape"] == ["batch", *model._spaces[0].shape]
+    assert contract["input"]["shape"] == ["batch", *model.spaces[0].shape]
     assert contract["algorithm"] == type(model).__name__
     single = run_exported(path, fmt, obs[:1])  # a batch of one works too
     np.testing.assert_allclose(single, expected[:1], rtol=1e-5, atol=1e-5)

@@ -17,8 +17,10 @@ import gymnasium as gym
 import torch
 from tensordict import TensorDict
 
-from rl_lightning.algos.base import RLModule, adam, check_hidden_sizes, check_positive
+from rl_lightning.algos.base import RLModule
+from rl_lightning.algos.checks import check_hidden_sizes, check_positive
 from rl_lightning.algos.dqn_loss import LOSS_FUNCTIONS, dqn_loss
+from rl_lightning.algos.update import adam
 from rl_lightning.data import ReplayDataModule
 from rl_lightning.data.base import check_positive_int, check_unit_interval
 from rl_lightning.nets.dqn import LinearSchedule, QValueNetwork
@@ -72,7 +74,7 @@ class DQN(RLModule):
         keep_last: int | None = 5,
         on_nonfinite: str = "stop",
     ):
-        super().__init__(total_timesteps, save_interval, keep_last, on_nonfinite)
+        super().__init__(total_timesteps, save_interval, keep_last, on_nonfinite, max_grad_norm)
         check_positive(lr=lr)
         check_unit_interval("gamma", gamma, open_low=True)
         check_unit_interval("tau", tau, open_low=True)
@@ -86,7 +88,6 @@ class DQN(RLModule):
         check_hidden_sizes(hidden_sizes)
         self.save_hyperparameters()
         self.target_net: QValueNetwork | None = None
-        self._train_terms: list[torch.Tensor] = []
 
     @property
     def epsilon_schedule(self) -> LinearSchedule:
@@ -122,7 +123,7 @@ class DQN(RLModule):
         """The TD loss on one replay batch."""
         hp = self.hparams
         terms = dqn_loss(self.policy, self.target_net, batch, hp.gamma, hp.double_dqn, hp.loss_function)
-        self._train_terms.append(torch.stack([terms.loss.detach(), terms.q_value, terms.td_error]))
+        self.train_terms.append(torch.stack([terms.loss.detach(), terms.q_value, terms.td_error]))
         self.update_losses = terms  # named in the message if the gradients turn out non-finite
         return terms.loss
 
@@ -144,8 +145,4 @@ class DQN(RLModule):
             "train/epsilon": self.epsilon_schedule(self.env_steps),
             "train/lr": self.optimizers().param_groups[0]["lr"],
         }
-        if self._train_terms:
-            means = torch.stack(self._train_terms).mean(0)
-            self._train_terms = []
-            metrics.update({f"train/{name}": means[i] for i, name in enumerate(_TRAIN_METRICS)})
-        self.log_rollout_metrics({**metrics, **self.pop_skipped_updates()})
+        self.log_rollout_metrics({**metrics, **self.train_means(_TRAIN_METRICS)})

@@ -2,10 +2,9 @@
 
 Why not torchrl's ``DQNLoss`` on the hot path: it computes the same value and gradients
 (``tests/algos/test_dqn_loss.py`` checks both, with and without double DQN), but one
-update step costs 1.8x (2.0x with double DQN) the plain function's on CartPole's 256x256
-network, batch 64, one thread (``python -m benchmarks.dqn_loss``; figures in
-``docs/algos/dqn.md``). Its TensorDict cloning and parameter swapping (``to_module``)
-dominate at this size.
+update step through it costs well more than through the plain function on CartPole's
+256x256 network (``python -m benchmarks.dqn_loss``; figures in ``docs/algos/dqn.md``). Its
+TensorDict cloning and parameter swapping (``to_module``) dominate at this size.
 """
 
 from __future__ import annotations

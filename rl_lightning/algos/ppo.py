@@ -16,15 +16,10 @@ import gymnasium as gym
 import torch
 from torch import nn
 
-from rl_lightning.algos.base import (
-    RLModule,
-    adam,
-    check_hidden_sizes,
-    check_non_negative,
-    check_positive,
-    clear_grads,
-)
+from rl_lightning.algos.base import RLModule
+from rl_lightning.algos.checks import check_hidden_sizes, check_non_negative, check_positive
 from rl_lightning.algos.ppo_loss import minibatch_loss
+from rl_lightning.algos.update import adam, clear_grads
 from rl_lightning.data import RolloutDataModule
 from rl_lightning.faults import interrupt_request
 from rl_lightning.nets import ActorCritic
@@ -84,7 +79,7 @@ class PPO(RLModule):
         actor: nn.Module | None = None,
         critic: nn.Module | None = None,
     ):
-        super().__init__(total_timesteps, save_interval, keep_last, on_nonfinite)
+        super().__init__(total_timesteps, save_interval, keep_last, on_nonfinite, max_grad_norm)
         self.automatic_optimization = False  # the update phase runs inside training_step
         check_positive(lr=lr, clip_coef=clip_coef)
         check_non_negative(ent_coef=ent_coef, vf_coef=vf_coef)
@@ -93,7 +88,6 @@ class PPO(RLModule):
         check_hidden_sizes(hidden_sizes)
         self.save_hyperparameters(ignore=["actor", "critic"])
         self._actor, self._critic = actor, critic
-        self._train_terms: list[torch.Tensor] = []
 
     def build_policy(self, observation_space: gym.Space, action_space: gym.Space) -> ActorCritic:
         """An :class:`ActorCritic` for these spaces (with the user's networks, if given)."""
@@ -143,15 +137,12 @@ class PPO(RLModule):
             # Clips to max_grad_norm and refuses (or, by option, skips) a NaN or inf update.
             if self.gradients_finite(optimizer, terms):
                 self.step_optimizer(optimizer)
-                # Logged once per epoch from these (self.log on every step costs ~1 ms each).
-                self._train_terms.append(terms.diagnostics)  # in _TRAIN_METRICS order
+                # Logged once per epoch from these (self.log on every step would cost more than the step).
+                self.train_terms.append(terms.diagnostics)  # in _TRAIN_METRICS order
             interrupt_request.check()  # a signal stops the update phase between minibatches
 
     def on_train_epoch_end(self) -> None:
-        train = {}
-        if self._train_terms:
-            means = torch.stack(self._train_terms).mean(0).tolist()
-            self._train_terms = []
-            train = {f"train/{name}": means[i] for i, name in enumerate(_TRAIN_METRICS)}
+        train = self.train_means(_TRAIN_METRICS)
+        if "train/policy_loss" in train:
             train["train/lr"] = self.optimizers().param_groups[0]["lr"]
-        self.log_rollout_metrics({**train, **self.pop_skipped_updates()})
+        self.log_rollout_metrics(train)

@@ -4,10 +4,8 @@ Why not torchrl's ``SACLoss`` on the hot path: it computes the same values and g
 (``tests/algos/test_sac_loss.py`` checks all three losses and every gradient against it on
 the same batch and noise), but its TensorDict plumbing (cloning the batch, swapping
 parameters into the modules with ``to_module``, ``vmap`` over the critics, distribution and
-transform objects) costs almost as much as the networks at SAC's sizes: one update step (forward, one
-backward, the three fused Adam steps, the Polyak update) takes 19.9 ms through
-``SACLoss`` against 11.1 ms through this function, 1.8x (Pendulum's 256x256 networks,
-batch 256, one CPU thread of a shared 2-core machine; ``python -m benchmarks.sac_loss``).
+transform objects) costs almost as much as the networks at SAC's sizes (``python -m
+benchmarks.sac_loss`` measures one update step both ways; figures in ``docs/algos/sac.md``).
 """
 
 from __future__ import annotations

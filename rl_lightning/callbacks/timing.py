@@ -81,9 +81,8 @@ class PhaseTimer(pl.Callback):
         env_steps = int(getattr(pl_module, "env_steps", trainer.current_epoch))
         metrics["time/env_steps"] = float(env_steps)
         self.last_metrics = metrics
-        # Straight to the loggers, rank zero's times: each LightningModule.log call costs
-        # about 1 ms (Lightning moves its result state per call), 7 of them per epoch were
-        # 6% of a CartPole run (python -m benchmarks.front_door).
+        # Straight to the loggers, rank zero's times: LightningModule.log moves its result
+        # state per call, a measurable share of a CartPole run (python -m benchmarks.front_door).
         if trainer.is_global_zero:
             for logger in trainer.loggers:
                 logger.log_metrics(metrics, step=env_steps)

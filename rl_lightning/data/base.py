@@ -171,7 +171,7 @@ class EnvDataModule(pl.LightningDataModule):
     def _on_nonfinite(self) -> str:
         """The algorithm's ``on_nonfinite`` (``"stop"`` without a trainer or where it has none)."""
         module = self.trainer.lightning_module if self.trainer is not None else None
-        value = module.hparams.get("on_nonfinite", "stop") if module is not None else "stop"
+        value = getattr(module, "on_nonfinite", "stop") if module is not None else "stop"
         if value not in ON_NONFINITE:
             raise ValueError(f"on_nonfinite must be one of {ON_NONFINITE}, got {value!r} (Hydra: algo.on_nonfinite).")
         return value

@@ -23,6 +23,7 @@ import torch
 from tensordict import TensorDict
 from torch.utils.data import IterableDataset
 
+from rl_lightning import fast
 from rl_lightning.data.protocol import ExplorationPolicy
 from rl_lightning.data.rollout import RolloutCounters, RolloutMetrics, to_env_action
 from rl_lightning.envs import EnvGroup
@@ -82,44 +83,15 @@ def make_replay_buffer(
     return TensorDictReplayBuffer(storage=store, sampler=sampler, batch_size=batch_size)
 
 
-def _uniform(buffer: TensorDictReplayBuffer) -> bool:
-    """Whether ``buffer`` samples uniformly (``RandomSampler``) with no transforms: every buffer
-    :func:`make_replay_buffer` builds unless ``prioritized``."""
-    return type(buffer.sampler) is RandomSampler and not len(buffer.transform)
-
-
 def sample_batch(buffer: TensorDictReplayBuffer) -> TensorDict:
-    """One batch of ``buffer.batch_size`` transitions: ``buffer.sample()``, or the same draw read from storage.
-
-    With uniform sampling, the sampler's indices read straight from the storage give what
-    ``buffer.sample()`` gives (the same indices from the same random stream, the same
-    entries, ``index`` included), without its locks, prefetch bookkeeping and info
-    handling: 0.16 ms against 0.21 ms per batch of 256 from a 1M buffer, one CPU thread
-    (``python -m benchmarks.sac_loss``). Any other sampler goes through ``sample``.
-    """
-    if _uniform(buffer):
-        index, _ = buffer.sampler.sample(buffer.storage, buffer.batch_size)
-        return buffer.storage[index]
-    return buffer.sample()
+    """``buffer.sample()``: one batch of ``buffer.batch_size`` transitions (the fast path reads that draw itself)."""
+    batch = fast.sample_batch(buffer)
+    return batch if batch is not None else buffer.sample()
 
 
 def store_transitions(buffer: TensorDictReplayBuffer, transitions: TensorDict) -> None:
-    """``buffer.extend(transitions)``, or for a uniform buffer the same write through its writer.
-
-    With uniform sampling and no transforms, ``extend`` is the writer's ``extend`` (the
-    round-robin cursor, the storage write, the ``index`` entry written back into
-    ``transitions``) inside the buffer's read/write locks, plus a transform check and a
-    priority update that only runs for a TensorDict holding a priority key: the writer alone
-    leaves the buffer in the same state (``tests/data/test_replay.py`` compares contents,
-    cursor, samples and a state-dict round trip). The locks guard buffers shared with other
-    threads or processes, which the data stream's buffer never is. Building and storing one
-    transition in a 1M buffer takes 0.20 against 0.27 ms, one CPU thread (``python -m
-    benchmarks.sac_loss``); Stable-Baselines3's numpy buffer adds one in 0.02 ms. Any other
-    buffer goes through ``extend``.
-    """
-    if _uniform(buffer) and not buffer.dim_extend:
-        buffer.writer.extend(transitions)
-    else:
+    """``buffer.extend(transitions)`` (the fast path writes through the buffer's writer, to the same state)."""
+    if not fast.store_transitions(buffer, transitions):
         buffer.extend(transitions)
 
 
@@ -267,8 +239,7 @@ class ReplayDataset(IterableDataset):
             },
             batch_size=[envs.num_envs],
             # On the storage's device already: the buffer's write skips a device cast of the
-            # whole TensorDict (0.25 ms against 0.37 ms per one-transition extend, one
-            # CPU thread; python -m benchmarks.sac_loss).
+            # whole TensorDict (python -m benchmarks.sac_loss measures it).
             device=self.buffer.storage.device,
         )
         if step.cut is not None:

@@ -5,8 +5,7 @@ One iteration of :class:`RolloutDataset` is one Trainer epoch: a rollout of
 batch together with ``update_epochs x num_minibatches`` shuffled index sets (the same count
 on every rank, so DDP never waits on a rank that ran out of minibatches). PPO's
 ``training_step`` runs the whole update phase on it: one Lightning batch per rollout
-instead of one per minibatch saves Lightning's per-batch machinery (0.6-1.2 ms per
-minibatch here, ``benchmarks/run.py``).
+instead of one per minibatch saves Lightning's per-batch machinery (``docs/algos/ppo.md``).
 """
 
 from __future__ import annotations
@@ -29,10 +28,8 @@ from rl_lightning.faults import interrupt_request
 EVAL_CHUNK = 8192
 
 #: Up to this many envs GAE runs torchrl's vectorized form, beyond it torchrl's loop over time
-#: (same values to float rounding, tests/data/test_rollout.py). Milliseconds per rollout, one
-#: CPU thread, loop against vectorized: 128 steps x 4 envs (CleanRL's CartPole) 1.46 / 0.36;
-#: 2048 x 1 (MuJoCo) 21.7 / 0.93; 32 x 8 0.35 / 0.32; 2048 x 8 19.1 / 8.1; 256 x 64 2.9 / 5.7:
-#: the vectorized form costs per env, the loop per step.
+#: (same values to float rounding, tests/data/test_rollout.py): the vectorized form costs per
+#: env, the loop per step (the crossing is measured in docs/algos/ppo.md, "GAE at the rollout's shape").
 VEC_GAE_MAX_ENVS = 8
 
 

@@ -27,9 +27,9 @@ from typing import Any
 
 import gymnasium as gym
 import numpy as np
-from gymnasium.vector import AsyncVectorEnv, AutoresetMode
+from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv
 
-from rl_lightning.envs.sync_vector import SameStepSyncVectorEnv
+from rl_lightning import fast
 from rl_lightning.faults import EnvFault
 
 logger = logging.getLogger(__name__)
@@ -40,8 +40,8 @@ logger = logging.getLogger(__name__)
 WORKER_LOST = (EOFError, ConnectionError)
 
 #: Start method of async env workers. Importing torchrl sets the process-wide default to
-#: "spawn", and a spawned worker re-imports torch, Lightning and torchrl before it can step:
-#: 37 s to start 4 CartPole workers here, against 0.09 s forked (benchmarks/env_scaling.py).
+#: "spawn", and a spawned worker re-imports torch, Lightning and torchrl before it can step,
+#: which takes hundreds of times longer than forking (measured in benchmarks/env_scaling.py).
 #: The workers run environment code only, so they are forked where forking is the platform's
 #: norm (Linux); elsewhere the platform's default applies.
 ASYNC_CONTEXT = "fork" if sys.platform.startswith("linux") else None
@@ -227,7 +227,7 @@ class RebuildingVectorEnv:
     def _make(self) -> gym.vector.VectorEnv:
         if self.is_async:
             return AsyncVectorEnv(self.env_fns, autoreset_mode=AutoresetMode.SAME_STEP, context=ASYNC_CONTEXT)
-        return SameStepSyncVectorEnv(self.env_fns)
+        return fast.sync_vector_env(self.env_fns) or SyncVectorEnv(self.env_fns, autoreset_mode=AutoresetMode.SAME_STEP)
 
     def _rebuild(self, err: BaseException) -> None:
         """Replace a vector env whose worker died, or raise :class:`EnvFault` past the limit."""

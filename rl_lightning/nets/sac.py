@@ -21,8 +21,8 @@ from tensordict.nn import NormalParamExtractor
 from torch import nn
 from torch.nn import functional as F
 
+from rl_lightning import fast
 from rl_lightning.nets.mlp import mlp, weight_dtype
-from rl_lightning.nets.mlp_grad import has_call_hooks, min_over_nets, relu_mlp
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore")
@@ -58,8 +58,8 @@ def squashed_gaussian_sample(
     high=high).rsample_and_log_prob()`` does for the same noise draw (``u = loc + scale *
     noise``, squashed; the Gaussian log-density of ``u`` minus the tanh and affine
     log-Jacobians; ``tests/algos/test_sac_loss.py`` checks values and gradients) without
-    building distribution and transform objects on every call: 0.40 ms against 1.03 ms
-    for a batch of 256 with backward (one CPU thread, ``python -m benchmarks.sac_loss``).
+    building distribution and transform objects on every call (measured by ``python -m
+    benchmarks.sac_loss``; ``docs/algos/sac.md``).
 
     Args:
         loc: Gaussian location ``[B, act_dim]``.
@@ -111,15 +111,11 @@ class QEnsemble(nn.Module):
 
     Each layer is one batched matrix product over the stacked weights (``nn.Linear``'s
     layout, as torchrl's ``SACLoss`` stacks its critics), so the twin critics cost one call
-    per layer instead of a call per network, and no ``vmap``: a forward and backward of
-    both 256x256 critics on batch 256 takes 3.05 ms against 3.43 ms for two separate
-    networks and 4.01 ms through ``torch.func.vmap`` as torchrl's ``SACLoss`` runs them
-    (one CPU thread, ``python -m benchmarks.sac_loss``). The stacked weights also make
-    the Polyak update one ``_foreach_lerp_`` over 6 tensors. The forward and backward run
-    through :func:`~rl_lightning.nets.mlp_grad.relu_mlp` (products in the BLAS's fast
-    orientation, ReLU in place; 1.08-1.15x faster SAC updates), or the layers' own forward
-    where a forward or backward hook watches them. Initialized from ``num_nets`` independently
-    initialized :class:`QNetwork` s.
+    per layer instead of a call per network, and no ``vmap`` (``python -m
+    benchmarks.sac_loss`` compares the three; ``docs/algos/sac.md``). The fast path runs the forward and backward
+    through its written-out ReLU MLP (:func:`rl_lightning.fast.ensemble_forward`); the plain
+    path calls the layers. Initialized from ``num_nets`` independently initialized
+    :class:`QNetwork` s.
 
     Args:
         obs_dim: Observation width.
@@ -145,34 +141,26 @@ class QEnsemble(nn.Module):
                 actor loss, where the critics are held fixed).
         """
         x = self._input(obs, action)
-        if has_call_hooks(self.layers):  # the layers' own forward and autograd, so their hooks see the call
+        out = fast.ensemble_forward(self.layers, x, detach_params)
+        if out is None:
             *hidden, last = self.layers
             for layer in hidden:
                 x = torch.relu(layer(x, detach_params))
-            return last(x, detach_params).squeeze(-1)
-        weights, biases = self._params()
-        if detach_params:
-            weights, biases = [w.detach() for w in weights], [b.detach() for b in biases]
-        return relu_mlp(x, weights, biases).squeeze(-1)
+            out = last(x, detach_params)
+        return out.squeeze(-1)
 
     def min_q(self, obs: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
         """``min_i Q_i(s, a)`` ``[B]`` with the critics held fixed: gradients reach the inputs only (SAC's actor loss).
 
-        Equal to ``self(obs, action, detach_params=True).min(0).values``, values and
-        gradients; the backward runs each critic over the rows where it gave the minimum
-        only (:func:`~rl_lightning.nets.mlp_grad.min_over_nets`).
+        The fast path's backward runs each critic over the rows where it gave the minimum
+        only (:func:`rl_lightning.fast.ensemble_min`; the same values and gradients).
         """
-        if has_call_hooks(self.layers):
-            return self(obs, action, detach_params=True).min(0).values
-        return min_over_nets(self._input(obs, action), *self._params())  # detaches the weights itself
+        out = fast.ensemble_min(self.layers, self._input(obs, action))
+        return out if out is not None else self(obs, action, detach_params=True).min(0).values
 
     def _input(self, obs: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
         """``[obs, action]`` for every critic: ``[num_nets, B, obs_dim + act_dim]`` (one copy, expanded)."""
         return torch.cat([obs, action], dim=-1).expand(self.num_nets, -1, -1)
-
-    def _params(self) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
-        """The stacked weights and biases, layer by layer."""
-        return [layer.weight for layer in self.layers], [layer.bias for layer in self.layers]
 
 
 class SquashedGaussianActor(nn.Module):
@@ -215,9 +203,8 @@ class SquashedGaussianActor(nn.Module):
     def explore(self, obs: torch.Tensor, env_steps: int = 0) -> torch.Tensor:
         """Sampled actions ``[B, act_dim]`` within the bounds (exploration while collecting; no schedule)."""
         # The squashed sample on tensors, the same draw as TanhNormal(loc, scale).sample()
-        # (torch.normal(loc, scale), then tanh into the bounds): 0.16 ms per single-env action
-        # against 0.46 ms building torchrl's TanhNormal, whose construction costs more than
-        # the actor's forward pass (0.10 ms); one CPU thread.
+        # (torch.normal(loc, scale), then tanh into the bounds): building torchrl's TanhNormal
+        # costs more than the actor's forward pass (docs/algos/sac.md).
         loc, scale = self._loc_scale(obs)
         return _squash(torch.normal(loc, scale), self.low, self.high)
 

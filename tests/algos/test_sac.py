@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from rl_lightning import PPO, SAC, RolloutDataModule
-from rl_lightning.algos import base as base_module
+from rl_lightning.algos import update as update_module
 from rl_lightning.algos.sac import merge_optimizer_states
 from rl_lightning.data.replay import sample_batch
 from tests.helpers import REPLAY_LEARNING_STARTS, REPLAY_STEPS, quiet_trainer, tiny_replay_data
@@ -67,16 +67,16 @@ def test_one_optimizer_steps_each_group_with_its_learning_rate_and_clips_groups_
     assert [len(g["params"]) for g in groups] == [6, 6, 1]
     assert groups[2]["params"][0] is model.log_alpha
 
-    model.hparams.max_grad_norm = 1e-3
+    model.guard.max_grad_norm = 1e-3
     seen = []
-    original = base_module._scale_to_norm
+    original = update_module.scale_to_norm
 
-    def spy(grads, max_norm, norm, *rest):
-        original(grads, max_norm, norm, *rest)
-        seen.append((len(grads), float(torch.linalg.vector_norm(torch.stack([g.norm() for g in grads])))))
+    def spy(params, max_norm, norm):
+        original(params, max_norm, norm)
+        seen.append((len(params), float(torch.linalg.vector_norm(torch.stack([p.grad.norm() for p in params])))))
 
-    with pytest.MonkeyPatch.context() as mp:  # RLModule.gradients_finite clips each group with its own norm
-        mp.setattr(base_module, "_scale_to_norm", spy)
+    with pytest.MonkeyPatch.context() as mp:  # the update guard clips each group with its own norm
+        mp.setattr(update_module, "scale_to_norm", spy)
         model.training_step(sample_batch(data.buffer), 0)
     assert [count for count, _ in seen] == [6, 6, 1]
     assert all(norm == pytest.approx(1e-3, rel=1e-4) for _, norm in seen[:2])  # each group's own norm is clipped

@@ -112,6 +112,6 @@ def test_bfloat16_copy_normalizes_observations_in_float32():
     actor = ActorCopy(learner, "cpu", "bfloat16")
     assert actor.module.normalizer.mean.dtype == torch.float32  # statistics are not rounded
     obs = torch.stack([50 + 0.05 * torch.randn(256), torch.zeros(256)], dim=1)
-    features = actor.module._features(obs)
+    features = actor.module.features(obs)
     assert torch.isfinite(features).all() and features[:, 0].float().std() > 0.5  # feature 1 survives
     torch.testing.assert_close(actor.value(obs), learner.value(obs).detach(), rtol=0.05, atol=0.05)

@@ -32,9 +32,9 @@ def test_deterministic_action_is_the_mode():
     torch.manual_seed(0)
     obs = torch.randn(16, 4)
     discrete = ActorCritic(BOX4, gym.spaces.Discrete(3))
-    assert torch.equal(discrete(obs), discrete.actor(discrete._features(obs)).argmax(-1))
+    assert torch.equal(discrete(obs), discrete.actor(discrete.features(obs)).argmax(-1))
     continuous = ActorCritic(BOX4, gym.spaces.Box(-1, 1, (2,)))
-    torch.testing.assert_close(continuous(obs), continuous.actor(continuous._features(obs)))
+    torch.testing.assert_close(continuous(obs), continuous.actor(continuous.features(obs)))
 
 
 def test_orthogonal_init_scales_policy_head():
@@ -63,7 +63,7 @@ def test_distributions_match_torch_distributions(action_space):
     torch.manual_seed(0)
     policy = ActorCritic(BOX4, action_space, init_log_std=-0.3)
     obs = torch.randn(64, 4) * 3
-    out = policy.actor(policy._features(obs))
+    out = policy.actor(policy.features(obs))
     if policy.discrete:
         reference = torch.distributions.Categorical(logits=out)
     else:

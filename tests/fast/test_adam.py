@@ -9,8 +9,8 @@ import pytest
 import torch
 from torch.optim.optimizer import register_optimizer_step_pre_hook
 
-from rl_lightning.algos.base import adam
-from rl_lightning.algos.fused_adam import FusedAdam
+from rl_lightning.algos.update import adam
+from rl_lightning.fast.adam import FusedAdam
 
 
 def _params(seed=0, dtypes=(torch.float32,) * 4):

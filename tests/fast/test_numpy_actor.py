@@ -7,8 +7,8 @@ import torch
 from torch import nn
 from torch.nn.utils import parametrize
 
+from rl_lightning.fast.numpy_actor import MAX_LAYER_SIZE, NumpyMLP
 from rl_lightning.nets import ActorCritic, mlp
-from rl_lightning.nets.numpy_mlp import MAX_LAYER_SIZE, NumpyMLP
 
 BOX4 = gym.spaces.Box(-np.inf, np.inf, (4,))
 

@@ -3,21 +3,19 @@
 Why: on small networks the optimizer's Python around the kernel costs more than the kernel.
 ``Optimizer.step`` opens a profiler scope (``record_function``, even with no profiler
 running), dispatches the step hooks, and ``torch.optim.adam._fused_adam`` groups the
-tensors by device and dtype on every call before its two kernel calls. For PPO's
-actor-critic (12 tensors, one group, one CPU thread) a step took 140 us that way, against
-50 us for the two kernel calls on lists gathered from the optimizer's state (tight loop);
-a CleanRL-settings PPO iteration makes 16 steps.
+tensors by device and dtype on every call before its two kernel calls; for PPO's
+actor-critic that is more than the two kernel calls themselves (``docs/fast_path.md``).
 
 What is the same: the kernel calls, their arguments and order (``_foreach_add_`` on the
 step counts, then ``_fused_adam_`` per group), hence the same parameters and state to the
-bit (``tests/algos/test_fused_adam.py``), the same ``state_dict``, and the class is an
+bit (``tests/fast/test_adam.py``), the same ``state_dict``, and the class is an
 ``Adam``. What is skipped only where it would do nothing: hooks (none registered, the
 optimizer's own or global), the profiler scope (no profiler enabled), the grouping (every
 group holds one device and dtype). Anything else goes through ``Adam.step`` unchanged: a
 closure, hooks, a running profiler, the first step (it creates the state), parameters of
 several dtypes or devices in a group, AMSGrad, ``maximize``, ``capturable``,
 ``differentiable``, decoupled weight decay, a tensor learning rate or betas, a gradient
-scaler's ``grad_scale``/``found_inf``, ``torch.compile`` tracing.
+scaler's ``grad_scale``/``found_inf``, ``torch.compile`` tracing, and the fast path switched off.
 """
 
 from __future__ import annotations
@@ -26,6 +24,8 @@ from collections.abc import Callable
 
 import torch
 from torch.optim import optimizer as _optimizer
+
+from rl_lightning.fast.switch import on_for
 
 #: Group options under which ``Adam.step`` does more than the two fused calls.
 _OTHER_PATHS = ("amsgrad", "maximize", "capturable", "differentiable", "decoupled_weight_decay")
@@ -56,7 +56,8 @@ class FusedAdam(torch.optim.Adam):
     def _step_fused(self) -> bool:
         """The fused kernel calls on every group, or ``False`` (nothing done) where ``Adam.step`` is needed."""
         if (
-            self._optimizer_step_pre_hooks
+            not on_for("torch")
+            or self._optimizer_step_pre_hooks
             or self._optimizer_step_post_hooks
             or _optimizer._global_optimizer_pre_hooks
             or _optimizer._global_optimizer_post_hooks
@@ -125,3 +126,17 @@ class FusedAdam(torch.optim.Adam):
                     found_inf=None,
                 )
         return True
+
+
+def fused_adam(params, lr: float, eps: float) -> FusedAdam | None:
+    """A :class:`FusedAdam` over ``params`` (tensors or groups), or ``None`` where the fused kernel does not apply.
+
+    It needs every parameter to be a floating tensor on CPU or CUDA.
+    """
+    if not on_for("torch"):
+        return None
+    params = list(params)
+    groups = params if params and isinstance(params[0], dict) else [{"params": params}]
+    if all(p.is_floating_point() and p.device.type in ("cpu", "cuda") for group in groups for p in group["params"]):
+        return FusedAdam(params, lr=lr, eps=eps)
+    return None

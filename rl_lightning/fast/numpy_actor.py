@@ -1,13 +1,12 @@
-"""``NumpyMLP``: a small MLP's forward pass in numpy, on views of its own CPU parameters.
+"""The acting actor in numpy: ``ActorCritic.explore``'s forward pass and discrete sample on views of its CPU parameters.
 
 Why: a rollout asks the actor for actions once per env step, on a handful of observations
 (CleanRL's CartPole: 4 rows through 4x64x64x2). There the cost is per call, not arithmetic:
-a torch op costs 3-6 us to dispatch on these CPUs, numpy's matmul on such arrays about 3 us
-and a ufunc 1-2 us, and views that share memory with the parameters see every in-place
-update (optimizer steps, ``load_state_dict``, an acting copy's sync) without a copy.
-``ActorCritic.explore`` uses it for the default networks: 0.038 against 0.082 ms per call on
-4 CartPole observations, PPO at CleanRL's settings 1.16x env-steps/s (``python -m
-benchmarks.acting``; ``docs/algos/ppo.md``, "The hot path").
+a torch op costs several microseconds to dispatch, numpy's matmul on such arrays and its
+ufuncs less, and views that share memory with the parameters see every in-place update
+(optimizer steps, ``load_state_dict``, an acting copy's sync) without a copy. :func:`explore`
+is the seam ``ActorCritic.explore`` calls; ``python -m benchmarks.acting`` measures it
+(``docs/fast_path.md``).
 
 It takes exactly the layouts :func:`~rl_lightning.nets.mlp.mlp` builds (``nn.Sequential`` of
 ``nn.Linear`` with ``nn.Tanh`` or ``nn.ReLU``), float32 on the CPU, and only while nothing
@@ -18,10 +17,14 @@ the caller takes torch's forward.
 
 from __future__ import annotations
 
+import weakref
+
 import numpy as np
 import torch
 from torch import nn
 from torch.nn.modules import module as _module
+
+from rl_lightning.fast.switch import is_class, on_for
 
 #: Activations mirrored, by exact class (a subclass may change ``forward``).
 _ACTIVATIONS = {nn.Tanh: np.tanh, nn.ReLU: lambda x, out: np.maximum(x, 0.0, out=out)}
@@ -124,3 +127,86 @@ class NumpyMLP:
             else:
                 layer(x, out=x)
         return x
+
+
+#: The policy class whose acting this path mirrors.
+ACTOR_CRITIC = "rl_lightning.nets.actor_critic.ActorCritic"
+
+#: Per policy: the numpy mirror of its actor and the reused noise buffer. Keyed weakly by the
+#: policy object, so a copy or an unpickled policy builds its own on its own tensors.
+_CACHE: weakref.WeakKeyDictionary[nn.Module, dict] = weakref.WeakKeyDictionary()
+
+
+def _normalizer_stats(policy: nn.Module) -> tuple[np.ndarray, np.ndarray, float, float] | None | bool:
+    """``(mean, var, eps, clip)`` of the policy's running normalizer; ``None`` without one; ``False``: not mirrored."""
+    if not policy.normalize_obs:
+        return None
+    norm = policy._modules["normalizer"]
+    if not is_class(norm, "rl_lightning.nets.normalizer.RunningNormalizer"):
+        return False
+    if norm._forward_hooks or norm._forward_pre_hooks:
+        return False
+    mean, var = norm.mean, norm.var
+    if not mean.is_cpu or mean.dtype != torch.float32 or var.dtype != torch.float32:
+        return False
+    return mean.numpy(), var.numpy(), norm.eps, norm.clip
+
+
+def _actor_out(policy: nn.Module, obs: torch.Tensor) -> np.ndarray | None:
+    """``policy.actor(policy.features(obs))`` computed in numpy, or ``None`` where only torch's forward applies."""
+    if type(obs) is not torch.Tensor or not obs.is_cpu or obs.dtype != torch.float32 or obs.requires_grad:
+        return None
+    actor = policy._modules["actor"]
+    cache = _CACHE.get(policy)
+    if cache is None:
+        cache = _CACHE[policy] = {"mlp": None, "noise": None}
+    numpy_actor = cache["mlp"]
+    if numpy_actor is None or numpy_actor.net is not actor:  # new, or the actor was replaced
+        numpy_actor = cache["mlp"] = NumpyMLP(actor)
+    if obs.dim() != 2 or obs.shape[1] != policy.obs_dim:
+        obs = obs.reshape(obs.shape[0], policy.obs_dim)  # raises on a wrong size, as features() does
+    x = obs.numpy()
+    stats = _normalizer_stats(policy)
+    if stats is False:
+        return None
+    if stats is not None:
+        mean, var, eps, clip = stats
+        # RunningNormalizer.forward's formula, in float32 as there.
+        x = (x - mean) / np.sqrt(var + np.float32(eps))
+        np.clip(x, -clip, clip, out=x)
+    return numpy_actor(x)
+
+
+def _exponential_noise(policy: nn.Module, shape: tuple[int, ...]) -> np.ndarray:
+    """What ``torch.empty(shape).exponential_()`` draws, in a buffer reused across env steps.
+
+    A new tensor per step costs about as much as the draw. The buffer is made outside
+    inference mode, so calls under ``inference_mode`` and under ``no_grad`` can both fill it.
+    """
+    cache = _CACHE[policy]
+    buffer = cache["noise"]
+    if buffer is None or buffer.shape != shape:
+        with torch.inference_mode(False):
+            buffer = cache["noise"] = torch.empty(shape, dtype=torch.float32)
+    return buffer.exponential_().numpy()
+
+
+def explore(policy: nn.Module, obs: torch.Tensor) -> torch.Tensor | None:
+    """``policy.explore(obs)`` for an :class:`~rl_lightning.nets.ActorCritic`, its actor run in numpy; or ``None``.
+
+    The same function, and the same draws from torch's generator, as the torch path
+    (Gumbel-max on one ``exponential_`` draw for discrete actions; ``policy.sample`` on the
+    actor's output for continuous ones). ``None`` (take torch's forward): the switch is off,
+    gradients are on, the observations are not CPU float32, or the actor or normalizer is
+    not one :class:`NumpyMLP` mirrors.
+    """
+    if torch.is_grad_enabled() or not on_for("torch") or not is_class(policy, ACTOR_CRITIC):
+        return None
+    out = _actor_out(policy, obs)
+    if out is None:
+        return None
+    if not policy.discrete:
+        return policy.sample(torch.from_numpy(out))
+    noise = _exponential_noise(policy, out.shape)
+    out -= np.log(noise, out=noise)
+    return torch.from_numpy(out.argmax(-1))

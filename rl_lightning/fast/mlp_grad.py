@@ -2,32 +2,26 @@
 
 :func:`mlp_forward` and :func:`mlp_backward` run ``Linear, act, ..., Linear`` (ReLU or tanh)
 and its gradient as plain tensor ops, for code that differentiates a whole loss by hand
-(PPO's, ``rl_lightning/algos/ppo_loss.py``); :func:`relu_mlp` wraps them in one
+(PPO's, ``fast/ppo.py``); :func:`relu_mlp` wraps them in one
 ``autograd.Function`` for SAC's critics.
 
 Why for SAC: its update (256x256 networks, batch 256) is bound by its matrix products, and on
-these CPUs two things around them cost more than autograd's generic rules expect:
+CPUs two things around them cost more than autograd's generic rules expect:
 
 - **Narrow products.** A product whose result has a few columns and many rows runs several
-  times slower than the same product taken transposed (MKL, one thread; Pendulum's sizes):
-  the critics' last-layer weight gradient as ``h^T g`` (``256 x 1`` per critic) 214 us,
-  as ``g^T h`` (``1 x 256``) 30 us; their first-layer input gradient (``256 x 4``) 188
-  against 41 us. Autograd takes the orientation its formulas are written in; here each
-  product is taken in the fast one (:func:`_matmul`).
-- **New activation buffers.** ``relu`` and its backward on a ``2 x 256 x 256`` activation
-  take about 20 us each in a tight loop, but in a profiled update 418 and 330 us per call,
-  each writing a new buffer. Here ReLU works in place on the output of the product just
-  computed (17 us per call in the same profile), and its backward in place on the gradient
-  the product just wrote (``threshold_backward`` into its own input, 21 us in a tight loop;
-  ``masked_fill_``, the obvious spelling, 575 us).
+  times slower than the same product taken transposed (MKL, one thread; Pendulum's sizes:
+  the critics' last-layer weight gradient, their first-layer input gradient). Autograd
+  takes the orientation its formulas are written in; here each product is taken in the
+  fast one (:func:`_matmul`).
+- **New activation buffers.** ``relu`` and its backward each write a new buffer. Here ReLU
+  works in place on the output of the product just computed, and its backward in place on
+  the gradient the product just wrote (``threshold_backward`` into its own input).
 
-Together, one SAC update (loss, backward, Adam, Polyak) takes 15.1 against 17.4 ms with the
-critics through ``relu_mlp`` rather than per-layer ``baddbmm``/``relu`` and autograd's
-backward (1.15x, ``python -m benchmarks.sac_loss --repeats 7``, a busy hour; 1.08x as the
-median of 10 alternating pairs in another run). The values are the same products in the
-same precision; ``tests/nets/test_mlp_grad.py`` checks outputs and every gradient against
-autograd's. The actor's layers stay ``nn.Linear``: through this function its update was no
-faster (0.99x over 14 pairs), its products being half the critics' and its ReLUs a quarter.
+The values are the same products in the same precision; ``tests/fast/test_mlp_grad.py``
+checks outputs and every gradient against autograd's, and ``docs/fast_path.md`` has the
+figures (``python -m benchmarks.sac_loss``). The actor's layers stay ``nn.Linear``: through
+this function its update was no faster, its products being half the critics' and its
+ReLUs a quarter.
 
 Without gradients (the target critics) the forward is the same ops with ReLU in place, and
 no ``autograd.Function`` is involved.
@@ -41,6 +35,8 @@ import torch
 from torch import nn
 from torch.autograd.function import once_differentiable
 from torch.nn.modules import module as _module
+
+from rl_lightning.fast.switch import on_for
 
 #: Results with fewer columns than this (and at least as many rows) are computed transposed.
 NARROW = 16
@@ -243,3 +239,25 @@ def min_over_nets(x: torch.Tensor, weights: Sequence[torch.Tensor], biases: Sequ
         return _MinOverNets.apply(x, *params)
     with torch.no_grad():
         return mlp_forward(x, params)[0].squeeze(-1).min(0).values
+
+
+def ensemble_forward(layers: Sequence[nn.Module], x: torch.Tensor, detach_params: bool) -> torch.Tensor | None:
+    """Stacked ReLU critics (``QEnsemble``'s layers, each with ``weight`` and ``bias``) through :func:`relu_mlp`.
+
+    Returns:
+        The output ``[n, B, out]``, or ``None`` (the switch is off, or a hook watches a layer:
+        call the layers).
+    """
+    if not on_for("torch") or has_call_hooks(layers):
+        return None
+    weights, biases = [layer.weight for layer in layers], [layer.bias for layer in layers]
+    if detach_params:
+        weights, biases = [w.detach() for w in weights], [b.detach() for b in biases]
+    return relu_mlp(x, weights, biases)
+
+
+def ensemble_min(layers: Sequence[nn.Module], x: torch.Tensor) -> torch.Tensor | None:
+    """:func:`min_over_nets` of stacked ReLU critics, or ``None`` (as in :func:`ensemble_forward`)."""
+    if not on_for("torch") or has_call_hooks(layers):
+        return None
+    return min_over_nets(x, [layer.weight for layer in layers], [layer.bias for layer in layers])

@@ -9,7 +9,7 @@ import pytest
 import torch
 from torch import nn
 
-from rl_lightning.nets.mlp_grad import has_call_hooks, min_over_nets, mlp_backward, mlp_forward, relu_mlp
+from rl_lightning.fast.mlp_grad import has_call_hooks, min_over_nets, mlp_backward, mlp_forward, relu_mlp
 from rl_lightning.nets.sac import QEnsemble
 
 

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from gymnasium.vector import AutoresetMode, SyncVectorEnv
 
-from rl_lightning.envs.sync_vector import SameStepSyncVectorEnv
+from rl_lightning.fast.vector_env import SameStepSyncVectorEnv
 
 
 class InfoEnv(gym.Env):

@@ -1,17 +1,17 @@
 """``SameStepSyncVectorEnv``: gymnasium's ``SyncVectorEnv`` in ``SAME_STEP`` autoreset mode, with a leaner ``step``.
 
-Every rollout, replay and evaluation step of a ``"sync"`` :class:`~rl_lightning.envs.EnvGroup`
-goes through this ``step``. For array spaces (``Box`` observations; ``Box``, ``Discrete``,
-``MultiDiscrete`` or ``MultiBinary`` actions) it returns what gymnasium's returns, the same
+With the fast path on, every rollout, replay and evaluation step of a ``"sync"``
+:class:`~rl_lightning.envs.EnvGroup` goes through this ``step`` (:func:`sync_vector_env`).
+For array spaces (``Box`` observations; ``Box``, ``Discrete``, ``MultiDiscrete`` or
+``MultiBinary`` actions) it returns what gymnasium's returns, the same
 arrays and the same info dict, and refuses the observations gymnasium refuses (wrong shape,
-unsafe cast; ``tests/envs/test_sync_vector.py`` compares both step by step), but indexes the
+unsafe cast; ``tests/fast/test_vector_env.py`` compares both step by step), but indexes the
 action rows and writes each observation straight into the batch instead of going through
 the space-generic ``iterate``/``concatenate`` dispatch, skips merging empty infos and copies
-the observation batch without ``deepcopy``: 4 CartPole-v1 envs step in 33 against 44 us per
-vector step through gymnasium's ``step`` (random actions; 37-39 against 54-55 us at a busier
-moment of the shared machine). With it a whole :class:`~rl_lightning.envs.EnvGroup` steps at
-0.87-0.95x the rate of a bare gymnasium ``SyncVectorEnv``, against 0.70x before (``python -m
-benchmarks.run --suites ceiling``). Other spaces take gymnasium's ``step`` unchanged.
+the observation batch without ``deepcopy`` (``docs/fast_path.md`` has the figures). It
+writes gymnasium's private step state (``_env_obs``, ``_autoreset_envs``), so it runs only
+under the gymnasium versions of :data:`~rl_lightning.fast.switch.WRITTEN_AGAINST`. Other
+spaces take gymnasium's ``step`` unchanged.
 """
 
 from __future__ import annotations
@@ -23,6 +23,8 @@ import gymnasium as gym
 import numpy as np
 from gymnasium.spaces import Box, Discrete, MultiBinary, MultiDiscrete
 from gymnasium.vector import AutoresetMode, SyncVectorEnv
+
+from rl_lightning.fast.switch import enabled, on_for
 
 #: Single-env action spaces whose batch is a numpy array with one row per env.
 ARRAY_ACTION_SPACES = (Box, Discrete, MultiDiscrete, MultiBinary)
@@ -48,7 +50,7 @@ class SameStepSyncVectorEnv(SyncVectorEnv):
 
     def step(self, actions: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
         """Step every env once; an env whose episode ended is reset and its final values go into the info."""
-        if not (self._lean and isinstance(actions, np.ndarray)):
+        if not (self._lean and enabled() and isinstance(actions, np.ndarray)):
             return super().step(actions)
         if actions.shape[:1] != (self.num_envs,):
             raise ValueError(f"Expected actions for {self.num_envs} envs (leading axis), got shape {actions.shape}.")
@@ -95,3 +97,8 @@ class SameStepSyncVectorEnv(SyncVectorEnv):
                 f"{self.single_observation_space} has shape {row.shape}. Fix the env's step or reset."
             )
         np.copyto(row, obs, casting="same_kind")
+
+
+def sync_vector_env(env_fns: Sequence[Callable[[], gym.Env]]) -> SameStepSyncVectorEnv | None:
+    """A :class:`SameStepSyncVectorEnv` of ``env_fns``, or ``None`` with the fast path off (build gymnasium's own)."""
+    return SameStepSyncVectorEnv(env_fns) if on_for("gymnasium") else None

@@ -1,4 +1,4 @@
-"""Tests of the gradient helpers shared by the algorithms (rl_lightning/algos/base.py)."""
+"""Tests of the fast path's gradient helpers and Lightning-call shortcuts (rl_lightning/fast/grads.py, lightning.py)."""
 
 from __future__ import annotations
 
@@ -6,26 +6,28 @@ import lightning.pytorch as pl
 import pytest
 import torch
 
-from rl_lightning import PPO
-from rl_lightning.algos import base
-from rl_lightning.algos.base import (
-    _scale_to_norm,
-    _total_norm,
-    backward_runs_alone,
-    clear_grads,
-    optimizer_step_runs_alone,
-)
+from rl_lightning import PPO, fast
+from rl_lightning.algos.update import clear_grads, scale_to_norm, total_norm
+from rl_lightning.fast import lightning as fast_lightning
+from rl_lightning.fast.lightning import backward_runs_alone, optimizer_step_runs_alone
 from tests.helpers import quiet_trainer, tiny_rollout_data
 
 
-def test_clear_grads_empties_every_groups_gradients_and_nothing_else():
-    """Test that clear_grads sets the gradients of every parameter group to None and leaves other tensors' alone."""
+@pytest.mark.parametrize("on", [True, False])
+def test_clear_grads_empties_every_groups_gradients_and_nothing_else(on):
+    """Test that clear_grads (fast loop or zero_grad) sets every group's gradients to None and leaves others alone."""
     first, second = torch.nn.Parameter(torch.ones(2)), torch.nn.Parameter(torch.ones(2))
     other = torch.nn.Parameter(torch.ones(1))
     optimizer = torch.optim.Adam([{"params": [first]}, {"params": [second], "lr": 0.5}], lr=0.1)
     for p in (first, second, other):
         p.grad = torch.ones_like(p)
-    clear_grads(optimizer)
+    fast.set_enabled(on)
+    try:
+        assert fast.clear_grads(optimizer) is on
+        if not on:
+            clear_grads(optimizer)
+    finally:
+        fast.set_enabled(True)
     assert first.grad is None and second.grad is None and other.grad is not None
 
 
@@ -40,20 +42,27 @@ def test_total_norm_and_scaling_equal_torchs_clipping(dtypes):
 
     One dtype takes the foreach path, mixed dtypes torch's own functions.
     """
+    fast_path = len(set(dtypes)) == 1
     ours, reference = _grads(dtypes), _grads(dtypes)
-    norm = _total_norm(ours)
+    assert (fast.total_norm(ours) is not None) is fast_path
+    norm = total_norm(ours)
     torch.testing.assert_close(norm, torch.nn.utils.get_total_norm(reference))
     params = [torch.nn.Parameter(torch.zeros_like(t)) for t in reference]
     for param, grad in zip(params, reference, strict=True):
         param.grad = grad
-    _scale_to_norm(ours, 0.5, norm)
+    assert fast.scale_to_norm(ours, 0.5, norm) is fast_path
+    if not fast_path:
+        own = [torch.nn.Parameter(torch.zeros_like(t)) for t in ours]
+        for param, grad in zip(own, ours, strict=True):
+            param.grad = grad
+        scale_to_norm(own, 0.5, norm)
     torch.nn.utils.clip_grads_with_norm_(params, 0.5, norm)
     for a, b in zip(ours, reference, strict=True):
         torch.testing.assert_close(a, b)
-    assert float(_total_norm(ours)) == pytest.approx(0.5, rel=1e-2)
+    assert float(total_norm(ours)) == pytest.approx(0.5, rel=1e-2)
     small = _grads(dtypes)
     before = [t.clone() for t in small]
-    _scale_to_norm(small, 1e6, _total_norm(small))  # below the limit: unchanged
+    fast.scale_to_norm(small, 1e6, total_norm(small))  # below the limit: unchanged
     assert all(torch.equal(a, b) for a, b in zip(small, before, strict=True))
 
 
@@ -96,7 +105,7 @@ def _fit_ppo(monkeypatch, callbacks=()):
 
         setattr(trainer.strategy, name, spy)
     calls["direct"] = 0
-    real_direct = base.backward_without_engine
+    real_direct = fast_lightning.backward_without_engine
 
     def direct_spy(loss):
         done = real_direct(loss)
@@ -104,7 +113,7 @@ def _fit_ppo(monkeypatch, callbacks=()):
         return done
 
     with monkeypatch.context() as patch:
-        patch.setattr(base, "backward_without_engine", direct_spy)
+        patch.setattr(fast_lightning, "backward_without_engine", direct_spy)
         trainer.fit(model, tiny_rollout_data(seed=3))
     return model, trainer, calls
 

@@ -1,0 +1,199 @@
+"""Checkpoint compatibility: what a checkpoint stores about its algorithm and spaces, and the checks before loading.
+
+Every check runs before Lightning loads a tensor or the data module's counters, so a refused
+checkpoint leaves the run (and the file) as it was, and the message names the file, the
+culprit and the fix.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import os
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import gymnasium as gym
+import lightning.pytorch as pl
+import torch
+
+from rl_lightning.envs.spaces import space_from_dict, space_to_dict
+
+#: The checkpoint entry holding the algorithm's name, the data module's class and the spaces.
+CHECKPOINT_KEY = "rl_lightning"
+
+
+def checkpoint_entry(module: pl.LightningModule) -> dict[str, Any]:
+    """What :data:`CHECKPOINT_KEY` holds for ``module``: enough to rebuild its policy without envs."""
+    trainer = module._trainer
+    datamodule = getattr(trainer, "datamodule", None) if trainer else None
+    return {
+        "algorithm": type(module).__name__,
+        "datamodule": f"{type(datamodule).__module__}.{type(datamodule).__name__}" if datamodule else None,
+        "observation_space": space_to_dict(module.spaces[0]),
+        "action_space": space_to_dict(module.spaces[1]),
+    }
+
+
+def checked_spaces(module: pl.LightningModule, checkpoint: dict[str, Any]) -> tuple[gym.Space, gym.Space]:
+    """The spaces a checkpoint was trained on, after checking it was written by this library for ``module``'s class.
+
+    Raises:
+        ValueError: Naming the file and the fix when the checkpoint was not written by
+            rl_lightning, holds another algorithm, or was trained on other observation or
+            action spaces than the env ``module`` was built for.
+    """
+    name = type(module).__name__
+    where = _where(module)
+    meta = checkpoint.get(CHECKPOINT_KEY)
+    if meta is None:
+        raise ValueError(
+            f"{where} was not written by rl_lightning (it has no '{CHECKPOINT_KEY}' entry), so {name} cannot "
+            "rebuild its policy from it. Load it with the class that wrote it, or pass a checkpoint from an "
+            "rl_lightning run's checkpoints/ directory."
+        )
+    algorithm = meta["algorithm"]
+    if algorithm != name:
+        raise ValueError(
+            f"{where} holds a {algorithm} model, not a {name} one. Load it with {algorithm}.load_from_checkpoint "
+            f"(Hydra: algo={algorithm.lower()}; CLI: --model {algorithm}), or pass a {name} checkpoint."
+        )
+    spaces = (space_from_dict(meta["observation_space"]), space_from_dict(meta["action_space"]))
+    if module.spaces is not None and module.spaces != spaces:
+        raise ValueError(_spaces_mismatch(module, where, checkpoint, spaces))
+    return spaces
+
+
+def check_weights(module: pl.LightningModule, checkpoint: dict[str, Any]) -> None:
+    """Refuse a checkpoint whose ``state_dict`` does not fit ``module`` (naming the settings that differ).
+
+    Raises:
+        ValueError: Naming the file, the settings or tensor shapes that differ, and the fix.
+    """
+    problem = _weights_mismatch(module, checkpoint)
+    if problem is not None:
+        raise ValueError(f"{_where(module)} does not fit this {type(module).__name__}: {problem}")
+
+
+@contextlib.contextmanager
+def loading(path: str | None, strict: bool, overrides: Mapping[str, Any]) -> Iterator[None]:
+    """Tell the checks which file ``load_from_checkpoint`` reads, its strictness and the settings given to it.
+
+    ``on_load_checkpoint`` has no trainer there to ask for the file's name or the
+    strictness, and Lightning has written the settings given over the checkpoint's by then.
+    """
+    token = _LOADING.set({"path": path, "strict": strict, "overrides": dict(overrides)})
+    try:
+        yield
+    finally:
+        _LOADING.reset(token)
+
+
+def _where(module: pl.LightningModule) -> str:
+    path = _checkpoint_path(module)
+    return f"Checkpoint '{path}'" if path else "This checkpoint"
+
+
+#: The file and strictness of a ``load_from_checkpoint`` in progress (no trainer holds them there).
+_LOADING: contextvars.ContextVar[dict[str, Any] | None] = contextvars.ContextVar("rl_lightning_loading", default=None)
+
+
+def _checkpoint_path(module: pl.LightningModule) -> str | None:
+    """The file being loaded: the trainer's ``ckpt_path`` (fit/validate/test) or ``load_from_checkpoint``'s."""
+    trainer = module._trainer
+    path = trainer.ckpt_path if trainer is not None else (_LOADING.get() or {}).get("path")
+    return None if path is None else os.fspath(path)
+
+
+def _describe_space(space: gym.Space) -> str:
+    if isinstance(space, gym.spaces.Box):
+        return f"Box{tuple(space.shape)}"
+    if isinstance(space, gym.spaces.Discrete):
+        return f"Discrete({int(space.n)})"
+    return str(space)
+
+
+def _spaces_mismatch(module: pl.LightningModule, where: str, checkpoint: dict[str, Any], spaces: tuple) -> str:
+    """Explain a checkpoint trained on other spaces than the env this model was built for."""
+    saved_env = (checkpoint.get("datamodule_hyper_parameters") or {}).get("env")
+    datamodule = getattr(module._trainer, "datamodule", None) if module._trainer else None
+    env = getattr(datamodule, "hparams", {}).get("env") or "the data module's env"
+    saved = f"{_describe_space(spaces[0])} observations, {_describe_space(spaces[1])} actions"
+    own = f"{_describe_space(module.spaces[0])} observations, {_describe_space(module.spaces[1])} actions"
+    return (
+        f"{where} was trained on {saved_env or 'another env'} ({saved}), but this {type(module).__name__} was "
+        f"built for {env} ({own}). Give the data module the env the "
+        f"checkpoint was trained on{f' (env={saved_env!r})' if saved_env else ''}, or train from scratch without "
+        "the checkpoint."
+    )
+
+
+def _plain_value(value: Any) -> Any:
+    if isinstance(value, (list, tuple)):
+        return [_plain_value(v) for v in value]
+    if isinstance(value, Mapping):
+        return {k: _plain_value(v) for k, v in value.items()}
+    return value
+
+
+def _saved_hparams(checkpoint: dict[str, Any], loading: dict[str, Any]) -> dict[str, Any]:
+    """The checkpoint's own settings (``load_from_checkpoint`` has written the ones it was given over them)."""
+    hparams = dict(checkpoint.get("hyper_parameters") or {})
+    overrides, path = loading.get("overrides") or {}, loading.get("path")
+    if overrides and path:
+        try:  # only on the way to an error: mmap reads the settings without the tensors
+            original = torch.load(path, map_location="cpu", weights_only=True, mmap=True).get("hyper_parameters")
+        except Exception:  # noqa: BLE001 - then the settings given are compared as they are
+            original = None
+        for key in overrides:
+            if original and key in original:
+                hparams[key] = original[key]
+    return hparams
+
+
+def _weights_mismatch(module: pl.LightningModule, checkpoint: dict[str, Any]) -> str | None:
+    """Why the checkpoint's ``state_dict`` cannot load into ``module`` (``None`` if it can).
+
+    Compared before loading, so the user gets the settings that differ rather than PyTorch's
+    list of tensors. Tensors whose shapes differ always refuse the load; entries present on
+    one side only do when the settings differ too (otherwise a subclass may still rename
+    them, as SAC does for old checkpoints, or the load is not strict).
+    """
+    saved = checkpoint.get("state_dict") or {}
+    own = module.state_dict()
+    shapes = [
+        (key, tuple(saved[key].shape), tuple(value.shape))
+        for key, value in own.items()
+        if key in saved and hasattr(saved[key], "shape") and tuple(saved[key].shape) != tuple(value.shape)
+    ]
+    if not shapes and set(saved) == set(own):
+        return None
+    loading = _LOADING.get() or {}
+    saved_hparams = _saved_hparams(checkpoint, loading)
+    differ = [
+        (key, _plain_value(saved_hparams[key]), _plain_value(value))
+        for key, value in module.hparams.items()
+        if not key.startswith("_") and key in saved_hparams and _plain_value(saved_hparams[key]) != _plain_value(value)
+    ]
+    if not shapes and not (differ and module.strict_loading and loading.get("strict", True)):
+        return None
+    name = type(module).__name__
+    given = [key for key, _, _ in differ if key in (loading.get("overrides") or {})]
+    if given:
+        settings = "; ".join(f"{key}: checkpoint {old!r}, given {new!r}" for key, old, new in differ if key in given)
+        return (
+            f"it was trained with other settings than those given to {name}.load_from_checkpoint ({settings}). "
+            f"Drop {', '.join(f'{key}=...' for key in given)}: load_from_checkpoint takes the settings from the "
+            "checkpoint."
+        )
+    if differ:
+        settings = "; ".join(f"{key}: checkpoint {old!r}, this model {new!r}" for key, old, new in differ)
+        return (
+            f"it was trained with other settings ({settings}). Build the model with the checkpoint's settings, "
+            f"or load it with {name}.load_from_checkpoint(path), which takes them from the checkpoint."
+        )
+    tensors = "; ".join(f"{key}: checkpoint {old}, this model {new}" for key, old, new in shapes[:3])
+    return (
+        f"tensor shapes differ ({tensors}{'; ...' if len(shapes) > 3 else ''}). Build the model with the "
+        "networks the checkpoint was trained with (pass the same actor/critic modules)."
+    )

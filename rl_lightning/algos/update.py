@@ -1,0 +1,191 @@
+"""What every algorithm's gradient update shares: the optimizer, clearing, clipping and the non-finite guard.
+
+:class:`UpdateGuard` runs between backward and the optimizer step: it clips the gradients
+to ``max_grad_norm`` and refuses (``on_nonfinite="stop"``) or skips (``"skip"``) an update
+whose losses or gradients hold a NaN or inf.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+from torch import nn
+
+from rl_lightning import fast
+from rl_lightning.envs.checks import ON_NONFINITE
+from rl_lightning.faults import NumericalFault
+
+
+def adam(params, lr: float, eps: float = 1e-8) -> torch.optim.Adam:
+    """``torch.optim.Adam`` (the fast path's fused one where the parameters allow it: the same updates).
+
+    Args:
+        params: Tensors, or parameter-group dicts (``{"params": [...], "lr": ...}``).
+        lr: Learning rate (of groups that set none).
+        eps: Adam's epsilon.
+    """
+    params = list(params)
+    return fast.fused_adam(params, lr=lr, eps=eps) or torch.optim.Adam(params, lr=lr, eps=eps)
+
+
+def clear_grads(optimizer: torch.optim.Optimizer) -> None:
+    """Set the gradients of the optimizer's parameters to ``None``, as ``optimizer.zero_grad()`` does."""
+    if not fast.clear_grads(optimizer):
+        optimizer.zero_grad(set_to_none=True)
+
+
+def _named_loss_tensors(losses: Any) -> dict[str, torch.Tensor]:
+    """The scalar tensors of loss terms given as a mapping, a NamedTuple or a dataclass."""
+    if dataclasses.is_dataclass(losses):
+        items = vars(losses).items()
+    elif hasattr(losses, "_asdict"):
+        items = losses._asdict().items()
+    else:
+        items = (losses or {}).items()
+    return {k: v for k, v in items if isinstance(v, torch.Tensor) and v.numel() == 1}
+
+
+def _loss_tensors(losses: Any) -> list[torch.Tensor]:
+    """The losses to check on every update: the total ``loss`` when the terms have one (its parts
+    are in it), else every scalar term (SAC's three losses)."""
+    total = getattr(losses, "loss", None)
+    if isinstance(total, torch.Tensor):
+        return [total]
+    values = losses.values() if isinstance(losses, Mapping) else (losses or ())
+    return [v for v in values if isinstance(v, torch.Tensor) and v.numel() == 1]
+
+
+def total_norm(grads: list[torch.Tensor]) -> torch.Tensor:
+    """The L2 norm of all ``grads`` taken as one vector (``torch.nn.utils.get_total_norm``)."""
+    norm = fast.total_norm(grads)
+    return norm if norm is not None else torch.nn.utils.get_total_norm(grads)
+
+
+def scale_to_norm(params: list[torch.Tensor], max_norm: float, norm: torch.Tensor) -> None:
+    """Scale the gradients of ``params`` in place so their norm is at most ``max_norm`` (``clip_grads_with_norm_``)."""
+    if not fast.scale_to_norm([p.grad for p in params], max_norm, norm):
+        torch.nn.utils.clip_grads_with_norm_(params, max_norm, norm)
+
+
+class UpdateGuard:
+    """Clips gradients to ``max_grad_norm`` and stops or skips updates that are not finite.
+
+    Args:
+        max_grad_norm: Global gradient-norm clip (``None``: no clipping).
+        on_nonfinite: ``"stop"`` raises :class:`~rl_lightning.faults.NumericalFault`;
+            ``"skip"`` drops the update's gradients and counts it.
+    """
+
+    def __init__(self, max_grad_norm: float | None, on_nonfinite: str):
+        if on_nonfinite not in ON_NONFINITE:
+            raise ValueError(f"on_nonfinite must be one of {ON_NONFINITE}, got {on_nonfinite!r}.")
+        self.max_grad_norm = max_grad_norm
+        self.on_nonfinite = on_nonfinite
+        #: Updates skipped since :meth:`pop_skipped` was last called.
+        self.skipped = 0
+
+    def check(
+        self,
+        module: nn.Module,
+        optimizer: torch.optim.Optimizer,
+        losses: Any,
+        clip_per_group: bool = False,
+        clip: bool = True,
+    ) -> bool:
+        """Clip the gradients to ``max_grad_norm`` (if set) and tell whether the update may go ahead.
+
+        Called after backward, when DDP has already averaged the gradients: a NaN on any rank
+        is then a NaN on every rank, so every rank takes the same decision without another
+        collective. The norm is computed once for the check and for clipping, and clipping
+        waits for the check, so a report names the parameters that were non-finite rather
+        than every one a NaN norm would have scaled.
+
+        Args:
+            module: The algorithm (a ``LightningModule`` in a fit: its trainer, step counters
+                and parameter names go into the message).
+            optimizer: The optimizer about to step.
+            losses: The loss terms of this update (a mapping, NamedTuple or dataclass of
+                tensors), read only for the message and the single-process check.
+            clip_per_group: Clip each parameter group to the norm on its own (SAC's actor,
+                critics and temperature, as separate optimizers would).
+            clip: Clip to ``max_grad_norm``; ``False`` only checks (the Trainer clipped already).
+
+        Returns:
+            ``True`` when the optimizer should step.
+        """
+        max_norm = self.max_grad_norm if clip else None
+        if clip_per_group and max_norm is not None:
+            groups = [group["params"] for group in optimizer.param_groups]
+        else:  # one norm for the check (and for clipping all groups together)
+            groups = [[p for group in optimizer.param_groups for p in group["params"]]]
+        grouped = [
+            with_grad for with_grad in ([p for p in params if p.grad is not None] for params in groups) if with_grad
+        ]
+        if not grouped:
+            return True
+        norms = [total_norm([p.grad for p in params]) for params in grouped]
+        # One check (one device sync) of the sum of the norms and, in a single process, the
+        # losses (a NaN or inf in any addend makes the sum one): a NaN can sit in a loss without
+        # reaching the gradients. Under DDP only the averaged gradients are checked, the one
+        # thing every rank sees alike, so every rank decides the same.
+        total = norms[0] if len(norms) == 1 else torch.stack(norms).sum()
+        if module.trainer.world_size == 1:
+            for loss in _loss_tensors(losses):
+                total = total + loss.detach().reshape(())
+        if bool(total.isfinite()):
+            if max_norm is not None:
+                for params, norm in zip(grouped, norms, strict=True):
+                    scale_to_norm(params, max_norm, norm)
+            return True
+        if self.on_nonfinite == "stop":
+            raise NumericalFault(
+                f"{type(module).__name__}: non-finite {_nonfinite_report(module, optimizer, losses)} at gradient step "
+                f"{module.global_step} (env step {module.env_steps:,}, epoch {module.current_epoch}); the update was "
+                f"not applied. {_last_good_checkpoint(module)} Fix: check the env's observations and rewards "
+                "(env.obs_bound clips observations), lower the learning rate, clip gradients (algo.max_grad_norm), "
+                "or skip such updates with algo.on_nonfinite=skip."
+            )
+        clear_grads(optimizer)
+        self.skipped += 1
+        return False
+
+    def pop_skipped(self) -> dict[str, float]:
+        """``{"train/skipped_updates": n}`` since the last call, with ``on_nonfinite="skip"``; else nothing."""
+        if self.on_nonfinite != "skip":
+            return {}
+        skipped, self.skipped = self.skipped, 0
+        return {"train/skipped_updates": float(skipped)}
+
+
+def _nonfinite_report(module: nn.Module, optimizer: torch.optim.Optimizer, losses: Any) -> str:
+    """Which loss terms and parameters' gradients hold a NaN or inf (the failure path only)."""
+    terms = _named_loss_tensors(losses)
+    bad_losses = [
+        f"{name}={float(value.detach()):g}" for name, value in terms.items() if not torch.isfinite(value).all()
+    ]
+    names = {id(p): name for name, p in module.named_parameters()}
+    bad_params = [
+        names.get(id(p), "?")
+        for group in optimizer.param_groups
+        for p in group["params"]
+        if p.grad is not None and not torch.isfinite(p.grad).all()
+    ]
+    parts = []
+    if bad_losses:
+        parts.append(f"loss ({', '.join(bad_losses)})")
+    if bad_params:
+        shown = ", ".join(bad_params[:4]) + (f" and {len(bad_params) - 4} more" if len(bad_params) > 4 else "")
+        parts.append(f"gradients of {shown}")
+    return " and ".join(parts) or "gradient norm (overflow)"
+
+
+def _last_good_checkpoint(module: nn.Module) -> str:
+    callback = module.trainer.checkpoint_callback if module._trainer is not None else None
+    path = getattr(callback, "last_model_path", "") or ""
+    if path and os.path.isfile(path):
+        return f"The last good checkpoint is {path}."
+    return "No checkpoint was written before it (set algo.save_interval to keep some)."
