@@ -18,7 +18,7 @@ import warnings
 
 import torch
 
-from rl_lightning.envs.object_sets import ObjectSetWrapper, resolve_object_sets
+from rl_lightning.envs.object_sets import ObjectSetWrapper, resolve_obj_sets
 
 
 def main() -> None:
@@ -32,7 +32,7 @@ def main() -> None:
     from stable_baselines3 import DQN
     from stable_baselines3.common.callbacks import EvalCallback
 
-    obj_sets = resolve_object_sets("CartPole-v1", None)
+    obj_sets = resolve_obj_sets("CartPole-v1", None)
     model = DQN(
         "MlpPolicy",
         ObjectSetWrapper(obj_sets, "train"),

@@ -8,6 +8,7 @@ import subprocess
 import sys
 import zipfile
 
+import lightning.pytorch as pl
 import numpy as np
 import onnxruntime  # a dev dependency (ONNX Runtime runs the exported files as a deployment would)
 import pytest
@@ -35,6 +36,7 @@ def checkpoints(tmp_path_factory):
     """A checkpoint of each case after two short epochs of training (the normalizer has moved for PPO)."""
     paths = {}
     for name, (algo, data) in CASES.items():
+        pl.seed_everything(0, verbose=False)  # the same networks whichever tests ran before
         root = tmp_path_factory.mktemp(name)
         trainer = quiet_trainer(root, max_epochs=2)
         model = algo(hidden_sizes=[16, 16])

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import time
+import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -29,7 +30,8 @@ from rl_lightning.algos.update import UpdateGuard
 from rl_lightning.callbacks import BestCheckpoint, EnvStepBudget, Interruption, IntervalCheckpoint
 from rl_lightning.callbacks.checkpoint import check_checkpoint_file, install_atomic_checkpoint_io
 from rl_lightning.callbacks.interrupt import stop_if_requested
-from rl_lightning.data.rollout import to_env_action
+from rl_lightning.data.base import last_collection
+from rl_lightning.data.collection import to_env_action
 from rl_lightning.nets.actor_copy import ActorCopy
 
 CHECKPOINT_KEY = compat.CHECKPOINT_KEY
@@ -79,7 +81,7 @@ class RLModule(pl.LightningModule):
         self.guard = UpdateGuard(max_grad_norm, on_nonfinite)
         self.policy: nn.Module | None = None
         #: An acting copy of ``policy`` on another device or dtype (set by the ``ActorSync`` callback).
-        self.actor: ActorCopy | None = None
+        self.acting_copy: ActorCopy | None = None
         #: The observation and action spaces the policy was built for.
         self.spaces: tuple[gym.Space, gym.Space] | None = None
         #: Per applied update, its diagnostics stacked (logged as ``train/`` means once per epoch).
@@ -133,9 +135,15 @@ class RLModule(pl.LightningModule):
         self._ensure_policy(datamodule.observation_space, datamodule.action_space)
 
     @property
+    def actor(self) -> ActorCopy | None:
+        """Deprecated name of :attr:`acting_copy` (kept for one release; "actor" names the actor network)."""
+        warnings.warn("RLModule.actor is now RLModule.acting_copy.", DeprecationWarning, stacklevel=2)
+        return self.acting_copy
+
+    @property
     def acting_policy(self) -> nn.Module | ActorCopy:
         """What rollouts, replay collection and evaluation act with: the actor copy if any, else ``policy``."""
-        return self.policy if self.actor is None else self.actor
+        return self.policy if self.acting_copy is None else self.acting_copy
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         """Deterministic actions for raw observations ``[B, *obs_shape]``."""
@@ -282,7 +290,7 @@ class RLModule(pl.LightningModule):
         Args:
             rank_metrics: This rank's epoch scalars (e.g. PPO's ``train/`` means), averaged over ranks.
         """
-        rollout = getattr(self.trainer.datamodule, "last_rollout", None)
+        rollout = last_collection(self.trainer)
         rank_metrics = dict(rank_metrics or {})
         global_metrics = {}
         if rollout is not None:

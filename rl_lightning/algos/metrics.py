@@ -68,7 +68,7 @@ def rollout_metrics(
 
     Args:
         module: The algorithm (for the all-reduce and ``env_steps``).
-        rollout: The data module's ``last_rollout`` (a :class:`~rl_lightning.data.rollout.RolloutMetrics`).
+        rollout: The data module's ``last_collection`` (a :class:`~rl_lightning.data.collection.CollectionMetrics`).
         fit_start: ``(perf_counter, env_steps)`` at fit start, for ``time/sps``.
         now: ``time.perf_counter()`` now.
 

@@ -18,7 +18,7 @@ from torch import nn
 
 from rl_lightning.algos.base import RLModule
 from rl_lightning.algos.checks import check_hidden_sizes, check_non_negative, check_positive
-from rl_lightning.algos.ppo_loss import minibatch_loss
+from rl_lightning.algos.ppo_loss import LOSS_COEFS, minibatch_loss
 from rl_lightning.algos.update import adam, clear_grads
 from rl_lightning.data import RolloutDataModule
 from rl_lightning.faults import interrupt_request
@@ -92,15 +92,8 @@ class PPO(RLModule):
     def build_policy(self, observation_space: gym.Space, action_space: gym.Space) -> ActorCritic:
         """An :class:`ActorCritic` for these spaces (with the user's networks, if given)."""
         hp = self.hparams
-        return ActorCritic(
-            observation_space,
-            action_space,
-            hidden_sizes=tuple(hp.hidden_sizes),
-            actor=self._actor,
-            critic=self._critic,
-            normalize_obs=hp.normalize_obs,
-            init_log_std=hp.init_log_std,
-        )
+        return ActorCritic(observation_space, action_space, tuple(hp.hidden_sizes), self._actor, self._critic,
+                           normalize_obs=hp.normalize_obs, init_log_std=hp.init_log_std)  # fmt: skip
 
     def configure_optimizers(self) -> torch.optim.Optimizer:
         return adam(self.policy.parameters(), lr=self.hparams.lr, eps=1e-5)
@@ -118,20 +111,12 @@ class PPO(RLModule):
         ``rl_lightning/data/rollout.py``). ``manual_backward`` keeps DDP's gradient all-reduce
         on every step; ``global_step`` counts every optimizer step.
         """
-        hp = self.hparams
-        optimizer = self.optimizers()
+        hp, optimizer = self.hparams, self.optimizers()
         # Plain tensors: indexing six tensors costs less than indexing the TensorDict.
         rollout = {key: batch["rollout"][key] for key in ROLLOUT_KEYS}
+        coefs = {name: hp[name] for name in LOSS_COEFS}  # clip_coef, ent_coef, vf_coef, norm_adv, clip_vloss
         for index in batch["minibatches"]:
-            terms = minibatch_loss(
-                self.policy,
-                {key: value[index] for key, value in rollout.items()},
-                clip_coef=hp.clip_coef,
-                ent_coef=hp.ent_coef,
-                vf_coef=hp.vf_coef,
-                norm_adv=hp.norm_adv,
-                clip_vloss=hp.clip_vloss,
-            )
+            terms = minibatch_loss(self.policy, {key: value[index] for key, value in rollout.items()}, **coefs)
             clear_grads(optimizer)
             self.manual_backward(terms.loss)
             # Clips to max_grad_norm and refuses (or, by option, skips) a NaN or inf update.

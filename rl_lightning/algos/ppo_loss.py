@@ -17,6 +17,9 @@ import torch
 
 from rl_lightning import fast
 
+#: The loss's coefficients, as :func:`ppo_loss` and :class:`~rl_lightning.algos.PPO` name them.
+LOSS_COEFS = ("clip_coef", "ent_coef", "vf_coef", "norm_adv", "clip_vloss")
+
 
 @dataclasses.dataclass
 class PPOLossTerms:

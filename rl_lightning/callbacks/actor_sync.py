@@ -42,9 +42,9 @@ class ActorSync(pl.Callback):
         if policy is None or (actor is not None and actor.learner is policy):
             return
         device = pl_module.device if self.device is None else self.device
-        pl_module.actor = ActorCopy(policy, device, self.dtype, self.sync_interval, self.verify)
+        pl_module.acting_copy = ActorCopy(policy, device, self.dtype, self.sync_interval, self.verify)
         if self.verify:
-            pl_module.actor.verify()
+            pl_module.acting_copy.verify()
 
     def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._attach(pl_module)
@@ -59,10 +59,10 @@ class ActorSync(pl.Callback):
         # Evaluation measures the learner as it is now, whatever the interval, and also after
         # weights were loaded behind the copy's back (trainer.test(ckpt_path=...)): always sync.
         self._attach(pl_module)
-        pl_module.actor.sync()
+        pl_module.acting_copy.sync()
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
-        pl_module.actor.mark_stale()
+        pl_module.acting_copy.mark_stale()
 
     def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
-        pl_module.actor = None
+        pl_module.acting_copy = None

@@ -10,6 +10,8 @@ import lightning.pytorch as pl
 from lightning.pytorch.callbacks.progress import ProgressBar
 from tqdm.auto import tqdm
 
+from rl_lightning.data.base import last_collection
+
 
 class EnvStepProgressBar(ProgressBar):
     """Shows env steps out of the budget, env-steps/s and the latest returns.
@@ -64,7 +66,7 @@ class EnvStepProgressBar(ProgressBar):
         """What the bar shows after its counter: ``sps``, ``return`` and the latest evaluations."""
         steps = int(getattr(pl_module, "env_steps", 0))
         elapsed = max(time.perf_counter() - self._start[0], 1e-9)
-        rollout = getattr(trainer.datamodule, "last_rollout", None) if trainer.datamodule else None
+        rollout = last_collection(trainer)
         if rollout is not None and len(rollout.episodes):
             self._episode_return = float(sum(rollout.episodes.returns) / len(rollout.episodes))
         shown = {"sps": f"{(steps - self._start[1]) / elapsed:,.0f}", "return": f"{self._episode_return:.1f}"}

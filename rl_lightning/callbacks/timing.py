@@ -7,7 +7,9 @@ import time
 import lightning.pytorch as pl
 from lightning.pytorch.utilities import rank_zero_info
 
-# Phase -> (metric suffix, row label). Rollout phases come from ``RolloutMetrics``; the
+from rl_lightning.data.base import last_collection
+
+# Phase -> (metric suffix, row label). Rollout phases come from ``CollectionMetrics``; the
 # optimization and evaluation phases are timed here around Lightning's own loops.
 PHASES = {
     "env": "env stepping",
@@ -30,8 +32,8 @@ class PhaseTimer(pl.Callback):
     (bringing the acting policy up to date before a rollout), plus ``time/epoch_seconds``.
     At the end of ``fit`` it prints each phase's total and share of the wall time.
 
-    The rollout phases are read from the data module's ``last_rollout``
-    (:class:`~rl_lightning.data.rollout.RolloutMetrics`); with another data module only
+    The rollout phases are read from the data module's ``last_collection``
+    (:class:`~rl_lightning.data.collection.CollectionMetrics`); with another data module only
     the optimization and evaluation phases are filled.
 
     Args:
@@ -69,7 +71,7 @@ class PhaseTimer(pl.Callback):
 
     def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         # Validation of this epoch has already run: Lightning calls it before this hook.
-        rollout = getattr(trainer.datamodule, "last_rollout", None) if trainer.datamodule else None
+        rollout = last_collection(trainer)
         if rollout is not None:
             for phase in ("env", "inference", "advantage", "sync"):
                 self._epoch[phase] = getattr(rollout, f"{phase}_seconds")

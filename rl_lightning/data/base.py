@@ -19,9 +19,9 @@ import torch.distributed as dist
 from lightning.pytorch.trainer.states import TrainerFn
 from torch.utils.data import DataLoader
 
+from rl_lightning.data.collection import CollectionMetrics, DataCounters
 from rl_lightning.data.evaluation import EvaluationDataset
-from rl_lightning.data.rollout import RolloutCounters
-from rl_lightning.envs import EnvGroup, check_env_id, resolve_object_sets
+from rl_lightning.envs import EnvGroup, check_env_id, resolve_obj_sets
 from rl_lightning.envs.checks import ON_NONFINITE, check_value_options
 from rl_lightning.envs.env_group import VECTORIZATION
 from rl_lightning.envs.restart import check_max_env_restarts
@@ -132,7 +132,7 @@ class EnvDataModule(pl.LightningDataModule):
             raise ValueError(f"vectorization must be one of {VECTORIZATION}, got {vectorization!r}.")
         if isinstance(eval_obj_sets, str):
             eval_obj_sets = [eval_obj_sets]
-        self.obj_sets = resolve_object_sets(env, obj_sets)
+        self.obj_sets = resolve_obj_sets(env, obj_sets)
         for name in [train_obj_set, *eval_obj_sets]:
             if name not in self.obj_sets:
                 raise ValueError(
@@ -144,11 +144,13 @@ class EnvDataModule(pl.LightningDataModule):
         self.hparams["eval_obj_sets"] = list(eval_obj_sets)
         # Stored as plain dicts so checkpoints load with weights_only=True.
         self.hparams["obj_sets"] = {k: [dataclasses.asdict(v) for v in vs] for k, vs in self.obj_sets.items()}
-        self.counters = RolloutCounters()
+        self.counters = DataCounters()
         self.rank, self.world_size = 0, 1
         self._gloo_group = None
         self.train_envs: EnvGroup | None = None
         self.eval_envs: dict[str, EnvGroup] = {}
+        #: The training stream (built by the subclass's ``train_dataloader``).
+        self._train_dataset = None
 
     # ---------------------------------------------------------------- environments
     def _env_group(self, obj_set: str, num_envs: int, seed: int, max_episode_steps: int | None) -> EnvGroup:
@@ -225,6 +227,21 @@ class EnvDataModule(pl.LightningDataModule):
     def env_steps(self) -> int:
         """Environment steps taken so far, summed over ranks."""
         return self.counters.env_steps
+
+    @property
+    def last_collection(self) -> CollectionMetrics | None:
+        """Metrics of the most recent epoch's collection (``None`` before the first)."""
+        return None if self._train_dataset is None else self._train_dataset.last_collection
+
+    @property
+    def last_rollout(self) -> CollectionMetrics | None:
+        """Deprecated name of :attr:`last_collection` (kept for one release)."""
+        warnings.warn(
+            "EnvDataModule.last_rollout is now last_collection; the old name goes in the next release.",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return self.last_collection
 
     # ---------------------------------------------------------------- dataloaders
     def _policy(self):
@@ -356,3 +373,9 @@ class EnvDataModule(pl.LightningDataModule):
             if envs is not None:
                 envs.close()
         self.train_envs, self.eval_envs = None, {}
+
+
+def last_collection(trainer: pl.Trainer | None) -> CollectionMetrics | None:
+    """The trainer's data module's :attr:`EnvDataModule.last_collection` (``None`` with another data module)."""
+    datamodule = trainer.datamodule if trainer is not None else None
+    return datamodule.last_collection if isinstance(datamodule, EnvDataModule) else None

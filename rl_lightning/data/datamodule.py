@@ -110,11 +110,6 @@ class RolloutDataModule(EnvDataModule):
         """Environment steps one epoch takes, summed over ranks."""
         return self.hparams.rollout_steps * self.hparams.num_envs * self.world_size
 
-    @property
-    def last_rollout(self):
-        """Metrics of the most recent rollout (``None`` before the first)."""
-        return None if self._train_dataset is None else self._train_dataset.last_metrics
-
     def train_dataloader(self) -> DataLoader:
         """The rollout stream: one rollout and its minibatches per epoch."""
         hp = self.hparams

@@ -18,8 +18,8 @@ import numpy as np
 import torch
 from torch.utils.data import IterableDataset
 
+from rl_lightning.data.collection import to_env_action
 from rl_lightning.data.protocol import RolloutPolicy
-from rl_lightning.data.rollout import to_env_action
 from rl_lightning.envs import EnvGroup, EpisodeStats
 from rl_lightning.faults import interrupt_request
 from rl_lightning.video import VideoWriter

@@ -24,8 +24,8 @@ from tensordict import TensorDict
 from torch.utils.data import IterableDataset
 
 from rl_lightning import fast
+from rl_lightning.data.collection import CollectionMetrics, DataCounters, to_env_action
 from rl_lightning.data.protocol import ExplorationPolicy
-from rl_lightning.data.rollout import RolloutCounters, RolloutMetrics, to_env_action
 from rl_lightning.envs import EnvGroup
 from rl_lightning.faults import interrupt_request
 
@@ -147,7 +147,7 @@ class ReplayDataset(IterableDataset):
         steps_per_epoch: int,
         learning_starts: int,
         utd_ratio: float,
-        counters: RolloutCounters,
+        counters: DataCounters,
         reset_seed: int,
         world_size: int = 1,
         action_seed: int = 0,
@@ -167,7 +167,7 @@ class ReplayDataset(IterableDataset):
         self.gradient_credit = Fraction(0)
         #: Vector steps taken in the current epoch (saved: a resumed run finishes an epoch cut short).
         self.epoch_steps = 0
-        self.last_metrics: RolloutMetrics | None = None
+        self.last_collection: CollectionMetrics | None = None
         self._env_seconds = self._inference_seconds = self._sync_seconds = 0.0
 
     def set_policy(self, policy: ExplorationPolicy) -> None:
@@ -194,7 +194,7 @@ class ReplayDataset(IterableDataset):
                     yield sample_batch(self.buffer)
         taken, self.epoch_steps = self.epoch_steps - first, 0
         self.counters.iterations += 1
-        self.last_metrics = RolloutMetrics(
+        self.last_collection = CollectionMetrics(
             episodes=self.envs.pop_stats(),
             explained_variance=float("nan"),
             env_steps=taken * self.envs.num_envs * self.world_size,

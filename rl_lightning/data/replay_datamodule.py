@@ -134,11 +134,6 @@ class ReplayDataModule(EnvDataModule):
         """Environment steps one epoch takes, summed over ranks."""
         return self.hparams.steps_per_epoch * self.world_size
 
-    @property
-    def last_rollout(self):
-        """Metrics of the most recent epoch's collection (``None`` before the first)."""
-        return None if self._train_dataset is None else self._train_dataset.last_metrics
-
     def train_dataloader(self) -> DataLoader:
         """The replay stream: ``steps_per_epoch`` env steps and their gradient-step batches per epoch."""
         hp = self.hparams

@@ -10,18 +10,17 @@ instead of one per minibatch saves Lightning's per-batch machinery (``docs/algos
 
 from __future__ import annotations
 
-import dataclasses
 import time
 
-import gymnasium as gym
 import numpy as np
 import torch
 from tensordict import TensorDict
 from torch.utils.data import IterableDataset
 from torchrl.objectives.value.functional import generalized_advantage_estimate, vec_generalized_advantage_estimate
 
+from rl_lightning.data.collection import CollectionMetrics, DataCounters, to_env_action
 from rl_lightning.data.protocol import RolloutPolicy
-from rl_lightning.envs import EnvGroup, EpisodeStats
+from rl_lightning.envs import EnvGroup
 from rl_lightning.faults import interrupt_request
 
 #: Rows per batched forward pass when a rollout's log-probabilities and values are computed.
@@ -84,47 +83,6 @@ def explained_variance(value: torch.Tensor, returns: torch.Tensor) -> float:
     return float("nan") if var == 0 else float(1 - (returns - value).var() / var)
 
 
-def to_env_action(action: torch.Tensor, action_space: gym.Space) -> np.ndarray:
-    """Convert policy actions to what ``env.step`` takes; Box actions are clipped to bounds."""
-    action = action.cpu().numpy()
-    if isinstance(action_space, gym.spaces.Box):
-        return np.clip(action, action_space.low, action_space.high)
-    return action
-
-
-@dataclasses.dataclass
-class RolloutCounters:
-    """Progress counters of the training data stream, saved in checkpoints.
-
-    Attributes:
-        env_steps: Environment steps taken so far, summed over all ranks.
-        iterations: Rollouts collected so far.
-    """
-
-    env_steps: int = 0
-    iterations: int = 0
-
-
-@dataclasses.dataclass
-class RolloutMetrics:
-    """What one rollout reports to the module for logging.
-
-    The ``*_seconds`` fields split ``rollout_seconds`` into its phases (what is left is
-    buffer bookkeeping): stepping the envs, policy inference (actions, values and the
-    bootstrap values of truncated episodes), advantage computation, and bringing the acting
-    policy up to date (the observation-normalizer update with its cross-rank all-reduce).
-    """
-
-    episodes: EpisodeStats
-    explained_variance: float
-    env_steps: int
-    rollout_seconds: float
-    env_seconds: float = 0.0
-    inference_seconds: float = 0.0
-    advantage_seconds: float = 0.0
-    sync_seconds: float = 0.0
-
-
 class RolloutDataset(IterableDataset):
     """Rollout-backed dataset: each ``iter()`` collects a rollout and yields its minibatches.
 
@@ -151,7 +109,7 @@ class RolloutDataset(IterableDataset):
         num_minibatches: int,
         gamma: float,
         gae_lambda: float,
-        counters: RolloutCounters,
+        counters: DataCounters,
         generator: torch.Generator,
         reset_seed: int,
         world_size: int = 1,
@@ -169,7 +127,7 @@ class RolloutDataset(IterableDataset):
         self.reset_seed = reset_seed
         self.world_size = world_size
         self.pending_obs: torch.Tensor | None = None
-        self.last_metrics: RolloutMetrics | None = None
+        self.last_collection: CollectionMetrics | None = None
 
     def set_policy(self, policy: RolloutPolicy) -> None:
         """Act with ``policy`` from now on (a data module reused by another fit hands over the current one)."""
@@ -285,7 +243,7 @@ class RolloutDataset(IterableDataset):
         steps = T * N * self.world_size
         self.counters.env_steps += steps
         self.counters.iterations += 1
-        self.last_metrics = RolloutMetrics(
+        self.last_collection = CollectionMetrics(
             episodes=envs.pop_stats(),
             explained_variance=explained_variance(value.flatten(), returns.flatten()),
             env_steps=steps,

@@ -25,7 +25,7 @@ import gymnasium as gym
 import numpy as np
 
 from rl_lightning.envs.checks import ON_NONFINITE, ValueChecks, check_value_options, nonfinite_message
-from rl_lightning.envs.object_sets import ObjectSets, ObjectSetWrapper, Variation, resolve_object_sets
+from rl_lightning.envs.object_sets import ObjectSetWrapper, ObjSets, Variation, resolve_obj_sets
 from rl_lightning.envs.restart import ASYNC_CONTEXT, RebuildingVectorEnv, RestartingEnv, check_max_env_restarts
 from rl_lightning.faults import NumericalFault
 
@@ -64,7 +64,7 @@ def _check_max_episode_steps(max_episode_steps: Any) -> None:
 def make_env(
     env_id: str,
     obj_set: str = "train",
-    obj_sets: Mapping[str, Sequence[Variation | Mapping[str, Any]]] | ObjectSets | None = None,
+    obj_sets: Mapping[str, Sequence[Variation | Mapping[str, Any]]] | ObjSets | None = None,
     max_episode_steps: int | None = None,
     render_mode: str | None = None,
 ) -> ObjectSetWrapper:
@@ -81,7 +81,7 @@ def make_env(
     """
     check_env_id(env_id)
     _check_max_episode_steps(max_episode_steps)
-    sets = resolve_object_sets(env_id, obj_sets)
+    sets = resolve_obj_sets(env_id, obj_sets)
     if obj_set not in sets:
         raise ValueError(
             f"Unknown object set '{obj_set}' for {env_id}; available: {sorted(sets)}. "
@@ -181,7 +181,7 @@ class EnvGroup:
         env_id: str,
         num_envs: int = 1,
         obj_set: str = "train",
-        obj_sets: Mapping[str, Sequence[Variation | Mapping[str, Any]]] | ObjectSets | None = None,
+        obj_sets: Mapping[str, Sequence[Variation | Mapping[str, Any]]] | ObjSets | None = None,
         max_episode_steps: int | None = None,
         vectorization: str = "sync",
         seed: int = 0,
@@ -201,7 +201,7 @@ class EnvGroup:
         check_value_options(obs_bound, obs_bound_mode, on_nonfinite)
         self.env_id = env_id
         self.num_envs = num_envs
-        self.obj_sets = resolve_object_sets(env_id, obj_sets)
+        self.obj_sets = resolve_obj_sets(env_id, obj_sets)
         if obj_set not in self.obj_sets:
             raise ValueError(
                 f"Unknown object set '{obj_set}' for {env_id}; available: {sorted(self.obj_sets)}. "

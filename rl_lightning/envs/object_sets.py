@@ -78,13 +78,13 @@ class Variation:
         )
 
 
-ObjectSets = dict[str, list[Variation]]
+ObjSets = dict[str, list[Variation]]
 
 # Shipped train / held-out test sets. Train sets vary the physics mildly around the default;
 # test sets go beyond that range, so the test return measures out-of-distribution behaviour.
 TRAIN_SEEDS, TEST_SEEDS = (0, 100_000), (100_000, 200_000)  # held-out sets use unseen seeds too
 _CHEETAH_BODIES = ("torso", "bthigh", "bshin", "bfoot", "fthigh", "fshin", "ffoot")
-SHIPPED_OBJECT_SETS: dict[str, dict[str, list[dict[str, Any]]]] = {
+SHIPPED_OBJ_SETS: dict[str, dict[str, list[dict[str, Any]]]] = {
     "CartPole-v1": {
         "train": [
             {"name": "default", "attrs": {"length": 0.5, "masspole": 0.1}, "seeds": TRAIN_SEEDS},
@@ -163,9 +163,7 @@ SHIPPED_OBJECT_SETS: dict[str, dict[str, list[dict[str, Any]]]] = {
 }
 
 
-def resolve_object_sets(
-    env_id: str, obj_sets: Mapping[str, Sequence[Variation | Mapping[str, Any]]] | None
-) -> ObjectSets:
+def resolve_obj_sets(env_id: str, obj_sets: Mapping[str, Sequence[Variation | Mapping[str, Any]]] | None) -> ObjSets:
     """Return the object sets for ``env_id``: the given ones, the shipped ones, or itself.
 
     Args:
@@ -176,8 +174,8 @@ def resolve_object_sets(
         A mapping from set name to a non-empty list of variations.
     """
     if obj_sets is None:
-        if env_id in SHIPPED_OBJECT_SETS:
-            obj_sets = SHIPPED_OBJECT_SETS[env_id]
+        if env_id in SHIPPED_OBJ_SETS:
+            obj_sets = SHIPPED_OBJ_SETS[env_id]
         else:
             warnings.warn(
                 f"No object sets are shipped for '{env_id}': train = test = the env itself, so no "
@@ -189,7 +187,7 @@ def resolve_object_sets(
             obj_sets = {"train": [{}], "test": [{}]}
     if not isinstance(obj_sets, Mapping) or not obj_sets:
         raise ValueError(f"obj_sets must be a non-empty mapping of set name -> variations, got {obj_sets!r}.")
-    resolved: ObjectSets = {}
+    resolved: ObjSets = {}
     for name, variations in obj_sets.items():
         if isinstance(variations, (str, bytes, Mapping)) or not isinstance(variations, Sequence) or not variations:
             raise ValueError(f"Object set '{name}' must be a non-empty list of variations, got {variations!r}.")
@@ -244,7 +242,7 @@ class ObjectSetWrapper(gym.Wrapper):
 
     def __init__(
         self,
-        obj_sets: ObjectSets,
+        obj_sets: ObjSets,
         obj_set: str,
         max_episode_steps: int | None = None,
         render_mode: str | None = None,

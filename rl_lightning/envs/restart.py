@@ -90,14 +90,14 @@ class RestartingEnv(gym.Wrapper):
 
     Args:
         factory: Builds the env (the same callable the vector env would call).
-        max_restarts: Consecutive recreations allowed; one more raises :class:`EnvFault`.
+        max_env_restarts: Consecutive recreations allowed; one more raises :class:`EnvFault`.
         label: Names the env in messages, e.g. ``"env 2 of CartPole-v1 (object set 'train')"``.
     """
 
-    def __init__(self, factory: Callable[[], gym.Env], max_restarts: int, label: str):
-        check_max_env_restarts(max_restarts)
+    def __init__(self, factory: Callable[[], gym.Env], max_env_restarts: int, label: str):
+        check_max_env_restarts(max_env_restarts)
         self.factory = factory
-        self.max_restarts = max_restarts
+        self.max_env_restarts = max_env_restarts
         self.label = label
         #: Recreations since the last finished episode, and in total.
         self.consecutive_restarts = 0
@@ -113,16 +113,16 @@ class RestartingEnv(gym.Wrapper):
         """Close the broken env and build a fresh one, or raise :class:`EnvFault` past the limit."""
         self.consecutive_restarts += 1
         error = f"{type(err).__name__}: {err}"
-        if self.consecutive_restarts > self.max_restarts:
+        if self.consecutive_restarts > self.max_env_restarts:
             raise EnvFault(
-                restart_message(f"{self.label} ({where})", self.consecutive_restarts, self.max_restarts, error)
+                restart_message(f"{self.label} ({where})", self.consecutive_restarts, self.max_env_restarts, error)
             ) from err
         logger.warning(
             "%s raised in %s; recreating it (%d of at most %d in a row).",
             self.label,
             where,
             self.consecutive_restarts,
-            self.max_restarts,
+            self.max_env_restarts,
             exc_info=err,
         )
         try:
@@ -206,7 +206,7 @@ class RebuildingVectorEnv:
     Args:
         env_fns: One factory per env.
         vectorization: ``"sync"`` or ``"async"`` (only async workers can die on their own).
-        max_restarts: Rebuilds allowed in a row without :meth:`episode_finished` in between;
+        max_env_restarts: Rebuilds allowed in a row without :meth:`episode_finished` in between;
             one more raises :class:`EnvFault`.
         label: Names the workers in messages.
 
@@ -215,10 +215,10 @@ class RebuildingVectorEnv:
         rebuilds: Rebuilds so far (seeds the rebuilt envs, see :meth:`rebuild_seeds`).
     """
 
-    def __init__(self, env_fns: Sequence[Callable[[], gym.Env]], vectorization: str, max_restarts: int, label: str):
+    def __init__(self, env_fns: Sequence[Callable[[], gym.Env]], vectorization: str, max_env_restarts: int, label: str):
         self.env_fns = list(env_fns)
         self.is_async = vectorization == "async"
-        self.max_restarts = max_restarts
+        self.max_env_restarts = max_env_restarts
         self.label = label
         self.rebuilds = 0
         self._losses = 0  # rebuilds since an episode last finished
@@ -234,10 +234,14 @@ class RebuildingVectorEnv:
         self._losses += 1
         terminate_workers(self.envs)
         error = f"a worker process died ({type(err).__name__}: {str(err) or 'connection closed'})"
-        if self._losses > self.max_restarts:
-            raise EnvFault(restart_message(self.label, self._losses, self.max_restarts, error)) from err
+        if self._losses > self.max_env_restarts:
+            raise EnvFault(restart_message(self.label, self._losses, self.max_env_restarts, error)) from err
         logger.warning(
-            "%s: %s; rebuilding them (%d of at most %d in a row).", self.label, error, self._losses, self.max_restarts
+            "%s: %s; rebuilding them (%d of at most %d in a row).",
+            self.label,
+            error,
+            self._losses,
+            self.max_env_restarts,
         )
         self.rebuilds += 1
         self.envs = self._make()

@@ -23,7 +23,7 @@ import torch
 
 from rl_lightning.algos import load_with_data_settings
 from rl_lightning.data.evaluation import Episode, play_episode
-from rl_lightning.envs import make_env, resolve_object_sets
+from rl_lightning.envs import make_env, resolve_obj_sets
 from rl_lightning.video import VideoWriter
 
 
@@ -76,7 +76,7 @@ def main(args: Sequence[str] | None = None) -> list[Episode]:
         )
     algorithm = type(model).__name__
     obj_set = ns.obj_set or data.get("train_obj_set", "train")
-    sets = resolve_object_sets(data["env"], data.get("obj_sets"))
+    sets = resolve_obj_sets(data["env"], data.get("obj_sets"))
     if obj_set not in sets:
         fail(f"--obj-set {obj_set}: {data['env']} has no such object set in this run; available: {sorted(sets)}.")
     # The run's obs_bound in clip mode clipped what its policy saw: play shows it the same.

@@ -48,7 +48,7 @@ class _ActSpy(pl.Callback):
         self.pending_at_eval: list[int] = []
 
     def on_validation_batch_start(self, trainer, pl_module, batch, batch_idx, dataloader_idx=0):
-        self.pending_at_eval.append(pl_module.actor.pending_updates)
+        self.pending_at_eval.append(pl_module.acting_copy.pending_updates)
 
 
 def test_ppo_rollouts_act_with_a_copy_equal_to_the_learner_after_every_sync(monkeypatch):
@@ -65,7 +65,7 @@ def test_ppo_rollouts_act_with_a_copy_equal_to_the_learner_after_every_sync(monk
     assert len(acts) >= 3 * 16  # every rollout step acted through the copy
     assert spy.pending_at_eval and not any(spy.pending_at_eval)
     assert timer.totals["sync"] > 0  # the syncs are timed as the rollout's sync phase
-    assert model.actor is None  # detached when fit ends
+    assert model.acting_copy is None  # detached when fit ends
 
 
 def test_ppo_with_an_actor_copy_learns_exactly_as_without():
@@ -154,7 +154,7 @@ def test_testing_a_checkpoint_evaluates_its_weights_not_the_stale_copy(tmp_path)
                 all(
                     torch.equal(a, b)
                     for a, b in zip(
-                        pl_module.actor.module.state_dict().values(),
+                        pl_module.acting_copy.module.state_dict().values(),
                         pl_module.policy.state_dict().values(),
                         strict=True,
                     )
@@ -176,7 +176,7 @@ def test_a_data_module_reused_by_a_second_fit_acts_with_the_new_copy():
         def on_train_epoch_start(self, trainer, pl_module):
             dataset = trainer.datamodule._train_dataset
             if dataset is not None:
-                seen.append(dataset.policy is pl_module.actor)
+                seen.append(dataset.policy is pl_module.acting_copy)
 
     pl.seed_everything(0)
     model = DQN(hidden_sizes=[16, 16], total_timesteps=1000)

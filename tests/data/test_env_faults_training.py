@@ -140,13 +140,13 @@ def test_hydra_env_group_sets_the_fault_options(tmp_path):
 
 def test_replay_does_not_store_the_transitions_of_cut_episodes():
     """Test that a step whose episode a restart cut short (stand-in reward and next obs) never enters the buffer."""
+    from rl_lightning.data import DataCounters
     from rl_lightning.data.replay import ReplayDataset, make_replay_buffer
-    from rl_lightning.data.rollout import RolloutCounters
 
     # FaultyEnv: obs = steps taken in the episode, reward 1; env 0 and 1 raise at step 3 of every second episode.
     envs = EnvGroup(FAULTY_ID, 2, obj_sets=faulty_sets(fault="step", at=3, fail_every=2))
     buffer = make_replay_buffer(1000, 8, "memory", None, False, 0.6, 0.4)
-    dataset = ReplayDataset(envs, ObsValuePolicy(), buffer, 40, 10**6, 1.0, RolloutCounters(), reset_seed=0)
+    dataset = ReplayDataset(envs, ObsValuePolicy(), buffer, 40, 10**6, 1.0, DataCounters(), reset_seed=0)
     try:
         for _ in range(20):
             dataset.step()

@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 from rl_lightning.algos import RLModule
-from rl_lightning.data import ReplayDataModule, ReplayDataset, RolloutCounters, make_replay_buffer
+from rl_lightning.data import DataCounters, ReplayDataModule, ReplayDataset, make_replay_buffer
 from rl_lightning.envs import EnvGroup
 from tests.conftest import SCRIPTED_ID, SCRIPTED_SETS
 
@@ -40,7 +40,7 @@ def _dataset(num_envs=2, steps_per_epoch=10, learning_starts=4, utd_ratio=1.0, b
     buffer = make_replay_buffer(100, batch_size)
     policy = ConstantExplorer()
     dataset = ReplayDataset(
-        envs, policy, buffer, steps_per_epoch, learning_starts, utd_ratio, RolloutCounters(), reset_seed=0
+        envs, policy, buffer, steps_per_epoch, learning_starts, utd_ratio, DataCounters(), reset_seed=0
     )
     return dataset, policy
 
@@ -175,7 +175,7 @@ def test_memmap_storage_holds_transitions_on_disk(tmp_path):
     """Test that storage='memmap' writes the transitions as memory-mapped files under scratch_dir."""
     envs = EnvGroup(SCRIPTED_ID, 1, obj_sets=SCRIPTED_SETS)
     buffer = make_replay_buffer(10, 2, storage="memmap", scratch_dir=str(tmp_path))
-    dataset = ReplayDataset(envs, ConstantExplorer(), buffer, 4, 100, 1.0, RolloutCounters(), reset_seed=0)
+    dataset = ReplayDataset(envs, ConstantExplorer(), buffer, 4, 100, 1.0, DataCounters(), reset_seed=0)
     list(dataset)
     assert len(buffer) == 4 and buffer.storage[:4]["obs"][:, 0].tolist() == [0, 1, 2, 3]
     assert any(tmp_path.rglob("*.memmap"))

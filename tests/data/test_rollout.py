@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from rl_lightning.data import RolloutCounters, RolloutDataset, compute_gae, explained_variance
+from rl_lightning.data import DataCounters, RolloutDataset, compute_gae, explained_variance
 from rl_lightning.envs import EnvGroup
 from tests.conftest import SCRIPTED_ID, SCRIPTED_SETS, ObsValuePolicy
 
@@ -66,7 +66,7 @@ def _dataset(rollout_steps=6, num_envs=2, update_epochs=3, num_minibatches=4, ma
         num_minibatches,
         gamma=gamma,
         gae_lambda=1.0,
-        counters=RolloutCounters(),
+        counters=DataCounters(),
         generator=torch.Generator().manual_seed(0),
         reset_seed=0,
     )

@@ -68,7 +68,7 @@ class Probe(pl.Callback):
 
     def on_train_epoch_end(self, trainer, pl_module):
         data = trainer.datamodule
-        rollout = data.last_rollout
+        rollout = data.last_collection
         returns = [float(r) for r in rollout.episodes.returns]
         # Callbacks' epoch-end hooks run before the module's, which logs this epoch's value:
         # this is the previous epoch's reduced metric.

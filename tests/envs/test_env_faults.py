@@ -9,7 +9,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
-from rl_lightning.envs import EnvGroup, ObjectSetWrapper, RestartingEnv, resolve_object_sets
+from rl_lightning.envs import EnvGroup, ObjectSetWrapper, RestartingEnv, resolve_obj_sets
 from rl_lightning.envs.restart import derive_seed
 from rl_lightning.faults import EnvFault, NumericalFault
 from tests.envs.faulty_env import EPISODE_LEN, FAULTY_ID, FaultyEnv, faulty_sets
@@ -84,7 +84,7 @@ def test_finished_episode_resets_the_restart_count():
         built.append(FaultyEnv("step" if fail_every else "none", at=2, fail_every=fail_every))
         return built[-1]
 
-    env = RestartingEnv(factory, max_restarts=1, label="env 0")
+    env = RestartingEnv(factory, max_env_restarts=1, label="env 0")
     env.reset(seed=0)
     cuts = 0
     for _ in range(4 * EPISODE_LEN):
@@ -111,7 +111,7 @@ def test_restarting_env_seeds_fresh_env_deterministically():
             seeds.append(seed)
             return super().reset(seed=seed, options=options)
 
-    env = RestartingEnv(lambda: Recorder("step", at=1), max_restarts=5, label="env 0")
+    env = RestartingEnv(lambda: Recorder("step", at=1), max_env_restarts=5, label="env 0")
     env.reset(seed=11)
     env.step(0)  # fails: the env is recreated
     env.reset()  # what the vector env's autoreset does
@@ -121,8 +121,8 @@ def test_restarting_env_seeds_fresh_env_deterministically():
 def test_fresh_env_keeps_the_object_set_chosen_by_reset_options(tmp_path):
     """Test that an env recreated after reset(options={'obj_set': 'test'}) still draws from the test set."""
     fault = {"fault": "step", "at": 1, "once_file": str(tmp_path / "once")}
-    sets = resolve_object_sets(FAULTY_ID, {"train": [{"name": "a"}], "test": [{"name": "b", "make_kwargs": fault}]})
-    env = RestartingEnv(lambda: ObjectSetWrapper(sets, "train"), max_restarts=3, label="env 0")
+    sets = resolve_obj_sets(FAULTY_ID, {"train": [{"name": "a"}], "test": [{"name": "b", "make_kwargs": fault}]})
+    env = RestartingEnv(lambda: ObjectSetWrapper(sets, "train"), max_env_restarts=3, label="env 0")
     env.reset(seed=0, options={"obj_set": "test"})
     assert env.step(0)[4]["env_restart"] == 1  # the test variation fails (once): a fresh env built for "train"
     _, info = env.reset()  # the vector env's autoreset passes no options
@@ -131,7 +131,7 @@ def test_fresh_env_keeps_the_object_set_chosen_by_reset_options(tmp_path):
 
 def test_step_before_reset_is_not_taken_for_a_fault():
     """Test that stepping before any reset raises the env's own error instead of recreating the env."""
-    env = RestartingEnv(lambda: gym.make(FAULTY_ID), max_restarts=3, label="env 0")
+    env = RestartingEnv(lambda: gym.make(FAULTY_ID), max_env_restarts=3, label="env 0")
     with pytest.raises(gym.error.ResetNeeded):
         env.step(0)
     assert env.total_restarts == 0

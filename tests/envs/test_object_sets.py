@@ -3,11 +3,11 @@
 import numpy as np
 import pytest
 
-from rl_lightning.envs import SHIPPED_OBJECT_SETS, EnvGroup, ObjectSetWrapper, Variation, resolve_object_sets
+from rl_lightning.envs import SHIPPED_OBJ_SETS, EnvGroup, ObjectSetWrapper, Variation, resolve_obj_sets
 
 
 def _cartpole(attrs):
-    sets = resolve_object_sets("CartPole-v1", {"only": [{"attrs": attrs}]})
+    sets = resolve_obj_sets("CartPole-v1", {"only": [{"attrs": attrs}]})
     env = ObjectSetWrapper(sets, "only")
     env.reset(seed=0)
     return env
@@ -35,7 +35,7 @@ def test_cartpole_variation_changes_dynamics():
 
 def test_mujoco_mass_scale_applied_and_restored():
     """Test that body_mass_scale scales one body's mass and other variations restore it."""
-    sets = resolve_object_sets(
+    sets = resolve_obj_sets(
         "InvertedPendulum-v5",
         {"s": [{"attrs": {"body_mass_scale": {"pole": 2.0}}}, {"name": "default"}]},
     )
@@ -55,7 +55,7 @@ def test_mujoco_mass_scale_changes_dynamics():
     """Test that a heavier pole changes InvertedPendulum's next state."""
     nexts = []
     for scale in (0.5, 2.0):
-        sets = resolve_object_sets("InvertedPendulum-v5", {"s": [{"attrs": {"body_mass_scale": {"pole": scale}}}]})
+        sets = resolve_obj_sets("InvertedPendulum-v5", {"s": [{"attrs": {"body_mass_scale": {"pole": scale}}}]})
         env = ObjectSetWrapper(sets, "s")
         env.reset(seed=0)
         u = env.unwrapped
@@ -66,7 +66,7 @@ def test_mujoco_mass_scale_changes_dynamics():
 
 def test_reset_option_switches_object_set():
     """Test that reset(options={'obj_set': ...}) draws from that set and persists."""
-    sets = resolve_object_sets("CartPole-v1", None)
+    sets = resolve_obj_sets("CartPole-v1", None)
     env = ObjectSetWrapper(sets, "train")
     env.reset(seed=0)
     test_names = {v.name for v in sets["test"]}
@@ -79,7 +79,7 @@ def test_reset_option_switches_object_set():
 
 def test_seed_range_is_respected():
     """Test that episode seeds are drawn from the variation's seed range, reproducibly."""
-    sets = resolve_object_sets("CartPole-v1", {"s": [{"seeds": [7, 8]}]})
+    sets = resolve_obj_sets("CartPole-v1", {"s": [{"seeds": [7, 8]}]})
     env = ObjectSetWrapper(sets, "s")
     first = env.reset(seed=0)[0]
     again = env.reset()[0]
@@ -88,7 +88,7 @@ def test_seed_range_is_respected():
 
 def test_shipped_sets_cover_train_and_test():
     """Test that every shipped env has distinct non-empty train and test sets."""
-    for env_id, sets in SHIPPED_OBJECT_SETS.items():
+    for env_id, sets in SHIPPED_OBJ_SETS.items():
         assert sets["train"] and sets["test"], env_id
         assert {v["name"] for v in sets["train"]}.isdisjoint({v["name"] for v in sets["test"]})
 
@@ -96,7 +96,7 @@ def test_shipped_sets_cover_train_and_test():
 def test_unregistered_sets_warn_and_fall_back():
     """Test that an env without shipped sets gets train = test = itself with a warning."""
     with pytest.warns(UserWarning, match="no out-of-distribution"):
-        sets = resolve_object_sets("Acrobot-v1", None)
+        sets = resolve_obj_sets("Acrobot-v1", None)
     assert sets["train"] == sets["test"] == [Variation(env_id="Acrobot-v1")]
 
 
@@ -112,7 +112,7 @@ def test_unregistered_sets_warn_and_fall_back():
 def test_bad_object_sets_rejected(obj_sets, match):
     """Test that malformed object sets raise errors that name the problem."""
     with pytest.raises((ValueError, TypeError), match=match):
-        resolve_object_sets("CartPole-v1", obj_sets)
+        resolve_obj_sets("CartPole-v1", obj_sets)
 
 
 def test_unknown_attribute_rejected():
@@ -123,7 +123,7 @@ def test_unknown_attribute_rejected():
 
 def test_dotted_path_overrides_mujoco_arrays_in_place():
     """Test that a dotted-path attribute writes a MuJoCo model field and is restored by other variations."""
-    sets = resolve_object_sets(
+    sets = resolve_obj_sets(
         "InvertedPendulum-v5",
         {"s": [{"name": "g", "attrs": {"model.opt.gravity": [0.0, 0.0, -20.0]}}, {"name": "default"}]},
     )
@@ -138,7 +138,7 @@ def test_dotted_path_overrides_mujoco_arrays_in_place():
 
 
 def _one_step(env_id, variation, set_state, action):
-    sets = resolve_object_sets(env_id, {"s": [variation]})
+    sets = resolve_obj_sets(env_id, {"s": [variation]})
     env = ObjectSetWrapper(sets, "s")
     env.reset(seed=0)
     set_state(env.unwrapped)
@@ -152,8 +152,8 @@ def test_pendulum_test_variations_change_dynamics(name):
     def start(u):
         u.state = np.array([0.5, 0.0])
 
-    (variation,) = [v for v in SHIPPED_OBJECT_SETS["Pendulum-v1"]["test"] if v["name"] == name]
-    default = SHIPPED_OBJECT_SETS["Pendulum-v1"]["train"][0]
+    (variation,) = [v for v in SHIPPED_OBJ_SETS["Pendulum-v1"]["test"] if v["name"] == name]
+    default = SHIPPED_OBJ_SETS["Pendulum-v1"]["train"][0]
     action = np.array([1.0], dtype=np.float32)
     assert not np.allclose(
         _one_step("Pendulum-v1", variation, start, action), _one_step("Pendulum-v1", default, start, action)
@@ -165,7 +165,7 @@ def test_half_cheetah_test_variations_change_dynamics(name):
     """Test that each shipped HalfCheetah test variation changes where 20 identical steps lead."""
 
     def rollout(variation):
-        sets = resolve_object_sets("HalfCheetah-v5", {"s": [variation]})
+        sets = resolve_obj_sets("HalfCheetah-v5", {"s": [variation]})
         env = ObjectSetWrapper(sets, "s")
         env.reset(seed=0)
         u = env.unwrapped
@@ -174,5 +174,5 @@ def test_half_cheetah_test_variations_change_dynamics(name):
             obs = env.step(np.full(6, 0.8, dtype=np.float32))[0]
         return obs
 
-    (variation,) = [v for v in SHIPPED_OBJECT_SETS["HalfCheetah-v5"]["test"] if v["name"] == name]
-    assert not np.allclose(rollout(variation), rollout(SHIPPED_OBJECT_SETS["HalfCheetah-v5"]["train"][0]), atol=1e-4)
+    (variation,) = [v for v in SHIPPED_OBJ_SETS["HalfCheetah-v5"]["test"] if v["name"] == name]
+    assert not np.allclose(rollout(variation), rollout(SHIPPED_OBJ_SETS["HalfCheetah-v5"]["train"][0]), atol=1e-4)

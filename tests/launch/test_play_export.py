@@ -15,7 +15,7 @@ import pytest
 
 from rl_lightning import DQN, PPO
 from rl_lightning.algos import load_checkpoint
-from rl_lightning.envs import SHIPPED_OBJECT_SETS
+from rl_lightning.envs import SHIPPED_OBJ_SETS
 from rl_lightning.launch import export as export_cli
 from rl_lightning.launch import play
 from rl_lightning.video import count_frames
@@ -23,7 +23,7 @@ from tests.helpers import quiet_trainer, tiny_replay_data, tiny_rollout_data
 from tests.test_export import score_margin
 
 RL_LIGHTNING = os.path.join(os.path.dirname(sys.executable), "rl-lightning")
-TEST_VARIATIONS = {v["name"] for v in SHIPPED_OBJECT_SETS["CartPole-v1"]["test"]}
+TEST_VARIATIONS = {v["name"] for v in SHIPPED_OBJ_SETS["CartPole-v1"]["test"]}
 ROW = re.compile(r"^\s+(\d+)\s+(\S+)\s+([-\d.]+)\s+(\d+)\s+(yes|no|-)$")
 
 
