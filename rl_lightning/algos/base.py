@@ -117,7 +117,7 @@ class RLModule(pl.LightningModule):
         self.loops_started = False
         if self._trainer is not None:
             install_atomic_checkpoint_io(self.trainer)
-        datamodule = getattr(self.trainer, "datamodule", None)
+        datamodule = self.trainer.datamodule
         if datamodule is None or not hasattr(datamodule, "observation_space"):
             if self.policy is None:
                 raise RuntimeError(

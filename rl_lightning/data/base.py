@@ -21,6 +21,7 @@ from torch.utils.data import DataLoader
 
 from rl_lightning.data.collection import CollectionMetrics, DataCounters
 from rl_lightning.data.evaluation import EvaluationDataset
+from rl_lightning.data.protocol import FaultPolicy
 from rl_lightning.envs import EnvGroup, check_env_id, resolve_obj_sets
 from rl_lightning.envs.checks import ON_NONFINITE, check_value_options
 from rl_lightning.envs.env_group import VECTORIZATION
@@ -173,7 +174,7 @@ class EnvDataModule(pl.LightningDataModule):
     def _on_nonfinite(self) -> str:
         """The algorithm's ``on_nonfinite`` (``"stop"`` without a trainer or where it has none)."""
         module = self.trainer.lightning_module if self.trainer is not None else None
-        value = getattr(module, "on_nonfinite", "stop") if module is not None else "stop"
+        value = module.on_nonfinite if isinstance(module, FaultPolicy) else "stop"
         if value not in ON_NONFINITE:
             raise ValueError(f"on_nonfinite must be one of {ON_NONFINITE}, got {value!r} (Hydra: algo.on_nonfinite).")
         return value

@@ -52,3 +52,13 @@ class ExplorationPolicy(Protocol):
 
     def parameters(self):
         """The policy's parameters (their device is where observations are sent)."""
+
+
+@runtime_checkable
+class FaultPolicy(Protocol):
+    """What the data streams read from the algorithm that trains on them: its answer to a NaN or inf.
+
+    ``on_nonfinite`` is ``"stop"`` or ``"skip"`` (:class:`~rl_lightning.algos.RLModule` has it).
+    """
+
+    on_nonfinite: str
