@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import time
-import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -32,6 +31,7 @@ from rl_lightning.callbacks.checkpoint import check_checkpoint_file, install_ato
 from rl_lightning.callbacks.interrupt import stop_if_requested
 from rl_lightning.data.base import last_collection
 from rl_lightning.data.collection import to_env_action
+from rl_lightning.deprecation import warn_renamed
 from rl_lightning.nets.actor_copy import ActorCopy
 
 CHECKPOINT_KEY = compat.CHECKPOINT_KEY
@@ -137,7 +137,7 @@ class RLModule(pl.LightningModule):
     @property
     def actor(self) -> ActorCopy | None:
         """Deprecated name of :attr:`acting_copy` (kept for one release; "actor" names the actor network)."""
-        warnings.warn("RLModule.actor is now RLModule.acting_copy.", DeprecationWarning, stacklevel=2)
+        warn_renamed("RLModule.actor", "RLModule.acting_copy")
         return self.acting_copy
 
     @property

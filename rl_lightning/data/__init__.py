@@ -1,7 +1,5 @@
 """Data: rollout-backed datasets and evaluation. Reaches the policy only through ``RolloutPolicy``."""
 
-import warnings
-
 from rl_lightning.data.base import EnvDataModule, eval_prefix
 from rl_lightning.data.collection import CollectionMetrics, DataCounters, to_env_action
 from rl_lightning.data.datamodule import RolloutDataModule
@@ -10,6 +8,7 @@ from rl_lightning.data.protocol import ExplorationPolicy, RolloutPolicy
 from rl_lightning.data.replay import ReplayDataset, make_replay_buffer
 from rl_lightning.data.replay_datamodule import ReplayDataModule
 from rl_lightning.data.rollout import RolloutDataset, compute_gae, explained_variance
+from rl_lightning.deprecation import renamed_attributes
 
 __all__ = [
     "CollectionMetrics",
@@ -32,16 +31,5 @@ __all__ = [
 ]
 
 #: Names of earlier releases, kept for one release (docs/glossary.md lists the renames).
-_DEPRECATED = {"RolloutCounters": "DataCounters", "RolloutMetrics": "CollectionMetrics"}
-
-
-def __getattr__(name: str):
-    if name in _DEPRECATED:
-        new = _DEPRECATED[name]
-        warnings.warn(
-            f"rl_lightning.data.{name} is now rl_lightning.data.{new}; the old name goes in the next release.",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        return globals()[new]
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+_RENAMED = {"RolloutCounters": "DataCounters", "RolloutMetrics": "CollectionMetrics"}
+__getattr__ = renamed_attributes(__name__, _RENAMED, globals())

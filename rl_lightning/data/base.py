@@ -22,6 +22,7 @@ from torch.utils.data import DataLoader
 from rl_lightning.data.collection import CollectionMetrics, DataCounters
 from rl_lightning.data.evaluation import EvaluationDataset
 from rl_lightning.data.protocol import FaultPolicy
+from rl_lightning.deprecation import warn_renamed
 from rl_lightning.envs import EnvGroup, check_env_id, resolve_obj_sets
 from rl_lightning.envs.checks import ON_NONFINITE, check_value_options
 from rl_lightning.envs.env_group import VECTORIZATION
@@ -237,11 +238,7 @@ class EnvDataModule(pl.LightningDataModule):
     @property
     def last_rollout(self) -> CollectionMetrics | None:
         """Deprecated name of :attr:`last_collection` (kept for one release)."""
-        warnings.warn(
-            "EnvDataModule.last_rollout is now last_collection; the old name goes in the next release.",
-            DeprecationWarning,
-            stacklevel=2,
-        )
+        warn_renamed("EnvDataModule.last_rollout", "last_collection")
         return self.last_collection
 
     # ---------------------------------------------------------------- dataloaders
