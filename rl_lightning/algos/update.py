@@ -29,7 +29,8 @@ def adam(params, lr: float, eps: float = 1e-8) -> torch.optim.Adam:
         eps: Adam's epsilon.
     """
     params = list(params)
-    return fast.fused_adam(params, lr=lr, eps=eps) or torch.optim.Adam(params, lr=lr, eps=eps)
+    fused = fast.fused_adam(params, lr=lr, eps=eps)
+    return fused if fused is not None else torch.optim.Adam(params, lr=lr, eps=eps)
 
 
 def clear_grads(optimizer: torch.optim.Optimizer) -> None:

@@ -227,7 +227,8 @@ class RebuildingVectorEnv:
     def _make(self) -> gym.vector.VectorEnv:
         if self.is_async:
             return AsyncVectorEnv(self.env_fns, autoreset_mode=AutoresetMode.SAME_STEP, context=ASYNC_CONTEXT)
-        return fast.sync_vector_env(self.env_fns) or SyncVectorEnv(self.env_fns, autoreset_mode=AutoresetMode.SAME_STEP)
+        envs = fast.sync_vector_env(self.env_fns)  # None with the fast path off: gymnasium's own
+        return envs if envs is not None else SyncVectorEnv(self.env_fns, autoreset_mode=AutoresetMode.SAME_STEP)
 
     def _rebuild(self, err: BaseException) -> None:
         """Replace a vector env whose worker died, or raise :class:`EnvFault` past the limit."""
