@@ -49,9 +49,7 @@ def _trainer(callbacks, max_epochs):
 
 
 def _ppo_data():
-    return RolloutDataModule(
-        env="CartPole-v1", num_envs=8, rollout_steps=64, num_minibatches=4, update_epochs=4, eval_episodes=4
-    )
+    return RolloutDataModule(env="CartPole-v1", num_envs=8, rollout_steps=64, eval_episodes=4)
 
 
 class _Probe(pl.Callback):

@@ -42,14 +42,18 @@ def worker(devices: int, epochs: int, num_envs: int) -> None:
         env="CartPole-v1",
         num_envs=num_envs,
         rollout_steps=32,
-        update_epochs=20,
-        num_minibatches=1,
-        gamma=0.98,
-        gae_lambda=0.8,
         eval_interval=10**6,
         eval_episodes=devices,
     )
-    model = PPO(lr=1e-3, hidden_sizes=[64, 64], total_timesteps=10**9)
+    model = PPO(
+        lr=1e-3,
+        gamma=0.98,
+        gae_lambda=0.8,
+        update_epochs=20,
+        num_minibatches=1,
+        hidden_sizes=[64, 64],
+        total_timesteps=10**9,
+    )
 
     class SteadyClock(pl.Callback):
         """Env steps and time from the second epoch on: process start-up and the first rollout excluded."""

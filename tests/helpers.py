@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import lightning.pytorch as pl
 
-from rl_lightning import ReplayDataModule, RolloutDataModule
+from rl_lightning import PPO, ReplayDataModule, RolloutDataModule
+
+#: The update plan of the tiny PPO runs: 2 passes of 2 minibatches over each rollout.
+TINY_PLAN = {"update_epochs": 2, "num_minibatches": 2}
 
 REPLAY_STEPS = 60  # env steps per epoch of tiny_replay_data
 REPLAY_LEARNING_STARTS = 40
@@ -39,14 +42,17 @@ def tiny_replay_data(env: str, **kwargs) -> ReplayDataModule:
     return ReplayDataModule(**kwargs)
 
 
+def tiny_ppo(**kwargs) -> PPO:
+    """PPO with the tiny runs' update plan (``TINY_PLAN``) and the given settings."""
+    return PPO(**{**TINY_PLAN, **kwargs})
+
+
 def tiny_rollout_data(**kwargs) -> RolloutDataModule:
-    """CartPole-v1, 2 envs x 16 steps per rollout, 2 x 2 minibatches, 2 short evaluation episodes."""
+    """CartPole-v1, 2 envs x 16 steps per rollout, 2 short evaluation episodes (train it with ``tiny_ppo``)."""
     kwargs = {
         "env": "CartPole-v1",
         "num_envs": 2,
         "rollout_steps": 16,
-        "update_epochs": 2,
-        "num_minibatches": 2,
         "eval_episodes": 2,
         "eval_max_episode_steps": 20,
         **kwargs,

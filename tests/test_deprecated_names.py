@@ -4,7 +4,7 @@ import pytest
 
 import rl_lightning.data as data
 import rl_lightning.envs as envs
-from tests.helpers import tiny_rollout_data
+from tests.helpers import tiny_ppo, tiny_rollout_data
 
 
 @pytest.mark.parametrize(
@@ -38,8 +38,7 @@ def test_last_rollout_warns_and_reads_last_collection():
 
 def test_rlmodule_actor_warns_and_reads_the_acting_copy():
     """Test that RLModule.actor (the acting copy's old name) warns and returns acting_copy."""
-    from rl_lightning import PPO
 
-    model = PPO(total_timesteps=64)
+    model = tiny_ppo(total_timesteps=64)
     with pytest.warns(DeprecationWarning, match="acting_copy"):
         assert model.actor is model.acting_copy is None

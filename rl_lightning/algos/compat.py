@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import dataclasses
 import os
 from collections.abc import Iterator, Mapping
 from typing import Any
@@ -17,6 +18,7 @@ import gymnasium as gym
 import lightning.pytorch as pl
 import torch
 
+from rl_lightning.data.datamodule import MOVED_TO_ALGORITHM
 from rl_lightning.envs.spaces import space_from_dict, space_to_dict
 
 #: The checkpoint entry holding the algorithm's name, the data module's class and the spaces.
@@ -33,6 +35,41 @@ def checkpoint_entry(module: pl.LightningModule) -> dict[str, Any]:
         "observation_space": space_to_dict(module.spaces[0]),
         "action_space": space_to_dict(module.spaces[1]),
     }
+
+
+def upgraded_settings(checkpoint: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A checkpoint's model and data-module settings in this version's spelling.
+
+    Earlier versions saved the on-policy learning settings (``gamma``, ``gae_lambda``,
+    ``update_epochs``, ``num_minibatches``) with the data module; they are the algorithm's
+    now, so they move to the model's settings (where those lack them).
+
+    Returns:
+        ``(model settings, data-module settings)``, copies.
+    """
+    model = dict(checkpoint.get("hyper_parameters") or {})
+    data = dict(checkpoint.get("datamodule_hyper_parameters") or {})
+    for name in MOVED_TO_ALGORITHM:
+        if name in data:
+            value = data.pop(name)
+            if value is not None:
+                model.setdefault(name, value)
+    return model, data
+
+
+def take_moved_settings(module: pl.LightningModule, checkpoint: Mapping[str, Any]) -> None:
+    """Give an on-policy ``module`` the learning settings an earlier version saved with the data module.
+
+    Only those ``load_from_checkpoint`` was not given: ``PPO.load_from_checkpoint`` of such a
+    file then learns as the run did (its ``update_plan`` and saved settings take them).
+    """
+    own = checkpoint.get("hyper_parameters") or {}
+    given = (_LOADING.get() or {}).get("overrides") or {}
+    model, _ = upgraded_settings(checkpoint)
+    moved = {name: model[name] for name in MOVED_TO_ALGORITHM if name in model and name not in {*own, *given}}
+    if moved:
+        module.update_plan = dataclasses.replace(module.update_plan, **moved)
+        module.hparams.update(moved)
 
 
 def checked_spaces(module: pl.LightningModule, checkpoint: dict[str, Any]) -> tuple[gym.Space, gym.Space]:

@@ -16,11 +16,12 @@ import gymnasium as gym
 import torch
 from torch import nn
 
+from rl_lightning.algos import compat
 from rl_lightning.algos.base import RLModule
 from rl_lightning.algos.checks import check_hidden_sizes, check_non_negative, check_positive
 from rl_lightning.algos.ppo_loss import LOSS_COEFS, minibatch_loss
 from rl_lightning.algos.update import adam, clear_grads
-from rl_lightning.data import RolloutDataModule
+from rl_lightning.data import RolloutDataModule, UpdatePlan
 from rl_lightning.faults import interrupt_request
 from rl_lightning.nets import ActorCritic
 
@@ -31,12 +32,19 @@ ROLLOUT_KEYS = ("obs", "action", "log_prob", "value", "advantage", "return")
 class PPO(RLModule):
     """Proximal Policy Optimization with the clipped surrogate objective.
 
-    Rollout sizes, ``gamma`` and ``gae_lambda`` belong to the data
-    (:class:`~rl_lightning.data.RolloutDataModule`); this module holds the learner.
+    This module holds every learning setting; the data
+    (:class:`~rl_lightning.data.RolloutDataModule`) says how experience is gathered (env,
+    ``num_envs``, ``rollout_steps``, object sets) and prepares each rollout by this module's
+    :attr:`update_plan`.
 
     Args:
         lr: Adam learning rate (``eps=1e-5``, CleanRL's detail 3).
         anneal_lr: Decay the learning rate linearly to 0 over ``total_timesteps``.
+        gamma: Discount factor.
+        gae_lambda: GAE's lambda (CleanRL's detail 5).
+        update_epochs: Passes over each rollout.
+        num_minibatches: Minibatches per pass; must divide ``rollout_steps * num_envs``
+            (checked when training starts, where the rollout's size is known).
         clip_coef: Ratio clipping epsilon.
         clip_vloss: Clip value updates around the rollout's values.
         ent_coef: Entropy bonus coefficient.
@@ -63,6 +71,10 @@ class PPO(RLModule):
         self,
         lr: float = 2.5e-4,
         anneal_lr: bool = True,
+        gamma: float = 0.99,
+        gae_lambda: float = 0.95,
+        update_epochs: int = 4,
+        num_minibatches: int = 4,
         clip_coef: float = 0.2,
         clip_vloss: bool = True,
         ent_coef: float = 0.01,
@@ -86,8 +98,17 @@ class PPO(RLModule):
         if max_grad_norm is not None:
             check_positive(max_grad_norm=max_grad_norm)
         check_hidden_sizes(hidden_sizes)
+        #: GAE's and the minibatch plan's settings, which the rollout stream reads (``OnPolicyLearner``).
+        self.update_plan = UpdatePlan(gamma, gae_lambda, update_epochs, num_minibatches)
         self.save_hyperparameters(ignore=["actor", "critic"])
         self._actor, self._critic = actor, critic
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        """Rebuild the policy (``RLModule``); ``load_from_checkpoint`` of an earlier version's file takes the
+        learning settings it kept with the data module (``compat.take_moved_settings``)."""
+        super().on_load_checkpoint(checkpoint)
+        if self._trainer is None:  # load_from_checkpoint, not a resume (where the caller's settings hold)
+            compat.take_moved_settings(self, checkpoint)
 
     def build_policy(self, observation_space: gym.Space, action_space: gym.Space) -> ActorCritic:
         """An :class:`ActorCritic` for these spaces (with the user's networks, if given)."""

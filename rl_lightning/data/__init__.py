@@ -4,10 +4,10 @@ from rl_lightning.data.base import EnvDataModule, eval_prefix
 from rl_lightning.data.collection import CollectionMetrics, DataCounters, to_env_action
 from rl_lightning.data.datamodule import RolloutDataModule
 from rl_lightning.data.evaluation import EvaluationDataset, episodes_per_env, evaluate
-from rl_lightning.data.protocol import ExplorationPolicy, RolloutPolicy
+from rl_lightning.data.protocol import ExplorationPolicy, OnPolicyLearner, RolloutPolicy
 from rl_lightning.data.replay import ReplayDataset, make_replay_buffer
 from rl_lightning.data.replay_datamodule import ReplayDataModule
-from rl_lightning.data.rollout import RolloutDataset, compute_gae, explained_variance
+from rl_lightning.data.rollout import RolloutDataset, UpdatePlan, compute_gae, explained_variance
 from rl_lightning.deprecation import renamed_attributes
 
 __all__ = [
@@ -16,11 +16,13 @@ __all__ = [
     "EnvDataModule",
     "EvaluationDataset",
     "ExplorationPolicy",
+    "OnPolicyLearner",
     "ReplayDataModule",
     "ReplayDataset",
     "RolloutDataModule",
     "RolloutDataset",
     "RolloutPolicy",
+    "UpdatePlan",
     "compute_gae",
     "episodes_per_env",
     "eval_prefix",

@@ -102,6 +102,9 @@ class EnvDataModule(pl.LightningDataModule):
             bound like a non-finite one (the algorithm's ``on_nonfinite`` decides).
     """
 
+    #: A subclass's constructor arguments kept out of its saved settings (deprecated ones, say).
+    unsaved_args: tuple[str, ...] = ()
+
     def __init__(
         self,
         env: str,
@@ -142,7 +145,7 @@ class EnvDataModule(pl.LightningDataModule):
                     "Pick one of those or add it to obj_sets."
                 )
         # Collects the subclass's constructor arguments too (Lightning walks the __init__ frames).
-        self.save_hyperparameters(ignore=["obj_sets"])
+        self.save_hyperparameters(ignore=["obj_sets", *self.unsaved_args])
         self.hparams["eval_obj_sets"] = list(eval_obj_sets)
         # Stored as plain dicts so checkpoints load with weights_only=True.
         self.hparams["obj_sets"] = {k: [dataclasses.asdict(v) for v in vs] for k, vs in self.obj_sets.items()}

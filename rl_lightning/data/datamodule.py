@@ -2,21 +2,30 @@
 
 from __future__ import annotations
 
+import dataclasses
+import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import lightning.pytorch as pl
 import torch
 from torch.utils.data import DataLoader
 
-from rl_lightning.data.base import EnvDataModule, check_positive_int, check_unit_interval, identity_collate
-from rl_lightning.data.rollout import RolloutDataset
+from rl_lightning.data.base import EnvDataModule, check_positive_int, identity_collate
+from rl_lightning.data.protocol import OnPolicyLearner
+from rl_lightning.data.rollout import RolloutDataset, UpdatePlan
+
+#: Learning settings this data module took before they moved to the algorithm (``PPO(gamma=...)``).
+MOVED_TO_ALGORITHM = tuple(field.name for field in dataclasses.fields(UpdatePlan))
 
 
 class RolloutDataModule(EnvDataModule):
     """Rollout-backed training data and evaluation on every object set.
 
     One training epoch is one rollout of ``rollout_steps x num_envs`` transitions per rank,
-    followed by ``update_epochs x num_minibatches`` minibatches of it. Validation and test
+    prepared by the algorithm's :class:`~rl_lightning.data.rollout.UpdatePlan` (GAE's
+    ``gamma`` and ``gae_lambda``, ``update_epochs x num_minibatches`` minibatches: learning
+    settings, so ``PPO`` takes them); this module says how experience is gathered. Validation and test
     run one dataloader per evaluation object set; their metrics are prefixed ``eval/``
     (training set) and ``eval_ood/`` (``test`` set).
 
@@ -24,10 +33,6 @@ class RolloutDataModule(EnvDataModule):
         env: Gymnasium env id.
         num_envs: Training envs per rank.
         rollout_steps: Steps per env per rollout.
-        update_epochs: Passes over each rollout.
-        num_minibatches: Minibatches per pass; must divide ``rollout_steps * num_envs``.
-        gamma: Discount factor.
-        gae_lambda: GAE's lambda.
         obj_sets: Object sets (name -> list of variations); ``None`` takes the shipped ones.
         train_obj_set: The set training episodes are drawn from.
         eval_obj_sets: Sets evaluated at validation and test time.
@@ -47,17 +52,19 @@ class RolloutDataModule(EnvDataModule):
             they are finite (the algorithm's ``on_nonfinite`` decides what a NaN does).
         obs_bound_mode: ``"clip"`` observations to the bound (counted), or ``"reject"`` them
             like non-finite ones.
+        update_epochs, num_minibatches, gamma, gae_lambda: Deprecated: the algorithm's
+            (``PPO(gamma=...)``). Given here, they warn and override the algorithm's for one
+            release (checkpoints of earlier versions hold them in the data module's settings).
     """
+
+    #: The algorithm's settings now: not saved here (Lightning refuses to log a key both modules hold).
+    unsaved_args = MOVED_TO_ALGORITHM
 
     def __init__(
         self,
         env: str = "CartPole-v1",
         num_envs: int = 4,
         rollout_steps: int = 128,
-        update_epochs: int = 4,
-        num_minibatches: int = 4,
-        gamma: float = 0.99,
-        gae_lambda: float = 0.95,
         obj_sets: Mapping[str, Sequence[Any]] | None = None,
         train_obj_set: str = "train",
         eval_obj_sets: Sequence[str] = ("train", "test"),
@@ -72,17 +79,27 @@ class RolloutDataModule(EnvDataModule):
         max_env_restarts: int = 3,
         obs_bound: float | None = None,
         obs_bound_mode: str = "clip",
+        update_epochs: int | None = None,
+        num_minibatches: int | None = None,
+        gamma: float | None = None,
+        gae_lambda: float | None = None,
     ):
-        for name in ("rollout_steps", "update_epochs", "num_minibatches"):
-            check_positive_int(name, locals()[name])
-        check_unit_interval("gamma", gamma)
-        check_unit_interval("gae_lambda", gae_lambda)
-        if isinstance(num_envs, int) and (rollout_steps * num_envs) % num_minibatches:
-            raise ValueError(
-                f"num_minibatches={num_minibatches} does not divide the rollout of rollout_steps x "
-                f"num_envs = {rollout_steps} x {num_envs} = {rollout_steps * num_envs} transitions; "
-                "choose a divisor so every minibatch has the same size."
+        check_positive_int("rollout_steps", rollout_steps)
+        given = dict(update_epochs=update_epochs, num_minibatches=num_minibatches, gamma=gamma, gae_lambda=gae_lambda)
+        moved = {name: value for name, value in given.items() if value is not None}
+        if moved:
+            listed = ", ".join(f"{name}={value!r}" for name, value in moved.items())
+            warnings.warn(
+                f"RolloutDataModule({listed}): these are the algorithm's settings now; pass PPO({listed}) "
+                f"(Hydra: algo.{next(iter(moved))}=...; CLI: --model.{next(iter(moved))}). Until the next release "
+                "the values given here override the algorithm's (its update_plan and saved settings take them "
+                "when training starts).",
+                DeprecationWarning,
+                stacklevel=2,
             )
+            UpdatePlan(**moved)  # refuse a bad value now, naming it
+        #: Deprecated settings given to this module, which override the algorithm's plan.
+        self.plan_overrides = moved
         super().__init__(
             env,
             num_envs,
@@ -110,6 +127,33 @@ class RolloutDataModule(EnvDataModule):
         """Environment steps one epoch takes, summed over ranks."""
         return self.hparams.rollout_steps * self.hparams.num_envs * self.world_size
 
+    def setup(self, stage: str) -> None:
+        """Build the envs (:meth:`EnvDataModule.setup`); hand deprecated learning settings to the algorithm.
+
+        Settings given here the old way override the algorithm's for one release: its
+        ``update_plan`` and its saved settings take them, so logs and checkpoints say what ran.
+        """
+        module = self.trainer.lightning_module if self.trainer is not None else None
+        if self.plan_overrides and isinstance(module, OnPolicyLearner):
+            module.update_plan = dataclasses.replace(module.update_plan, **self.plan_overrides)
+            if isinstance(module, pl.LightningModule):
+                module.hparams.update(self.plan_overrides)
+        super().setup(stage)
+
+    def update_plan(self) -> UpdatePlan:
+        """The algorithm's :class:`UpdatePlan`: how this module's rollouts are prepared.
+
+        Raises:
+            TypeError: The algorithm is not an on-policy learner (it has no ``update_plan``).
+        """
+        module = self.trainer.lightning_module if self.trainer is not None else None
+        if not isinstance(module, OnPolicyLearner):
+            raise TypeError(
+                f"RolloutDataModule prepares rollouts for an on-policy algorithm with an update_plan (PPO); "
+                f"{type(module).__name__} has none. Train it on the data module it names (its datamodule_class)."
+            )
+        return module.update_plan
+
     def train_dataloader(self) -> DataLoader:
         """The rollout stream: one rollout and its minibatches per epoch."""
         hp = self.hparams
@@ -118,10 +162,7 @@ class RolloutDataModule(EnvDataModule):
                 self.train_envs,
                 self._policy(),
                 hp.rollout_steps,
-                hp.update_epochs,
-                hp.num_minibatches,
-                hp.gamma,
-                hp.gae_lambda,
+                self.update_plan(),
                 self.counters,
                 self.generator,
                 # A resumed run restarts its episodes with fresh seeds (offset by the steps done).
@@ -129,8 +170,8 @@ class RolloutDataModule(EnvDataModule):
                 world_size=self.world_size,
             )
             self._train_dataset.pending_obs = self._pending_obs
-        else:  # a later fit with this data module: act with what the algorithm acts with now
-            self._train_dataset.set_policy(self._policy())
+        else:  # a later fit with this data module: act and plan as the algorithm does now
+            self._train_dataset.set_learner(self._policy(), self.update_plan())
         return DataLoader(self._train_dataset, batch_size=None, collate_fn=identity_collate)
 
     # ---------------------------------------------------------------- checkpointing

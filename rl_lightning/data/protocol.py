@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 import torch
+
+if TYPE_CHECKING:
+    from rl_lightning.data.rollout import UpdatePlan
 
 
 @runtime_checkable
@@ -62,3 +65,15 @@ class FaultPolicy(Protocol):
     """
 
     on_nonfinite: str
+
+
+@runtime_checkable
+class OnPolicyLearner(Protocol):
+    """What the rollout stream reads from the on-policy algorithm that trains on it: its update plan.
+
+    ``update_plan`` (an :class:`~rl_lightning.data.rollout.UpdatePlan`: ``gamma``,
+    ``gae_lambda``, ``update_epochs``, ``num_minibatches``) says how a rollout's advantages
+    are computed and how it is cut into minibatches (:class:`~rl_lightning.algos.PPO` has it).
+    """
+
+    update_plan: UpdatePlan

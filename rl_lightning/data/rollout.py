@@ -10,6 +10,7 @@ instead of one per minibatch saves Lightning's per-batch machinery (``docs/algos
 
 from __future__ import annotations
 
+import dataclasses
 import time
 
 import numpy as np
@@ -18,6 +19,7 @@ from tensordict import TensorDict
 from torch.utils.data import IterableDataset
 from torchrl.objectives.value.functional import generalized_advantage_estimate, vec_generalized_advantage_estimate
 
+from rl_lightning.data.base import check_positive_int, check_unit_interval
 from rl_lightning.data.collection import CollectionMetrics, DataCounters, to_env_action
 from rl_lightning.data.protocol import RolloutPolicy
 from rl_lightning.envs import EnvGroup
@@ -30,6 +32,44 @@ EVAL_CHUNK = 8192
 #: (same values to float rounding, tests/data/test_rollout.py): the vectorized form costs per
 #: env, the loop per step (the crossing is measured in docs/algos/ppo.md, "GAE at the rollout's shape").
 VEC_GAE_MAX_ENVS = 8
+
+
+@dataclasses.dataclass(frozen=True)
+class UpdatePlan:
+    """The on-policy algorithm's settings a rollout is prepared with: GAE's, and the minibatch plan's.
+
+    They are learning settings, so the algorithm holds them (``PPO(gamma=..., ...)``, as SAC
+    and DQN hold ``gamma``) and hands them to the rollout stream through
+    :class:`~rl_lightning.data.protocol.OnPolicyLearner`; the data module says only how
+    experience is gathered.
+
+    Args:
+        gamma: Discount factor.
+        gae_lambda: GAE's lambda.
+        update_epochs: Passes over each rollout.
+        num_minibatches: Minibatches per pass; must divide ``rollout_steps * num_envs``.
+    """
+
+    gamma: float = 0.99
+    gae_lambda: float = 0.95
+    update_epochs: int = 4
+    num_minibatches: int = 4
+
+    def __post_init__(self):
+        check_unit_interval("gamma", self.gamma)
+        check_unit_interval("gae_lambda", self.gae_lambda)
+        check_positive_int("update_epochs", self.update_epochs)
+        check_positive_int("num_minibatches", self.num_minibatches)
+
+    def check_rollout(self, rollout_steps: int, num_envs: int) -> None:
+        """Raise a ``ValueError`` naming the fix unless ``num_minibatches`` divides the rollout."""
+        if (rollout_steps * num_envs) % self.num_minibatches:
+            raise ValueError(
+                f"num_minibatches={self.num_minibatches} does not divide the rollout of rollout_steps x num_envs = "
+                f"{rollout_steps} x {num_envs} = {rollout_steps * num_envs} transitions; choose a divisor so every "
+                "minibatch has the same size: PPO(num_minibatches=...) (Hydra: algo.num_minibatches=...; CLI: "
+                "--model.num_minibatches)."
+            )
 
 
 def compute_gae(
@@ -90,10 +130,7 @@ class RolloutDataset(IterableDataset):
         envs: The training ``EnvGroup``.
         policy: The acting policy (see :class:`RolloutPolicy`).
         rollout_steps: Steps per env per rollout.
-        update_epochs: Passes over the rollout.
-        num_minibatches: Minibatches per pass.
-        gamma: Discount factor.
-        gae_lambda: GAE's lambda.
+        plan: The algorithm's GAE and minibatch settings.
         counters: Shared progress counters (owned by the data module).
         generator: Torch generator for minibatch shuffling (saved in checkpoints).
         reset_seed: Called with the counters to seed the first reset of the envs.
@@ -105,10 +142,7 @@ class RolloutDataset(IterableDataset):
         envs: EnvGroup,
         policy: RolloutPolicy,
         rollout_steps: int,
-        update_epochs: int,
-        num_minibatches: int,
-        gamma: float,
-        gae_lambda: float,
+        plan: UpdatePlan,
         counters: DataCounters,
         generator: torch.Generator,
         reset_seed: int,
@@ -118,10 +152,8 @@ class RolloutDataset(IterableDataset):
         self.envs = envs
         self.policy = policy
         self.rollout_steps = rollout_steps
-        self.update_epochs = update_epochs
-        self.num_minibatches = num_minibatches
-        self.gamma = gamma
-        self.gae_lambda = gae_lambda
+        plan.check_rollout(rollout_steps, envs.num_envs)
+        self.plan = plan
         self.counters = counters
         self.generator = generator
         self.reset_seed = reset_seed
@@ -129,9 +161,10 @@ class RolloutDataset(IterableDataset):
         self.pending_obs: torch.Tensor | None = None
         self.last_collection: CollectionMetrics | None = None
 
-    def set_policy(self, policy: RolloutPolicy) -> None:
-        """Act with ``policy`` from now on (a data module reused by another fit hands over the current one)."""
-        self.policy = policy
+    def set_learner(self, policy: RolloutPolicy, plan: UpdatePlan) -> None:
+        """Act with ``policy`` and prepare rollouts by ``plan`` from now on (a data module reused by another fit)."""
+        plan.check_rollout(self.rollout_steps, self.envs.num_envs)
+        self.policy, self.plan = policy, plan
 
     def __len__(self) -> int:
         return 1
@@ -146,8 +179,8 @@ class RolloutDataset(IterableDataset):
         """
         batch = self.collect()
         size = batch.shape[0]
-        orders = [torch.randperm(size, generator=self.generator) for _ in range(self.update_epochs)]
-        yield {"rollout": batch, "minibatches": torch.stack(orders).view(-1, size // self.num_minibatches)}
+        orders = [torch.randperm(size, generator=self.generator) for _ in range(self.plan.update_epochs)]
+        yield {"rollout": batch, "minibatches": torch.stack(orders).view(-1, size // self.plan.num_minibatches)}
 
     @staticmethod
     def _evaluate(
@@ -237,7 +270,9 @@ class RolloutDataset(IterableDataset):
         next_value = torch.cat([value[1:], end_values[:N].unsqueeze(0)])
         for k, (t, i) in enumerate(final_steps):
             next_value[t, i] = end_values[N + k]
-        advantage, returns = compute_gae(reward, value, next_value, terminated, truncated, self.gamma, self.gae_lambda)
+        advantage, returns = compute_gae(
+            reward, value, next_value, terminated, truncated, self.plan.gamma, self.plan.gae_lambda
+        )
         advantage_seconds = clock() - t1
         self.pending_obs = flat_obs
         steps = T * N * self.world_size

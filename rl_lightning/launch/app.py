@@ -107,13 +107,14 @@ def warm_up(cfg: DictConfig) -> None:
     surfacing dataflow errors (shapes, dtypes, env settings) before the real run starts.
     Nothing is logged or saved; the real run then starts from fresh objects and seeds.
     """
-    small = dict(eval_interval=1, eval_episodes=1, eval_num_envs=1)
+    small, one_update = dict(eval_interval=1, eval_episodes=1, eval_num_envs=1), dict(save_interval=None)
     if issubclass(get_class(cfg.data._target_), ReplayDataModule):
         small.update(steps_per_epoch=8 * cfg.env.num_envs, learning_starts=0, batch_size=8)
     else:
-        small.update(rollout_steps=8, update_epochs=1, num_minibatches=1)
+        small.update(rollout_steps=8)
+        one_update.update(update_epochs=1, num_minibatches=1)
     with explained_errors(cfg):
-        data, model = build_data(cfg, **small), build_model(cfg, save_interval=None)
+        data, model = build_data(cfg, **small), build_model(cfg, **one_update)
     trainer = pl.Trainer(
         accelerator=cfg.trainer.get("accelerator", "auto"),
         devices=1,

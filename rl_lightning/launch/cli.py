@@ -43,6 +43,7 @@ from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 
 from rl_lightning.algos import RLModule, read_checkpoint
 from rl_lightning.algos.base import CHECKPOINT_KEY
+from rl_lightning.algos.compat import upgraded_settings
 from rl_lightning.callbacks import EnvStepProgressBar, PhaseTimer
 from rl_lightning.data.base import EnvDataModule
 from rl_lightning.faults import EnvFault, NumericalFault, TrainingInterrupted
@@ -358,9 +359,9 @@ def checkpoint_config(ckpt_path: str) -> dict:
     except (FileNotFoundError, ValueError) as err:
         sys.exit(str(err))
     meta = ckpt[CHECKPOINT_KEY]
-    model_args = {k: v for k, v in ckpt.get("hyper_parameters", {}).items() if not k.startswith("_")}
+    model_args, data_args = upgraded_settings(ckpt)  # an earlier version's file in this version's spelling
+    model_args = {k: v for k, v in model_args.items() if not k.startswith("_")}
     config = {"model": {"class_path": f"rl_lightning.{meta['algorithm']}", "init_args": model_args}}
-    data_args = ckpt.get("datamodule_hyper_parameters")
     if data_args:
         data_class = meta.get("datamodule", "rl_lightning.RolloutDataModule")
         data_args = {k: v for k, v in data_args.items() if not k.startswith("_")}

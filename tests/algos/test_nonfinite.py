@@ -14,7 +14,7 @@ from rl_lightning.algos import dqn as dqn_module
 from rl_lightning.algos import ppo as ppo_module
 from rl_lightning.algos import sac as sac_module
 from rl_lightning.faults import NumericalFault
-from tests.helpers import quiet_trainer, tiny_replay_data, tiny_rollout_data
+from tests.helpers import quiet_trainer, tiny_ppo, tiny_replay_data, tiny_rollout_data
 
 NAN = float("nan")
 
@@ -53,7 +53,7 @@ def test_ppo_stops_on_a_nan_loss_naming_term_step_and_the_last_good_checkpoint(t
     pl.seed_everything(0)
     # tiny_rollout_data: 2 x 2 minibatches per epoch; the 9th minibatch is the first of epoch 3.
     _poison_ppo(monkeypatch, {9})
-    model = PPO(total_timesteps=10_000, save_interval=1)
+    model = tiny_ppo(total_timesteps=10_000, save_interval=1)
     trainer = quiet_trainer(tmp_path, max_epochs=5)
     with pytest.raises(NumericalFault) as info:
         trainer.fit(model, tiny_rollout_data(eval_interval=100))
@@ -73,7 +73,7 @@ def test_ppo_skip_drops_exactly_the_poisoned_updates(monkeypatch):
     """Test that with on_nonfinite=skip every poisoned minibatch is skipped, counted, and leaves weights untouched."""
     pl.seed_everything(0)
     _poison_ppo(monkeypatch, set(range(1, 100)))  # every update of the run
-    model = PPO(total_timesteps=64, on_nonfinite="skip")
+    model = tiny_ppo(total_timesteps=64, on_nonfinite="skip")
     snapshot = _Snapshot()
     trainer = quiet_trainer(max_epochs=-1, callbacks=[snapshot])
     data = tiny_rollout_data(eval_interval=100)
@@ -85,7 +85,7 @@ def test_ppo_skip_drops_exactly_the_poisoned_updates(monkeypatch):
 
 def test_skip_mode_is_not_logged_in_stop_mode(monkeypatch):
     """Test that train/skipped_updates exists only with on_nonfinite=skip."""
-    model = PPO(total_timesteps=32)
+    model = tiny_ppo(total_timesteps=32)
     trainer = quiet_trainer(max_epochs=-1)
     trainer.fit(model, tiny_rollout_data(eval_interval=100))
     assert "train/skipped_updates" not in trainer.callback_metrics
@@ -138,4 +138,4 @@ def test_dqn_nan_loss_under_automatic_optimization(mode, monkeypatch):
 def test_impossible_on_nonfinite_is_refused():
     """Test that on_nonfinite takes stop or skip only, named in the error."""
     with pytest.raises(ValueError, match=r"on_nonfinite must be one of \('stop', 'skip'\), got 'ignore'"):
-        PPO(on_nonfinite="ignore")
+        tiny_ppo(on_nonfinite="ignore")

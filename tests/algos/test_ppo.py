@@ -10,9 +10,10 @@ import torch
 from torch import nn
 
 from rl_lightning import PPO, RolloutDataModule
-from rl_lightning.data import evaluation
+from rl_lightning.algos.compat import upgraded_settings
+from rl_lightning.data import UpdatePlan, evaluation
 from tests.conftest import SCRIPTED_ID
-from tests.helpers import quiet_trainer
+from tests.helpers import quiet_trainer, tiny_ppo
 
 ROLLOUT = 4 * 16  # num_envs x rollout_steps in these tests
 
@@ -22,8 +23,6 @@ def small_data(env="CartPole-v1", **kwargs):
         "env": env,
         "num_envs": 4,
         "rollout_steps": 16,
-        "update_epochs": 2,
-        "num_minibatches": 2,
         "eval_episodes": 2,
         "eval_max_episode_steps": 30,
         **kwargs,
@@ -38,7 +37,7 @@ def trainer(tmp_path=None, **kwargs):
 def fit(env="CartPole-v1", seed=0, tmp_path=None, model_kwargs=None, data_kwargs=None, **trainer_kwargs):
     pl.seed_everything(seed)
     data = small_data(env, seed=seed, **(data_kwargs or {}))
-    model = PPO(**{"total_timesteps": 10_000, **(model_kwargs or {})})
+    model = tiny_ppo(**{"total_timesteps": 10_000, **(model_kwargs or {})})
     t = trainer(tmp_path, **trainer_kwargs)
     t.fit(model, data)
     return model, data, t
@@ -139,7 +138,7 @@ def test_resume_restores_counters_optimizer_and_budget(tmp_path):
     fit(tmp_path=tmp_path, max_epochs=2, model_kwargs=model_kwargs)
     saved = torch.load(os.path.join(tmp_path, "checkpoints", "last.ckpt"), weights_only=True)
 
-    data, model, spy = small_data(), PPO(**model_kwargs), _OptimizerSpy()
+    data, model, spy = small_data(), tiny_ppo(**model_kwargs), _OptimizerSpy()
     t = trainer(tmp_path, max_epochs=-1, callbacks=[spy])
     t.fit(model, data, ckpt_path="last")
     assert spy.env_steps == 2 * ROLLOUT
@@ -151,7 +150,7 @@ def test_resume_restores_counters_optimizer_and_budget(tmp_path):
 
     # Resuming a finished run collects nothing more.
     data2 = small_data()
-    trainer(tmp_path, max_epochs=-1).fit(PPO(**model_kwargs), data2, ckpt_path="last")
+    trainer(tmp_path, max_epochs=-1).fit(tiny_ppo(**model_kwargs), data2, ckpt_path="last")
     assert data2.env_steps == 4 * ROLLOUT
 
 
@@ -182,7 +181,7 @@ def test_user_env_without_object_sets_trains_with_warning():
     """Test that a registered env with no object sets trains with train = test = itself."""
     with pytest.warns(UserWarning, match="no out-of-distribution"):
         data = small_data(SCRIPTED_ID)
-    model = PPO(total_timesteps=10_000)
+    model = tiny_ppo(total_timesteps=10_000)
     t = trainer(max_epochs=1)
     t.fit(model, data)
     assert t.callback_metrics["eval/return_mean"] == t.callback_metrics["eval_ood/return_mean"]
@@ -195,12 +194,9 @@ def test_user_env_without_object_sets_trains_with_warning():
         ({"env": "CartPol-v1"}, "Unknown environment id 'CartPol-v1'.*CartPole-v1"),
         ({"eval_obj_sets": ["train", "ood"]}, "Unknown object set 'ood'"),
         ({"train_obj_set": "tset"}, "Unknown object set 'tset'"),
-        ({"num_minibatches": 3}, "num_minibatches=3 does not divide.*64"),
         ({"num_envs": 0}, "num_envs must be a positive integer"),
         ({"rollout_steps": -5}, "rollout_steps must be a positive integer"),
-        ({"update_epochs": 1.5}, "update_epochs must be a positive integer"),
         ({"eval_episodes": 0}, "eval_episodes must be a positive integer"),
-        ({"gamma": 1.5}, r"gamma must be a number in \[0, 1\]"),
         ({"vectorization": "threads"}, "vectorization must be one of"),
     ],
 )
@@ -218,6 +214,10 @@ def test_bad_data_input_fails_before_work(kwargs, match):
         ({"ent_coef": -0.1}, "ent_coef must be a non-negative number"),
         ({"hidden_sizes": []}, "hidden_sizes must be a non-empty list"),
         ({"save_interval": 0}, "save_interval must be a positive integer"),
+        ({"update_epochs": 1.5}, "update_epochs must be a positive integer"),
+        ({"num_minibatches": 0}, "num_minibatches must be a positive integer"),
+        ({"gamma": 1.5}, r"gamma must be a number in \[0, 1\]"),
+        ({"gae_lambda": -0.1}, r"gae_lambda must be a number in \[0, 1\]"),
     ],
 )
 def test_bad_model_input_fails_before_work(kwargs, match):
@@ -226,11 +226,32 @@ def test_bad_model_input_fails_before_work(kwargs, match):
         PPO(**kwargs)
 
 
+def test_minibatches_that_do_not_divide_the_rollout_fail_before_an_env_step():
+    """Test that num_minibatches not dividing rollout_steps x num_envs stops fit before a step, naming the fix."""
+    data = small_data()
+    with pytest.raises(ValueError, match=r"num_minibatches=3 does not divide.*16 x 4 = 64.*algo.num_minibatches"):
+        trainer(max_epochs=1).fit(PPO(num_minibatches=3), data)
+    assert data.env_steps == 0
+
+
+def test_learning_settings_given_to_the_data_module_warn_and_still_apply():
+    """Test that the deprecated RolloutDataModule(update_epochs=..., gamma=...) warns, naming PPO, and overrides."""
+    with pytest.warns(DeprecationWarning, match=r"pass PPO\(update_epochs=3, gamma=0.5\)"):
+        data = small_data(update_epochs=3, gamma=0.5)
+    model = PPO(total_timesteps=10_000, num_minibatches=2)
+    t = trainer(max_epochs=1)
+    t.fit(model, data)
+    assert t.global_step == 3 * 2  # the data module's 3 passes of PPO's 2 minibatches
+    assert data.update_plan() == UpdatePlan(gamma=0.5, gae_lambda=0.95, update_epochs=3, num_minibatches=2)
+    with pytest.raises(ValueError, match="gamma must be a number"), pytest.warns(DeprecationWarning):
+        small_data(gamma=2.0)
+
+
 def test_unsupported_space_is_rejected():
     """Test that an action space PPO cannot handle fails at setup with its name."""
     data = small_data("Blackjack-v1", obj_sets={"train": [{}], "test": [{}]})
     with pytest.raises(TypeError, match="Box observation space"):
-        trainer(max_epochs=1).fit(PPO(total_timesteps=100), data)
+        trainer(max_epochs=1).fit(tiny_ppo(total_timesteps=100), data)
 
 
 def test_checkpoint_of_other_kind_is_rejected(tmp_path):
@@ -266,7 +287,7 @@ def test_clipping_is_refused_under_strategies_that_would_refuse_or_skip_it():
 
 def _weight_change(max_grad_norm):
     pl.seed_everything(0)
-    model = PPO(total_timesteps=10_000, max_grad_norm=max_grad_norm)
+    model = tiny_ppo(total_timesteps=10_000, max_grad_norm=max_grad_norm)
     data = small_data("CartPole-v1", seed=0)
     data.setup("fit")
     model._ensure_policy(data.observation_space, data.action_space)
@@ -289,4 +310,45 @@ def test_trainer_gradient_clip_val_is_refused_for_ppo():
     """Test that Trainer(gradient_clip_val=...) stops PPO at start, pointing to the Trainer setting."""
     data = small_data("CartPole-v1", seed=0)
     with pytest.raises(Exception, match="gradient_clip_val"):
-        quiet_trainer(max_epochs=1, gradient_clip_val=1.0).fit(PPO(total_timesteps=10_000), data)
+        quiet_trainer(max_epochs=1, gradient_clip_val=1.0).fit(tiny_ppo(total_timesteps=10_000), data)
+
+
+def _earlier_version_checkpoint(tmp_path, **data_settings):
+    """A checkpoint as earlier versions wrote it: PPO's learning settings kept with the data module's."""
+    fit(tmp_path=tmp_path, max_epochs=1, model_kwargs={"save_interval": 1})
+    (path,) = glob.glob(os.path.join(tmp_path, "**", "last.ckpt"), recursive=True)
+    checkpoint = torch.load(path, weights_only=True)
+    for name in ("gamma", "gae_lambda", "update_epochs", "num_minibatches"):
+        del checkpoint["hyper_parameters"][name]
+    checkpoint["datamodule_hyper_parameters"].update(data_settings)
+    old = os.path.join(tmp_path, "earlier.ckpt")
+    torch.save(checkpoint, old)
+    return old
+
+
+def test_checkpoints_of_earlier_versions_keep_their_learning_settings(tmp_path):
+    """Test that an earlier version's checkpoint (gamma... on the data module) loads with them as PPO's."""
+    settings = {"gamma": 0.9, "gae_lambda": 0.8, "update_epochs": 3, "num_minibatches": 2}
+    old = _earlier_version_checkpoint(tmp_path, **settings)
+    loaded = PPO.load_from_checkpoint(old)
+    assert loaded.update_plan == UpdatePlan(**settings)
+    assert {name: loaded.hparams[name] for name in settings} == settings
+    assert PPO.load_from_checkpoint(old, gamma=0.5).update_plan.gamma == 0.5  # what the caller gives wins
+    with pytest.warns(DeprecationWarning, match=r"pass PPO\(update_epochs=3"):
+        data = RolloutDataModule.load_from_checkpoint(old)
+    assert data.plan_overrides == settings
+    model_args, data_args = upgraded_settings(torch.load(old, weights_only=True))  # what the CLI and play read
+    assert {name: model_args[name] for name in settings} == settings and not set(settings) & set(data_args)
+
+
+def test_deprecated_settings_are_handed_to_the_algorithm_and_saved_there(tmp_path):
+    """Test that RolloutDataModule(gamma=...) reaches PPO's update plan and saved settings, not the data module's."""
+    with pytest.warns(DeprecationWarning):
+        data = small_data(gamma=0.9, num_minibatches=4)
+    model = tiny_ppo(total_timesteps=10_000, save_interval=1)
+    trainer(tmp_path, max_epochs=1).fit(model, data)
+    assert model.update_plan == UpdatePlan(gamma=0.9, update_epochs=2, num_minibatches=4)
+    (path,) = glob.glob(os.path.join(tmp_path, "**", "last.ckpt"), recursive=True)
+    saved = torch.load(path, weights_only=True)
+    assert (saved["hyper_parameters"]["gamma"], saved["hyper_parameters"]["num_minibatches"]) == (0.9, 4)
+    assert "gamma" not in saved["datamodule_hyper_parameters"]

@@ -8,11 +8,11 @@ import lightning.pytorch as pl
 import pytest
 import torch
 
-from rl_lightning import PPO, SAC, RolloutDataModule
+from rl_lightning import SAC, RolloutDataModule
 from rl_lightning.algos import update as update_module
 from rl_lightning.algos.sac import merge_optimizer_states
 from rl_lightning.data.replay import sample_batch
-from tests.helpers import REPLAY_LEARNING_STARTS, REPLAY_STEPS, quiet_trainer, tiny_replay_data
+from tests.helpers import REPLAY_LEARNING_STARTS, REPLAY_STEPS, quiet_trainer, tiny_ppo, tiny_replay_data
 
 STEPS, LEARNING_STARTS = REPLAY_STEPS, REPLAY_LEARNING_STARTS
 
@@ -201,7 +201,7 @@ def test_algorithm_and_data_module_must_match():
     with pytest.raises(TypeError, match="SAC learns from a ReplayDataModule"):
         trainer.fit(SAC(), RolloutDataModule(env="Pendulum-v1", eval_episodes=1))
     with pytest.raises(TypeError, match="PPO learns from a RolloutDataModule"):
-        trainer.fit(PPO(), small_data())
+        trainer.fit(tiny_ppo(), small_data())
 
 
 def test_sac_refuses_discrete_actions():

@@ -24,8 +24,6 @@ def test_watch_excludes_the_evaluation_that_runs_before_on_validation_start(monk
         env="CartPole-v1",
         num_envs=2,
         rollout_steps=16,
-        update_epochs=1,
-        num_minibatches=1,
         obj_sets={"train": [{}], "test": [{}]},
         eval_obj_sets=["train"],
         eval_interval=2,
@@ -34,7 +32,9 @@ def test_watch_excludes_the_evaluation_that_runs_before_on_validation_start(monk
     )
     watch = solve._SolveWatch()
     start = time.perf_counter()
-    bare_trainer(max_epochs=4, callbacks=[watch]).fit(PPO(total_timesteps=10_000), data)
+    bare_trainer(max_epochs=4, callbacks=[watch]).fit(
+        PPO(total_timesteps=10_000, update_epochs=1, num_minibatches=1), data
+    )
     wall = time.perf_counter() - start
     data.close()
     assert watch.solved_at == 64  # the evaluation after epoch 2 (2 x 32 env steps)

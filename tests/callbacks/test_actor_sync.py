@@ -6,10 +6,10 @@ import lightning.pytorch as pl
 import pytest
 import torch
 
-from rl_lightning import DQN, PPO, ReplayDataModule
+from rl_lightning import DQN, ReplayDataModule
 from rl_lightning.callbacks import ActorSync, PhaseTimer
 from rl_lightning.nets.actor_copy import ActorCopy, WeightSyncError
-from tests.helpers import quiet_trainer, tiny_replay_data, tiny_rollout_data
+from tests.helpers import quiet_trainer, tiny_ppo, tiny_replay_data, tiny_rollout_data
 
 
 def _trainer(callbacks, max_epochs=3):
@@ -59,7 +59,7 @@ def test_ppo_rollouts_act_with_a_copy_equal_to_the_learner_after_every_sync(monk
     monkeypatch.setattr(ActorCopy, "act", lambda self, *a, **k: acts.append(1) or original_act(self, *a, **k))
     spy, timer = _ActSpy(), PhaseTimer(print_summary=False)
     pl.seed_everything(0)
-    model, data = PPO(total_timesteps=10_000), _ppo_data()
+    model, data = tiny_ppo(total_timesteps=10_000), _ppo_data()
     _trainer([ActorSync(device="cpu", verify=True), spy, timer]).fit(model, data)
     assert len(recorder.equal) >= 2 and all(recorder.equal)  # rollouts 2 and 3 each synced first
     assert len(acts) >= 3 * 16  # every rollout step acted through the copy
@@ -73,7 +73,7 @@ def test_ppo_with_an_actor_copy_learns_exactly_as_without():
     results = []
     for callbacks in ([], [ActorSync(device="cpu")]):
         pl.seed_everything(1)
-        model = PPO(total_timesteps=10_000)
+        model = tiny_ppo(total_timesteps=10_000)
         _trainer(callbacks).fit(model, _ppo_data(seed=1))
         results.append(model.state_dict())
     for name, value in results[0].items():
@@ -84,7 +84,7 @@ def test_bfloat16_actor_copy_trains(monkeypatch):
     """Test a bf16 copy under PPO: the consistency check passes after every sync, and metrics stay finite."""
     recorder = _SyncRecorder(monkeypatch)
     pl.seed_everything(0)
-    model = PPO(total_timesteps=10_000)
+    model = tiny_ppo(total_timesteps=10_000)
     trainer = _trainer([ActorSync(device="cpu", dtype="bfloat16", verify=True)])
     trainer.fit(model, _ppo_data())
     assert recorder.equal and all(recorder.equal)
@@ -126,7 +126,7 @@ def test_a_sync_that_misses_a_tensor_stops_the_run_naming_it(monkeypatch):
     pl.seed_everything(0)
     trainer, data = _trainer([ActorSync(device="cpu", verify=True)]), _ppo_data()
     with pytest.raises(WeightSyncError, match="critic.4.bias"):
-        trainer.fit(PPO(total_timesteps=10_000), data)
+        trainer.fit(tiny_ppo(total_timesteps=10_000), data)
     # Caught at the first sync (before the first evaluation), before any further rollout acted.
     assert trainer.current_epoch == 0 and data.env_steps == 2 * 16
 
@@ -142,7 +142,7 @@ def test_bad_actor_sync_arguments_are_refused():
 def test_testing_a_checkpoint_evaluates_its_weights_not_the_stale_copy(tmp_path):
     """Test that trainer.test(ckpt_path=...) after fit acts with the checkpoint's weights through the copy."""
     pl.seed_everything(0)
-    model, data = PPO(total_timesteps=10_000, save_interval=1), _ppo_data()
+    model, data = tiny_ppo(total_timesteps=10_000, save_interval=1), _ppo_data()
     trainer = quiet_trainer(tmp_path, [ActorSync(device="cpu")], max_epochs=2)
     trainer.fit(model, data)
     first = tmp_path / "checkpoints" / "epoch=0-env_steps=32.ckpt"

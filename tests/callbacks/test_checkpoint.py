@@ -59,11 +59,10 @@ def test_best_checkpoint_holds_the_epoch_of_the_highest_evaluation(tmp_path):
 
 # ---------------------------------------------------------------- atomic writes, keep_last, resume errors
 def _fit_ppo(tmp_path, **model_kwargs):
-    from rl_lightning import PPO
-    from tests.helpers import quiet_trainer, tiny_rollout_data
+    from tests.helpers import quiet_trainer, tiny_ppo, tiny_rollout_data
 
     pl.seed_everything(0)
-    model = PPO(total_timesteps=10_000, save_interval=1, **model_kwargs)
+    model = tiny_ppo(total_timesteps=10_000, save_interval=1, **model_kwargs)
     data = tiny_rollout_data(eval_interval=100)
     trainer = quiet_trainer(tmp_path, max_epochs=5)
     trainer.fit(model, data)
@@ -118,8 +117,7 @@ def test_impossible_keep_last_is_refused(keep_last):
 @pytest.mark.parametrize("content", [b"", b"not a checkpoint at all", None])
 def test_resuming_from_a_corrupt_or_missing_checkpoint_names_the_file_before_any_step(tmp_path, content):
     """Test that fit(ckpt_path=...) on a torn, foreign or missing file stops before an env step, naming the file."""
-    from rl_lightning import PPO
-    from tests.helpers import quiet_trainer, tiny_rollout_data
+    from tests.helpers import quiet_trainer, tiny_ppo, tiny_rollout_data
 
     path = tmp_path / "last.ckpt"
     if content is not None:
@@ -127,7 +125,7 @@ def test_resuming_from_a_corrupt_or_missing_checkpoint_names_the_file_before_any
     data = tiny_rollout_data()
     expected = "does not exist" if content is None else "not a complete checkpoint archive"
     with pytest.raises((ValueError, FileNotFoundError), match=expected) as info:
-        quiet_trainer(tmp_path).fit(PPO(total_timesteps=64), data, ckpt_path=str(path))
+        quiet_trainer(tmp_path).fit(tiny_ppo(total_timesteps=64), data, ckpt_path=str(path))
     assert str(path) in str(info.value) and data.env_steps == 0
     if content is not None:
         assert path.read_bytes() == content

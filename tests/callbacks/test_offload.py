@@ -5,14 +5,13 @@ from __future__ import annotations
 import lightning.pytorch as pl
 import torch
 
-from rl_lightning import PPO
 from rl_lightning.callbacks import OptimizerOffload
-from tests.helpers import quiet_trainer, tiny_rollout_data
+from tests.helpers import quiet_trainer, tiny_ppo, tiny_rollout_data
 
 
 def _fit(callbacks, seed=0, max_epochs=3):
     pl.seed_everything(seed)
-    model = PPO(total_timesteps=10_000)
+    model = tiny_ppo(total_timesteps=10_000)
     trainer = quiet_trainer(callbacks=callbacks, max_epochs=max_epochs)
     trainer.fit(model, tiny_rollout_data(seed=seed))
     return model, trainer

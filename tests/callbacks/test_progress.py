@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import lightning.pytorch as pl
 
-from rl_lightning import PPO, RolloutDataModule
+from rl_lightning import RolloutDataModule
 from rl_lightning.callbacks import EnvStepProgressBar
+from tests.helpers import tiny_ppo
 
 
 class _Spy(pl.Callback):
@@ -23,7 +24,7 @@ def test_bar_counts_env_steps_against_the_budget_and_shows_returns(capsys):
     bar = EnvStepProgressBar()
     spy = _Spy(bar)
     data = RolloutDataModule(env="CartPole-v1", num_envs=2, rollout_steps=64, eval_interval=2, eval_episodes=2)
-    model = PPO(total_timesteps=512)
+    model = tiny_ppo(total_timesteps=512)
     trainer = pl.Trainer(
         max_epochs=-1, logger=False, enable_checkpointing=False, enable_model_summary=False, callbacks=[bar, spy]
     )
@@ -45,5 +46,5 @@ def test_disabled_bar_shows_nothing(capsys):
     trainer = pl.Trainer(
         max_epochs=1, logger=False, enable_checkpointing=False, enable_model_summary=False, callbacks=[bar]
     )
-    trainer.fit(PPO(total_timesteps=32), data)
+    trainer.fit(tiny_ppo(total_timesteps=32), data)
     assert "env steps" not in capsys.readouterr().out

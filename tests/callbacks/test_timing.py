@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import lightning.pytorch as pl
 
-from rl_lightning import PPO, RolloutDataModule
+from rl_lightning import RolloutDataModule
 from rl_lightning.callbacks import PhaseTimer
 from rl_lightning.callbacks.timing import PHASES
+from tests.helpers import tiny_ppo
 
 
 class _Recorder(pl.loggers.Logger):
@@ -27,7 +28,7 @@ class _Recorder(pl.loggers.Logger):
 
 def _fit(callbacks, max_epochs=3, logger=False):
     data = RolloutDataModule(env="CartPole-v1", num_envs=2, rollout_steps=16, eval_interval=2, eval_episodes=2)
-    model = PPO(total_timesteps=10_000)
+    model = tiny_ppo(total_timesteps=10_000)
     trainer = pl.Trainer(
         max_epochs=max_epochs,
         logger=logger,

@@ -9,12 +9,11 @@ import numpy as np
 import pytest
 from lightning.pytorch.loggers import TensorBoardLogger
 
-from rl_lightning import PPO
 from rl_lightning.callbacks import EvaluationVideo
 from rl_lightning.data.evaluation import play_episode
 from rl_lightning.envs import make_env
 from rl_lightning.video import count_frames, read_frames
-from tests.helpers import quiet_trainer, tiny_rollout_data
+from tests.helpers import quiet_trainer, tiny_ppo, tiny_rollout_data
 
 STEPS_PER_EPOCH = 32  # tiny_rollout_data: 2 envs x 16 steps
 
@@ -31,7 +30,7 @@ def videos(root) -> dict[str, list[str]]:
 def test_cartpole_videos_of_both_object_sets_have_the_episodes_frames(tmp_path):
     """Test that each evaluation films one episode per object set, n steps giving n + 1 frames."""
     callback = EvaluationVideo(video_interval=1)
-    model = PPO(hidden_sizes=[16, 16])
+    model = tiny_ppo(hidden_sizes=[16, 16])
     trainer = quiet_trainer(tmp_path, callbacks=[callback], max_epochs=2)
     trainer.fit(model, tiny_rollout_data())
     found = videos(tmp_path)
@@ -53,13 +52,13 @@ def test_cartpole_videos_of_both_object_sets_have_the_episodes_frames(tmp_path):
 def test_video_interval_counts_evaluations_and_survives_a_resume(tmp_path):
     """Test that video_interval=2 films evaluations 2 and 4, also when the run resumes after the second."""
     trainer = quiet_trainer(tmp_path, callbacks=[EvaluationVideo(video_interval=2)], max_epochs=3)
-    trainer.fit(PPO(hidden_sizes=[16, 16]), tiny_rollout_data())
+    trainer.fit(tiny_ppo(hidden_sizes=[16, 16]), tiny_rollout_data())
     ckpt = str(tmp_path / "epoch3.ckpt")
     trainer.save_checkpoint(ckpt)
     assert [os.path.basename(p) for p in videos(tmp_path)["test"]] == [f"env_steps={2 * STEPS_PER_EPOCH}.mp4"]
     resumed = EvaluationVideo(video_interval=2)
     trainer = quiet_trainer(tmp_path, callbacks=[resumed], max_epochs=4)
-    trainer.fit(PPO(hidden_sizes=[16, 16]), tiny_rollout_data(), ckpt_path=ckpt)
+    trainer.fit(tiny_ppo(hidden_sizes=[16, 16]), tiny_rollout_data(), ckpt_path=ckpt)
     assert resumed.evaluations == 4
     names = [os.path.basename(p) for p in videos(tmp_path)["train"]]
     assert names == [f"env_steps={2 * STEPS_PER_EPOCH}.mp4", f"env_steps={4 * STEPS_PER_EPOCH}.mp4"]
@@ -79,7 +78,7 @@ def test_videos_are_logged_to_tensorboard_and_wandb(tmp_path):
         max_epochs=1,
         logger=[tensorboard, wandb],
     )
-    trainer.fit(PPO(hidden_sizes=[16, 16]), tiny_rollout_data())
+    trainer.fit(tiny_ppo(hidden_sizes=[16, 16]), tiny_rollout_data())
     wandb.experiment.finish()
     events = EventAccumulator(tensorboard.log_dir, size_guidance={"images": 0})
     events.Reload()
@@ -101,7 +100,7 @@ def test_off_by_default_in_the_config_and_with_interval_zero(tmp_path):
     assert cfg.callbacks.video.video_interval == 0
     callback = EvaluationVideo(video_interval=0)
     trainer = quiet_trainer(tmp_path, callbacks=[callback], max_epochs=2)
-    trainer.fit(PPO(hidden_sizes=[16, 16]), tiny_rollout_data())
+    trainer.fit(tiny_ppo(hidden_sizes=[16, 16]), tiny_rollout_data())
     assert not os.path.exists(tmp_path / "videos")
     assert callback.evaluations == 2  # switching videos on at a resume keeps the cadence
 
@@ -113,7 +112,7 @@ def test_an_env_that_cannot_render_fails_before_training(tmp_path, scripted_sets
     data = tiny_rollout_data(env=SCRIPTED_ID, obj_sets=scripted_sets)
     trainer = quiet_trainer(tmp_path, callbacks=[EvaluationVideo()], max_epochs=1)
     with pytest.raises(RuntimeError, match=f"EvaluationVideo cannot render {SCRIPTED_ID}.*video_interval=0"):
-        trainer.fit(PPO(hidden_sizes=[16, 16]), data)
+        trainer.fit(tiny_ppo(hidden_sizes=[16, 16]), data)
     assert data.env_steps == 0
 
 
@@ -128,7 +127,7 @@ def test_a_video_that_fails_mid_run_is_skipped_with_a_warning(tmp_path, monkeypa
     monkeypatch.setattr(video_module, "play_episode", full_disk)
     callback = EvaluationVideo()
     trainer = quiet_trainer(tmp_path, callbacks=[callback], max_epochs=2)
-    model = PPO(hidden_sizes=[16, 16])
+    model = tiny_ppo(hidden_sizes=[16, 16])
     with pytest.warns(UserWarning, match="object set 'train' failed and was skipped.*No space left"):
         trainer.fit(model, tiny_rollout_data())
     assert model.env_steps == 2 * STEPS_PER_EPOCH and trainer.current_epoch == 2
@@ -138,7 +137,7 @@ def test_a_video_that_fails_mid_run_is_skipped_with_a_warning(tmp_path, monkeypa
 def test_video_obj_sets_must_be_evaluated_sets(tmp_path):
     trainer = quiet_trainer(tmp_path, callbacks=[EvaluationVideo(video_obj_sets=["tset"])], max_epochs=1)
     with pytest.raises(ValueError, match=r"names \['tset'\], which the data module does not evaluate"):
-        trainer.fit(PPO(hidden_sizes=[16, 16]), tiny_rollout_data())
+        trainer.fit(tiny_ppo(hidden_sizes=[16, 16]), tiny_rollout_data())
 
 
 @pytest.mark.parametrize(

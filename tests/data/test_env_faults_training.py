@@ -10,14 +10,14 @@ import pytest
 import torch
 from hydra import compose, initialize_config_dir
 
-from rl_lightning import PPO, ReplayDataModule, RolloutDataModule
+from rl_lightning import ReplayDataModule, RolloutDataModule
 from rl_lightning.data.evaluation import evaluate
 from rl_lightning.envs import EnvGroup
 from rl_lightning.faults import NumericalFault
 from rl_lightning.launch.app import build_data
 from tests.conftest import ObsValuePolicy
 from tests.envs.faulty_env import EPISODE_LEN, FAULTY_ID, faulty_sets
-from tests.helpers import quiet_trainer, tiny_replay_data, tiny_rollout_data
+from tests.helpers import quiet_trainer, tiny_ppo, tiny_replay_data, tiny_rollout_data
 
 ROLLOUT = 2 * 16  # tiny_rollout_data: num_envs x rollout_steps
 
@@ -26,7 +26,7 @@ def faulty_fit(total_timesteps: int, on_nonfinite: str = "stop", data_kwargs=Non
     """Fit PPO on FaultyEnvs with ``fault`` until ``total_timesteps``; return model, data and trainer."""
     pl.seed_everything(0)
     data = tiny_rollout_data(env=FAULTY_ID, obj_sets=faulty_sets(**fault), **(data_kwargs or {}))
-    model = PPO(total_timesteps=total_timesteps, on_nonfinite=on_nonfinite)
+    model = tiny_ppo(total_timesteps=total_timesteps, on_nonfinite=on_nonfinite)
     trainer = quiet_trainer(max_epochs=20)
     try:
         trainer.fit(model, data)
@@ -69,7 +69,7 @@ def test_ppo_fit_survives_a_dying_async_worker(tmp_path):
     sets = faulty_sets(fault="exit", at=3, once_file=str(tmp_path / "once"))
     data = tiny_rollout_data(env=FAULTY_ID, obj_sets=sets, vectorization="async", eval_interval=100)
     trainer = quiet_trainer(max_epochs=5)
-    trainer.fit(PPO(total_timesteps=ROLLOUT), data)
+    trainer.fit(tiny_ppo(total_timesteps=ROLLOUT), data)
     workers = list(data.train_envs.envs.processes)
     assert data.env_steps == ROLLOUT and trainer.callback_metrics["rollout/env_restarts"] == 1
     data.close()
@@ -106,7 +106,7 @@ def test_data_module_takes_on_nonfinite_from_the_algorithm():
     """Test that the env groups follow the fitted algorithm's on_nonfinite."""
     data = tiny_rollout_data(eval_interval=100)
     trainer = quiet_trainer(max_epochs=1)
-    trainer.fit(PPO(total_timesteps=ROLLOUT, on_nonfinite="skip"), data)
+    trainer.fit(tiny_ppo(total_timesteps=ROLLOUT, on_nonfinite="skip"), data)
     try:
         assert {envs.on_nonfinite for envs in [data.train_envs, *data.eval_envs.values()]} == {"skip"}
     finally:

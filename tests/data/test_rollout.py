@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from rl_lightning.data import DataCounters, RolloutDataset, compute_gae, explained_variance
+from rl_lightning.data import DataCounters, RolloutDataset, UpdatePlan, compute_gae, explained_variance
 from rl_lightning.envs import EnvGroup
 from tests.conftest import SCRIPTED_ID, SCRIPTED_SETS, ObsValuePolicy
 
@@ -62,10 +62,7 @@ def _dataset(rollout_steps=6, num_envs=2, update_epochs=3, num_minibatches=4, ma
         envs,
         policy,
         rollout_steps,
-        update_epochs,
-        num_minibatches,
-        gamma=gamma,
-        gae_lambda=1.0,
+        UpdatePlan(gamma, gae_lambda=1.0, update_epochs=update_epochs, num_minibatches=num_minibatches),
         counters=DataCounters(),
         generator=torch.Generator().manual_seed(0),
         reset_seed=0,
@@ -123,3 +120,9 @@ def test_explained_variance():
     returns = torch.tensor([1.0, 2.0, 3.0, 4.0])
     assert explained_variance(returns, returns) == pytest.approx(1.0)
     assert explained_variance(torch.full((4,), 2.5), returns) == pytest.approx(0.0)
+
+
+def test_a_plan_whose_minibatches_do_not_divide_the_rollout_is_refused_naming_the_fix():
+    """Test that the dataset refuses num_minibatches not dividing rollout_steps x num_envs, before any env step."""
+    with pytest.raises(ValueError, match=r"num_minibatches=5 does not divide .* 6 x 2 = 12 .*algo.num_minibatches"):
+        _dataset(rollout_steps=6, num_envs=2, num_minibatches=5)

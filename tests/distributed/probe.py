@@ -125,13 +125,11 @@ def main() -> None:
     torch.set_num_threads(1)
     pl.seed_everything(0, verbose=False)
     if args.algo == "ppo":
-        model = PPO(hidden_sizes=[16, 16], total_timesteps=100_000)
+        model = PPO(hidden_sizes=[16, 16], total_timesteps=100_000, update_epochs=2, num_minibatches=2)
         data = RolloutDataModule(
             env="CartPole-v1",
             num_envs=NUM_ENVS,
             rollout_steps=ROLLOUT_STEPS,
-            update_epochs=2,
-            num_minibatches=2,
             eval_episodes=EVAL_EPISODES,
             eval_max_episode_steps=30,
         )

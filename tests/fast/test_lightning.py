@@ -10,7 +10,7 @@ from rl_lightning import PPO, fast
 from rl_lightning.algos.update import clear_grads, scale_to_norm, total_norm
 from rl_lightning.fast import lightning as fast_lightning
 from rl_lightning.fast.lightning import backward_runs_alone, optimizer_step_runs_alone
-from tests.helpers import quiet_trainer, tiny_rollout_data
+from tests.helpers import quiet_trainer, tiny_ppo, tiny_rollout_data
 
 
 @pytest.mark.parametrize("on", [True, False])
@@ -93,7 +93,7 @@ def _fit_ppo(monkeypatch, callbacks=()):
     """Fit a tiny PPO, counting the calls that reach Lightning's strategy backward and optimizer step,
     and the backward passes that ran without autograd's engine ("direct")."""
     pl.seed_everything(3, verbose=False)
-    model = PPO(total_timesteps=64)  # 2 rollouts of 2 envs x 16 steps
+    model = tiny_ppo(total_timesteps=64)  # 2 rollouts of 2 envs x 16 steps
     trainer = quiet_trainer(callbacks=callbacks, max_epochs=-1, accelerator="cpu")  # bit-identical: CPU kernels
     calls = {"backward": 0, "optimizer_step": 0}
     for name in calls:

@@ -6,7 +6,7 @@ import pytest
 import torch
 from gymnasium.vector import SyncVectorEnv
 
-from rl_lightning import PPO, SAC, fast
+from rl_lightning import SAC, fast
 from rl_lightning.fast import adam as fast_adam
 from rl_lightning.fast import grads as fast_grads
 from rl_lightning.fast import lightning as fast_lightning
@@ -14,7 +14,7 @@ from rl_lightning.fast import mlp_grad, numpy_actor, switch
 from rl_lightning.fast import ppo as fast_ppo
 from rl_lightning.fast import replay as fast_replay
 from rl_lightning.fast.vector_env import SameStepSyncVectorEnv
-from tests.helpers import quiet_trainer, tiny_replay_data, tiny_rollout_data
+from tests.helpers import quiet_trainer, tiny_ppo, tiny_replay_data, tiny_rollout_data
 
 
 @pytest.mark.parametrize(
@@ -70,7 +70,7 @@ def test_a_ppo_fit_with_the_switch_off_builds_plain_objects_and_takes_no_shortcu
     _forbid(monkeypatch, fast_adam.FusedAdam, "_step_fused")
     _forbid(monkeypatch, fast_grads, "_one_group")
     with fast.disabled():
-        model = PPO(total_timesteps=64)
+        model = tiny_ppo(total_timesteps=64)
         data = tiny_rollout_data(seed=3)
         trainer = quiet_trainer(max_epochs=-1, accelerator="cpu")
         trainer.fit(model, data)

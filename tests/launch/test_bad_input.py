@@ -31,7 +31,7 @@ from rl_lightning import DQN, PPO, SAC, ReplayDataModule, RolloutDataModule
 from rl_lightning.launch.app import train
 from rl_lightning.launch.cli import main
 from rl_lightning.launch.errors import ConfigError, check_overrides
-from tests.helpers import quiet_trainer, tiny_replay_data, tiny_rollout_data
+from tests.helpers import quiet_trainer, tiny_ppo, tiny_replay_data, tiny_rollout_data
 from tests.launch.conftest import REPO, TRAIN, offline_env, run
 
 CONF = os.path.join(REPO, "conf")
@@ -66,7 +66,7 @@ ROWS = [
     (
         "api",
         "minibatches-do-not-divide-rollout",
-        lambda c: RolloutDataModule(num_envs=2, rollout_steps=16, num_minibatches=3),
+        lambda c: c.fit(PPO(num_minibatches=3), RolloutDataModule(num_envs=2, rollout_steps=16)),
         ["num_minibatches=3", "16 x 2 = 32", "choose a divisor"],
     ),
     (
@@ -103,7 +103,7 @@ ROWS = [
     (
         "api",
         "ppo-on-replay-data",
-        lambda c: c.fit(PPO(total_timesteps=100), tiny_replay_data("CartPole-v1")),
+        lambda c: c.fit(tiny_ppo(total_timesteps=100), tiny_replay_data("CartPole-v1")),
         ["PPO learns from a RolloutDataModule, got a ReplayDataModule", "Pass RolloutDataModule(env=...)"],
     ),
     (
@@ -145,14 +145,16 @@ ROWS = [
     (
         "api",
         "resume-with-other-hidden-sizes",
-        lambda c: c.fit(PPO(total_timesteps=10_000, hidden_sizes=[32]), tiny_rollout_data(), ckpt_path=c.files.ppo),
+        lambda c: c.fit(
+            tiny_ppo(total_timesteps=10_000, hidden_sizes=[32]), tiny_rollout_data(), ckpt_path=c.files.ppo
+        ),
         ["{ppo}", "hidden_sizes: checkpoint [64, 64], this model [32]", "Build the model with the checkpoint's"],
     ),
     (
         "api",
         "resume-on-env-with-other-spaces",
         lambda c: c.fit(
-            PPO(total_timesteps=10_000),
+            tiny_ppo(total_timesteps=10_000),
             tiny_rollout_data(env="Acrobot-v1", obj_sets={"train": [{}], "test": [{}]}),
             ckpt_path=c.files.ppo,
         ),
@@ -161,13 +163,13 @@ ROWS = [
     (
         "api",
         "resume-from-truncated-checkpoint",
-        lambda c: c.fit(PPO(total_timesteps=10_000), tiny_rollout_data(), ckpt_path=c.files.truncated),
+        lambda c: c.fit(tiny_ppo(total_timesteps=10_000), tiny_rollout_data(), ckpt_path=c.files.truncated),
         ["{truncated}", "not a complete checkpoint archive"],
     ),
     (
         "api",
         "resume-from-missing-checkpoint",
-        lambda c: c.fit(PPO(total_timesteps=10_000), tiny_rollout_data(), ckpt_path=c.files.missing),
+        lambda c: c.fit(tiny_ppo(total_timesteps=10_000), tiny_rollout_data(), ckpt_path=c.files.missing),
         ["{missing}", "does not exist"],
     ),
     # ------------------------------------------------------------------ Hydra (train.py)
@@ -190,8 +192,8 @@ ROWS = [
     (
         "hydra",
         "minibatches-do-not-divide-rollout",
-        ["data.num_minibatches=3"],
-        ["'data.num_minibatches'", "choose a divisor", "data.num_minibatches=..."],
+        ["algo.num_minibatches=3"],
+        ["num_minibatches=3", "choose a divisor", "algo.num_minibatches=..."],
     ),
     ("hydra", "unknown-env-id", ["env.id=CartPol-v1"], ["'env.id'", "Did you mean", "'CartPole-v1'", "env.id=..."]),
     ("hydra", "env-id-not-a-string", ["env.id=123"], ["'env.id'", "gymnasium id string", "env.id=..."]),
@@ -245,7 +247,7 @@ ROWS = [
     (
         "hydra",
         "resume-incompatible-config",
-        ["ckpt_path={ppo}", "algo.hidden_sizes=[32]", "data.num_minibatches=2"],
+        ["ckpt_path={ppo}", "algo.hidden_sizes=[32]", "algo.num_minibatches=2"],
         ["hidden_sizes: checkpoint [64, 64], this model [32]", "{ppo}"],
     ),
     (
@@ -320,8 +322,8 @@ ROWS = [
     (
         "cli",
         "minibatches-do-not-divide-rollout",
-        ["fit", "--model", "PPO", "--data.num_envs", "2", "--data.rollout_steps", "16", "--data.num_minibatches", "3"],
-        ["--data.num_minibatches", "choose a divisor"],
+        ["fit", "--model", "PPO", "--data.num_envs", "2", "--data.rollout_steps", "16", "--model.num_minibatches", "3"],
+        ["--model.num_minibatches", "choose a divisor", "16 x 2 = 32"],
     ),
     (
         "cli",
@@ -384,6 +386,8 @@ ROWS = [
 # The real entry points as subprocesses (a few seconds each): the message, a non-zero exit, no traceback.
 PROCESS_ROWS = [
     ("hydra", "num-envs-not-a-number", ["env.num_envs=abc"], ["Config error:", "'env.num_envs'", "env.num_envs=..."]),
+    # A learning setting under its key of earlier releases runs as the algorithm's (train.py renames it).
+    ("hydra", "old-data-key", ["data.num_minibatches=3"], ["Config error:", "num_minibatches=3", "choose a divisor"]),
     ("cli", "negative-lr", ["fit", "--model", "PPO", "--model.lr", "-1"], ["error:", "--model.lr", "positive number"]),
     (
         "cli",
@@ -407,7 +411,7 @@ def files(tmp_path_factory) -> SimpleNamespace:
     root = tmp_path_factory.mktemp("checkpoints")
     pl.seed_everything(0)
     trainer = quiet_trainer(str(root / "fit"), max_epochs=1)
-    trainer.fit(PPO(total_timesteps=10_000, save_interval=1), tiny_rollout_data())
+    trainer.fit(tiny_ppo(total_timesteps=10_000, save_interval=1), tiny_rollout_data())
     (ppo,) = glob.glob(str(root / "fit" / "**" / "last.ckpt"), recursive=True)
     good = Path(ppo).read_bytes()
     assert zipfile.is_zipfile(ppo)

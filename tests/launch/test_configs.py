@@ -37,7 +37,8 @@ def _compose(overrides: list[str], run_dir: str):
 
 
 def _params(cls) -> set[str]:
-    return set(inspect.signature(cls.__init__).parameters) - {"self"}
+    """The constructor's arguments, less deprecated ones a class keeps out of its settings (``unsaved_args``)."""
+    return set(inspect.signature(cls.__init__).parameters) - {"self", *getattr(cls, "unsaved_args", ())}
 
 
 @pytest.mark.parametrize("algo", _options("algo"))
@@ -87,7 +88,8 @@ def test_experiments_match_their_measured_settings(tmp_path):
     assert (cartpole.env.id, cartpole.env.num_envs, cartpole.data.rollout_steps) == ("CartPole-v1", 8, 32)
     assert cartpole.algo.total_timesteps == 150_000 and cartpole.algo.lr == 1e-3
     mujoco = _compose(["+experiment=ppo_continuous"], str(tmp_path))
-    assert (mujoco.env.id, mujoco.data.rollout_steps, mujoco.data.num_minibatches) == ("InvertedPendulum-v5", 2048, 32)
+    assert (mujoco.env.id, mujoco.data.rollout_steps, mujoco.algo.num_minibatches) == ("InvertedPendulum-v5", 2048, 32)
+    assert (cartpole.algo.gamma, cartpole.algo.gae_lambda, cartpole.algo.update_epochs) == (0.98, 0.8, 20)
     assert mujoco.algo.total_timesteps == 200_000
 
 

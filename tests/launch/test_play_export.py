@@ -13,13 +13,13 @@ import numpy as np
 import onnxruntime
 import pytest
 
-from rl_lightning import DQN, PPO
+from rl_lightning import DQN
 from rl_lightning.algos import load_checkpoint
 from rl_lightning.envs import SHIPPED_OBJ_SETS
 from rl_lightning.launch import export as export_cli
 from rl_lightning.launch import play
 from rl_lightning.video import count_frames
-from tests.helpers import quiet_trainer, tiny_replay_data, tiny_rollout_data
+from tests.helpers import quiet_trainer, tiny_ppo, tiny_replay_data, tiny_rollout_data
 from tests.test_export import score_margin
 
 RL_LIGHTNING = os.path.join(os.path.dirname(sys.executable), "rl-lightning")
@@ -31,7 +31,7 @@ ROW = re.compile(r"^\s+(\d+)\s+(\S+)\s+([-\d.]+)\s+(\d+)\s+(yes|no|-)$")
 def ppo_checkpoint(tmp_path_factory):
     root = tmp_path_factory.mktemp("ppo")
     trainer = quiet_trainer(root, max_epochs=2)
-    trainer.fit(PPO(hidden_sizes=[16, 16]), tiny_rollout_data(eval_max_episode_steps=None))
+    trainer.fit(tiny_ppo(hidden_sizes=[16, 16]), tiny_rollout_data(eval_max_episode_steps=None))
     path = str(root / "last.ckpt")
     trainer.save_checkpoint(path)
     return path
