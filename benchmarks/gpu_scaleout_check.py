@@ -49,7 +49,7 @@ def _trainer(callbacks, max_epochs):
 
 
 def _ppo_data():
-    return RolloutDataModule(env="CartPole-v1", num_envs=8, rollout_steps=64, eval_episodes=4)
+    return RolloutDataModule(env_id="CartPole-v1", num_envs=8, rollout_steps=64, eval_episodes=4)
 
 
 class _Probe(pl.Callback):
@@ -127,7 +127,7 @@ def check_off_policy() -> dict:
         ("dqn", DQN(hidden_sizes=[256, 256], total_timesteps=10_000), "CartPole-v1"),
     ):
         pl.seed_everything(0)
-        dm = ReplayDataModule(env=data, steps_per_epoch=300, learning_starts=100, batch_size=64, eval_episodes=2)
+        dm = ReplayDataModule(env_id=data, steps_per_epoch=300, learning_starts=100, batch_size=64, eval_episodes=2)
         trainer = _trainer([ActorSync(device="cpu", verify=True)], max_epochs=2)
         start = time.perf_counter()
         trainer.fit(model, dm)

@@ -32,7 +32,7 @@ def ours(env_steps: int, seed: int) -> dict[str, float]:
     """Gradient steps and env steps per second of rl_lightning's SAC."""
     pl.seed_everything(seed, verbose=False)
     data = ReplayDataModule(
-        env="Pendulum-v1",
+        env_id="Pendulum-v1",
         steps_per_epoch=env_steps,
         learning_starts=LEARNING_STARTS,
         batch_size=256,

@@ -39,7 +39,7 @@ def worker(devices: int, epochs: int, num_envs: int) -> None:
     torch.set_num_threads(1)
     pl.seed_everything(0, verbose=False)
     data = RolloutDataModule(
-        env="CartPole-v1",
+        env_id="CartPole-v1",
         num_envs=num_envs,
         rollout_steps=32,
         eval_interval=10**6,

@@ -91,7 +91,7 @@ def ppo_ours(env_steps: int, seed: int, fast_path: bool = True) -> dict[str, flo
     s = PPO_SETTINGS
     pl.seed_everything(seed, verbose=False)
     data = RolloutDataModule(
-        env=s.env_id,
+        env_id=s.env_id,
         num_envs=s.num_envs,
         rollout_steps=s.rollout_steps,
         obj_sets=PLAIN,
@@ -161,7 +161,7 @@ def dqn_ours(env_steps: int, seed: int) -> dict[str, float]:
 
     pl.seed_everything(seed, verbose=False)
     data = ReplayDataModule(
-        env="CartPole-v1",
+        env_id="CartPole-v1",
         num_envs=1,
         steps_per_epoch=env_steps,
         learning_starts=DQN_LEARNING_STARTS,

@@ -1,6 +1,6 @@
 """rl_lightning: reinforcement learning whose engine is PyTorch Lightning.
 
-Trainer.fit(PPO(...), RolloutDataModule(env="CartPole-v1"))
+Trainer.fit(PPO(...), RolloutDataModule(env_id="CartPole-v1"))
 """
 
 from rl_lightning.algos import DQN, PPO, SAC, RLModule

@@ -192,7 +192,8 @@ def export_policy(
         model: A trained algorithm.
         path: The file to write (``.pt`` for TorchScript, ``.onnx`` for ONNX, by convention).
         format: ``"torchscript"`` or ``"onnx"``.
-        metadata: More entries for the stored contract (``rl-lightning export`` adds ``env``).
+        metadata: More entries for the stored contract (``rl-lightning export`` adds ``env_id``,
+            and, for one release, ``env``: its old name).
         obs_bound: The run's ``obs_bound`` when its mode was ``clip`` (see :class:`DeployedActor`).
 
     Returns:

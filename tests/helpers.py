@@ -28,10 +28,10 @@ def quiet_trainer(tmp_path=None, callbacks=(), **kwargs) -> pl.Trainer:
     return pl.Trainer(**kwargs)
 
 
-def tiny_replay_data(env: str, **kwargs) -> ReplayDataModule:
+def tiny_replay_data(env_id: str, **kwargs) -> ReplayDataModule:
     """60 env steps per epoch, learning from step 40, batches of 16, one short evaluation episode."""
     kwargs = {
-        "env": env,
+        "env_id": env_id,
         "steps_per_epoch": REPLAY_STEPS,
         "learning_starts": REPLAY_LEARNING_STARTS,
         "batch_size": 16,
@@ -50,7 +50,7 @@ def tiny_ppo(**kwargs) -> PPO:
 def tiny_rollout_data(**kwargs) -> RolloutDataModule:
     """CartPole-v1, 2 envs x 16 steps per rollout, 2 short evaluation episodes (train it with ``tiny_ppo``)."""
     kwargs = {
-        "env": "CartPole-v1",
+        "env_id": "CartPole-v1",
         "num_envs": 2,
         "rollout_steps": 16,
         "eval_episodes": 2,

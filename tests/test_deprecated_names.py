@@ -42,3 +42,31 @@ def test_rlmodule_actor_warns_and_reads_the_acting_copy():
     model = tiny_ppo(total_timesteps=64)
     with pytest.warns(DeprecationWarning, match="acting_copy"):
         assert model.actor is model.acting_copy is None
+
+
+@pytest.mark.parametrize("cls", [data.RolloutDataModule, data.ReplayDataModule])
+def test_the_env_argument_is_env_id_now(cls):
+    """Test that a data module's old env= argument warns naming env_id, and only env_id is saved."""
+    with pytest.warns(DeprecationWarning, match=r"\(env=\.\.\.\) is now [A-Za-z]+\(env_id=\.\.\.\)"):
+        module = cls(env="Acrobot-v1", obj_sets={"train": [{}], "test": [{}]})
+    assert module.hparams.env_id == "Acrobot-v1" and "env" not in module.hparams
+    with pytest.raises(ValueError, match="names two envs; pass env_id only"):
+        cls(env="Acrobot-v1", env_id="MountainCar-v0")
+
+
+def test_an_env_config_of_an_earlier_release_still_builds(tmp_path):
+    """Test that an env group that says id: (its key before env_id) builds its data module, with a warning."""
+    from omegaconf import OmegaConf
+
+    from rl_lightning.launch.app import build_data
+
+    cfg = OmegaConf.create(
+        {
+            "seed": 3,
+            "data": {"_target_": "rl_lightning.RolloutDataModule", "rollout_steps": 16},
+            "env": {"id": "Acrobot-v1", "num_envs": 2, "obj_sets": {"train": [{}], "test": [{}]}},
+        }
+    )
+    with pytest.warns(DeprecationWarning, match="id is now env_id"):
+        module = build_data(cfg)
+    assert (module.hparams.env_id, module.hparams.num_envs, module.hparams.seed) == ("Acrobot-v1", 2, 3)

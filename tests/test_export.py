@@ -25,7 +25,7 @@ pytestmark = pytest.mark.filterwarnings("ignore:.*torch.jit.*deprecated:Deprecat
 
 CASES = {
     "ppo_discrete": (PPO, lambda: tiny_rollout_data()),
-    "ppo_continuous": (PPO, lambda: tiny_rollout_data(env="Pendulum-v1")),
+    "ppo_continuous": (PPO, lambda: tiny_rollout_data(env_id="Pendulum-v1")),
     "sac": (SAC, lambda: tiny_replay_data("Pendulum-v1")),
     "dqn": (DQN, lambda: tiny_replay_data("CartPole-v1")),
 }

@@ -122,14 +122,14 @@ class RLModule(pl.LightningModule):
             if self.policy is None:
                 raise RuntimeError(
                     f"{type(self).__name__} builds its networks from the env of a RolloutDataModule: "
-                    "call trainer.fit(model, datamodule=RolloutDataModule(env=...))."
+                    "call trainer.fit(model, datamodule=RolloutDataModule(env_id=...))."
                 )
             return
         expected = self.datamodule_class
         if expected is not None and not isinstance(datamodule, expected):
             raise TypeError(
                 f"{type(self).__name__} learns from a {expected.__name__}, got a {type(datamodule).__name__}. "
-                f"Pass {expected.__name__}(env=...) (with Hydra: the data group that goes with algo="
+                f"Pass {expected.__name__}(env_id=...) (with Hydra: the data group that goes with algo="
                 f"{type(self).__name__.lower()}, as its experiments set)."
             )
         self._ensure_policy(datamodule.observation_space, datamodule.action_space)

@@ -18,6 +18,7 @@ import gymnasium as gym
 import lightning.pytorch as pl
 import torch
 
+from rl_lightning.data.base import EnvDataModule
 from rl_lightning.data.datamodule import MOVED_TO_ALGORITHM
 from rl_lightning.envs.spaces import space_from_dict, space_to_dict
 
@@ -42,13 +43,16 @@ def upgraded_settings(checkpoint: Mapping[str, Any]) -> tuple[dict[str, Any], di
 
     Earlier versions saved the on-policy learning settings (``gamma``, ``gae_lambda``,
     ``update_epochs``, ``num_minibatches``) with the data module; they are the algorithm's
-    now, so they move to the model's settings (where those lack them).
+    now, so they move to the model's settings (where those lack them). The env id they
+    saved as ``env`` is ``env_id``.
 
     Returns:
         ``(model settings, data-module settings)``, copies.
     """
     model = dict(checkpoint.get("hyper_parameters") or {})
     data = dict(checkpoint.get("datamodule_hyper_parameters") or {})
+    if "env" in data:
+        data.setdefault("env_id", data.pop("env"))
     for name in MOVED_TO_ALGORITHM:
         if name in data:
             value = data.pop(name)
@@ -152,15 +156,15 @@ def _describe_space(space: gym.Space) -> str:
 
 def _spaces_mismatch(module: pl.LightningModule, where: str, checkpoint: dict[str, Any], spaces: tuple) -> str:
     """Explain a checkpoint trained on other spaces than the env this model was built for."""
-    saved_env = (checkpoint.get("datamodule_hyper_parameters") or {}).get("env")
+    saved_env = upgraded_settings(checkpoint)[1].get("env_id")
     datamodule = getattr(module._trainer, "datamodule", None) if module._trainer else None
-    env = getattr(datamodule, "hparams", {}).get("env") or "the data module's env"
+    env = datamodule.env_id if isinstance(datamodule, EnvDataModule) else "the data module's env"
     saved = f"{_describe_space(spaces[0])} observations, {_describe_space(spaces[1])} actions"
     own = f"{_describe_space(module.spaces[0])} observations, {_describe_space(module.spaces[1])} actions"
     return (
         f"{where} was trained on {saved_env or 'another env'} ({saved}), but this {type(module).__name__} was "
         f"built for {env} ({own}). Give the data module the env the "
-        f"checkpoint was trained on{f' (env={saved_env!r})' if saved_env else ''}, or train from scratch without "
+        f"checkpoint was trained on{f' (env_id={saved_env!r})' if saved_env else ''}, or train from scratch without "
         "the checkpoint."
     )
 

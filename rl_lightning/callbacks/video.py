@@ -115,7 +115,7 @@ class EvaluationVideo(pl.Callback):
                     env.render()
                 except Exception as err:  # an env without rgb_array rendering, no GL backend, no pygame
                     raise RuntimeError(
-                        f"EvaluationVideo cannot render {trainer.datamodule.hparams.env} ({type(err).__name__}: "
+                        f"EvaluationVideo cannot render {trainer.datamodule.env_id} ({type(err).__name__}: "
                         f"{err}). MuJoCo needs MUJOCO_GL=egl (or osmesa) on a machine without a display; classic "
                         "control needs pygame (gymnasium[classic-control]). Or turn videos off (video_interval=0)."
                     ) from err
@@ -143,9 +143,12 @@ class EvaluationVideo(pl.Callback):
     def _env(self, trainer: pl.Trainer, obj_set: str) -> Any:
         if obj_set not in self._envs:
             datamodule = trainer.datamodule
-            hp = datamodule.hparams
             self._envs[obj_set] = make_env(
-                hp.env, obj_set, datamodule.obj_sets, hp.eval_max_episode_steps, render_mode="rgb_array"
+                datamodule.env_id,
+                obj_set,
+                datamodule.obj_sets,
+                datamodule.hparams.eval_max_episode_steps,
+                render_mode="rgb_array",
             )
         return self._envs[obj_set]
 

@@ -56,6 +56,27 @@ def check_unit_interval(name: str, value: Any, open_low: bool = False) -> None:
         raise ValueError(f"{name} must be a number in {'(0, 1]' if open_low else '[0, 1]'}, got {value!r}.")
 
 
+def renamed_env_argument(owner: str, env_id: str, env: str | None, default: str) -> str:
+    """The env id a data module was given: ``env_id``, or its old name ``env`` (warned, for one release).
+
+    Raises:
+        ValueError: Both were given, naming two different envs.
+    """
+    if env is None:
+        return env_id
+    if env_id not in (default, env):
+        raise ValueError(
+            f"{owner}(env={env!r}, env_id={env_id!r}) names two envs; pass env_id only (env is its old name)."
+        )
+    warnings.warn(
+        f"{owner}(env=...) is now {owner}(env_id=...) (Hydra: env.env_id, CLI: --data.env_id); the old name goes "
+        "in the next release.",
+        DeprecationWarning,
+        stacklevel=3,
+    )
+    return env
+
+
 def _numpy_state_to_plain(state: tuple) -> tuple:
     """numpy's legacy RNG state with its key array as a list (loads with ``weights_only``)."""
     kind, keys, pos, has_gauss, gauss = state
@@ -76,7 +97,7 @@ class EnvDataModule(pl.LightningDataModule):
     ``state_dict``/``load_state_dict`` with their stream's own state.
 
     Args:
-        env: Gymnasium env id.
+        env_id: Gymnasium env id.
         num_envs: Training envs per rank.
         obj_sets: Object sets (name -> list of variations); ``None`` takes the shipped ones.
         train_obj_set: The set training episodes are drawn from.
@@ -107,7 +128,7 @@ class EnvDataModule(pl.LightningDataModule):
 
     def __init__(
         self,
-        env: str,
+        env_id: str,
         num_envs: int,
         obj_sets: Mapping[str, Sequence[Any]] | None,
         train_obj_set: str,
@@ -125,7 +146,7 @@ class EnvDataModule(pl.LightningDataModule):
         obs_bound_mode: str = "clip",
     ):
         super().__init__()
-        check_env_id(env)
+        check_env_id(env_id)
         check_max_env_restarts(max_env_restarts)
         check_value_options(obs_bound, obs_bound_mode)
         for name in ("num_envs", "eval_interval", "eval_episodes"):
@@ -137,11 +158,11 @@ class EnvDataModule(pl.LightningDataModule):
             raise ValueError(f"vectorization must be one of {VECTORIZATION}, got {vectorization!r}.")
         if isinstance(eval_obj_sets, str):
             eval_obj_sets = [eval_obj_sets]
-        self.obj_sets = resolve_obj_sets(env, obj_sets)
+        self.obj_sets = resolve_obj_sets(env_id, obj_sets)
         for name in [train_obj_set, *eval_obj_sets]:
             if name not in self.obj_sets:
                 raise ValueError(
-                    f"Unknown object set '{name}' for {env}; available: {sorted(self.obj_sets)}. "
+                    f"Unknown object set '{name}' for {env_id}; available: {sorted(self.obj_sets)}. "
                     "Pick one of those or add it to obj_sets."
                 )
         # Collects the subclass's constructor arguments too (Lightning walks the __init__ frames).
@@ -161,7 +182,7 @@ class EnvDataModule(pl.LightningDataModule):
     def _env_group(self, obj_set: str, num_envs: int, seed: int, max_episode_steps: int | None) -> EnvGroup:
         hp = self.hparams
         return EnvGroup(
-            hp.env,
+            hp.env_id,
             num_envs,
             obj_set=obj_set,
             obj_sets=self.obj_sets,
@@ -211,6 +232,11 @@ class EnvDataModule(pl.LightningDataModule):
                 # ranges decide which episodes are drawn.
                 seed = hp.seed + 1_000_000 + self.rank * eval_envs
                 self.eval_envs[obj_set] = self._env_group(obj_set, eval_envs, seed, hp.eval_max_episode_steps)
+
+    @property
+    def env_id(self) -> str:
+        """The gymnasium id of the envs this module builds (every object set's variations default to it)."""
+        return self.hparams.env_id
 
     @property
     def observation_space(self):

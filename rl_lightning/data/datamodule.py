@@ -11,7 +11,7 @@ import lightning.pytorch as pl
 import torch
 from torch.utils.data import DataLoader
 
-from rl_lightning.data.base import EnvDataModule, check_positive_int, identity_collate
+from rl_lightning.data.base import EnvDataModule, check_positive_int, identity_collate, renamed_env_argument
 from rl_lightning.data.protocol import OnPolicyLearner
 from rl_lightning.data.rollout import RolloutDataset, UpdatePlan
 
@@ -30,7 +30,7 @@ class RolloutDataModule(EnvDataModule):
     (training set) and ``eval_ood/`` (``test`` set).
 
     Args:
-        env: Gymnasium env id.
+        env_id: Gymnasium env id.
         num_envs: Training envs per rank.
         rollout_steps: Steps per env per rollout.
         obj_sets: Object sets (name -> list of variations); ``None`` takes the shipped ones.
@@ -52,17 +52,19 @@ class RolloutDataModule(EnvDataModule):
             they are finite (the algorithm's ``on_nonfinite`` decides what a NaN does).
         obs_bound_mode: ``"clip"`` observations to the bound (counted), or ``"reject"`` them
             like non-finite ones.
+        env: Deprecated name of ``env_id`` (warns, for one release).
         update_epochs, num_minibatches, gamma, gae_lambda: Deprecated: the algorithm's
             (``PPO(gamma=...)``). Given here, they warn and override the algorithm's for one
             release (checkpoints of earlier versions hold them in the data module's settings).
     """
 
-    #: The algorithm's settings now: not saved here (Lightning refuses to log a key both modules hold).
-    unsaved_args = MOVED_TO_ALGORITHM
+    #: Old names: ``env`` (now ``env_id``), and the algorithm's settings (Lightning refuses to log a
+    #: key both modules hold with other values).
+    unsaved_args = ("env", *MOVED_TO_ALGORITHM)
 
     def __init__(
         self,
-        env: str = "CartPole-v1",
+        env_id: str = "CartPole-v1",
         num_envs: int = 4,
         rollout_steps: int = 128,
         obj_sets: Mapping[str, Sequence[Any]] | None = None,
@@ -83,7 +85,9 @@ class RolloutDataModule(EnvDataModule):
         num_minibatches: int | None = None,
         gamma: float | None = None,
         gae_lambda: float | None = None,
+        env: str | None = None,
     ):
+        env_id = renamed_env_argument("RolloutDataModule", env_id, env, default="CartPole-v1")
         check_positive_int("rollout_steps", rollout_steps)
         given = dict(update_epochs=update_epochs, num_minibatches=num_minibatches, gamma=gamma, gae_lambda=gae_lambda)
         moved = {name: value for name, value in given.items() if value is not None}
@@ -101,7 +105,7 @@ class RolloutDataModule(EnvDataModule):
         #: Deprecated settings given to this module, which override the algorithm's plan.
         self.plan_overrides = moved
         super().__init__(
-            env,
+            env_id,
             num_envs,
             obj_sets,
             train_obj_set,

@@ -10,7 +10,7 @@ from typing import Any
 from lightning.pytorch.trainer.states import TrainerFn
 from torch.utils.data import DataLoader
 
-from rl_lightning.data.base import EnvDataModule, check_positive_int, identity_collate
+from rl_lightning.data.base import EnvDataModule, check_positive_int, identity_collate, renamed_env_argument
 from rl_lightning.data.replay import STORAGES, ReplayDataset, make_replay_buffer
 
 
@@ -23,7 +23,7 @@ class ReplayDataModule(EnvDataModule):
     Validation and test are as in :class:`~rl_lightning.data.RolloutDataModule`.
 
     Args:
-        env: Gymnasium env id.
+        env_id: Gymnasium env id.
         num_envs: Training envs per rank.
         steps_per_epoch: Env steps per rank per epoch; a multiple of ``num_envs``.
         learning_starts: Env steps (over all ranks) of uniform random actions before learning.
@@ -55,11 +55,15 @@ class ReplayDataModule(EnvDataModule):
             they are finite (the algorithm's ``on_nonfinite`` decides what a NaN does).
         obs_bound_mode: ``"clip"`` observations to the bound (counted), or ``"reject"`` them
             like non-finite ones.
+        env: Deprecated name of ``env_id`` (warns, for one release).
     """
+
+    #: Old names, not saved with the settings: ``env`` (now ``env_id``).
+    unsaved_args = ("env",)
 
     def __init__(
         self,
-        env: str = "Pendulum-v1",
+        env_id: str = "Pendulum-v1",
         num_envs: int = 1,
         steps_per_epoch: int = 1000,
         learning_starts: int = 5000,
@@ -86,7 +90,9 @@ class ReplayDataModule(EnvDataModule):
         max_env_restarts: int = 3,
         obs_bound: float | None = None,
         obs_bound_mode: str = "clip",
+        env: str | None = None,
     ):
+        env_id = renamed_env_argument("ReplayDataModule", env_id, env, default="Pendulum-v1")
         for name in ("steps_per_epoch", "batch_size", "buffer_size"):
             check_positive_int(name, locals()[name])
         if not isinstance(learning_starts, int) or isinstance(learning_starts, bool) or learning_starts < 0:
@@ -106,7 +112,7 @@ class ReplayDataModule(EnvDataModule):
         if storage not in STORAGES:
             raise ValueError(f"storage must be one of {STORAGES}, got {storage!r}.")
         super().__init__(
-            env,
+            env_id,
             num_envs,
             obj_sets,
             train_obj_set,

@@ -42,7 +42,7 @@ MAX_CONSECUTIVE_SKIPS = 100
 def check_env_id(env_id: str) -> None:
     """Raise a clear error if ``env_id`` is not registered with gymnasium."""
     if not isinstance(env_id, str) or not env_id:
-        raise TypeError(f"env must be a gymnasium id string such as 'CartPole-v1', got {env_id!r}.")
+        raise TypeError(f"env_id must be a gymnasium id string such as 'CartPole-v1', got {env_id!r}.")
     if env_id in gym.registry:
         return
     close = difflib.get_close_matches(env_id, list(gym.registry), n=3)

@@ -2,8 +2,8 @@
 
 ``train.py`` rewrites its command line through :func:`renamed_overrides` before Hydra sees it,
 so ``data.gamma=0.9`` (before the learning settings moved to the algorithm) still runs, as
-``algo.gamma=0.9``. The Lightning CLI needs no table: the data module still accepts the old
-arguments and warns (``RolloutDataModule``).
+``algo.gamma=0.9``, and ``env.id=...`` as ``env.env_id=...``. The Lightning CLI needs no
+table: the data modules still accept the old arguments and warn.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from rl_lightning.data.datamodule import MOVED_TO_ALGORITHM
 
 #: Old key -> new key (``docs/glossary.md`` lists the renames).
-RENAMED_KEYS = {f"data.{name}": f"algo.{name}" for name in MOVED_TO_ALGORITHM}
+RENAMED_KEYS = {"env.id": "env.env_id", **{f"data.{name}": f"algo.{name}" for name in MOVED_TO_ALGORITHM}}
 
 _OVERRIDE = re.compile(r"^(?P<prefix>[+~]*)(?P<key>[\w.]+)(?P<rest>=.*)?$", re.S)
 

@@ -29,9 +29,6 @@ from rl_lightning.launch.summary import RunSummary
 # Loggers share the run directory with Hydra's files; nothing of theirs is deleted.
 warnings.filterwarnings("ignore", ".*Experiment logs directory .* exists and is not empty.*")
 
-# env-group key -> RolloutDataModule argument (the group says `id`, the data module `env`).
-ENV_KEY_TO_ARG = {"id": "env"}
-
 
 def _plain(node: Any) -> Any:
     return OmegaConf.to_container(node, resolve=True) if isinstance(node, DictConfig) else dict(node)
@@ -39,7 +36,12 @@ def _plain(node: Any) -> Any:
 
 def build_data(cfg: DictConfig, **overrides: Any) -> pl.LightningDataModule:
     """The data module from the ``data`` group plus the ``env`` group and the top-level ``seed``."""
-    env = {ENV_KEY_TO_ARG.get(k, k): v for k, v in _plain(cfg.env).items()}
+    env = _plain(cfg.env)
+    if "id" in env:  # an env config written for an earlier release
+        warnings.warn(
+            "The env group's key id is now env_id; the old key goes in the next release.", DeprecationWarning, 2
+        )
+        env.setdefault("env_id", env.pop("id"))
     return instantiate(cfg.data, **{**env, "seed": cfg.seed, **overrides}, _convert_="all")
 
 

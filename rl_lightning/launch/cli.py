@@ -1,6 +1,6 @@
 """The ``rl-lightning`` command: a Lightning CLI on the library's classes, plus ``plot``, ``play`` and ``export``.
 
-    rl-lightning fit --model PPO --data.env CartPole-v1 --trainer.max_epochs 5 --model.clip_coef 0.1
+    rl-lightning fit --model PPO --data.env_id CartPole-v1 --trainer.max_epochs 5 --model.clip_coef 0.1
     rl-lightning fit --config conf/cli/ppo.yaml
     rl-lightning test --ckpt_path runs/<run>/checkpoints/last.ckpt     # both object sets
     rl-lightning plot runs/<run> multirun/<sweep> --out curves.png

@@ -140,11 +140,8 @@ def explain_build_error(err: Exception, cfg: DictConfig) -> str | None:
 def _config_key(key: str, cfg: DictConfig) -> str:
     """Where a data-module argument lives in the config: the env group's keys are merged into ``data``."""
     group, _, name = key.partition(".")
-    if group == "data" and isinstance(cfg.get("env"), DictConfig):
-        if name == "env":
-            return "env.id"
-        if name in cfg.env:
-            return f"env.{name}"
+    if group == "data" and isinstance(cfg.get("env"), DictConfig) and name in cfg.env.keys():  # "???" too
+        return f"env.{name}"
     return key
 
 
@@ -156,12 +153,8 @@ def _key_named_in(text: str, cfg: DictConfig, group: str | None) -> str | None:
     for name in names:
         node = cfg.get(name)
         if isinstance(node, DictConfig):
-            values = OmegaConf.to_container(node, resolve=False)
-            if name == "env":  # the data module's `env` argument is the env group's `id`
-                values = {**values, "env": values.get("id")}
-            groups.append((name, values))
-    key = culprit_key(text, groups)
-    return "env.id" if key == "env.env" else key
+            groups.append((name, OmegaConf.to_container(node, resolve=False)))
+    return culprit_key(text, groups)
 
 
 #: The package's directory: errors raised by code under it are the library's own.

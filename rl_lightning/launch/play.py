@@ -69,21 +69,21 @@ def main(args: Sequence[str] | None = None) -> list[Episode]:
         model, data = load_with_data_settings(ns.checkpoint)
     except (FileNotFoundError, ValueError) as err:
         fail(str(err))
-    if "env" not in data:
+    if "env_id" not in data:
         fail(
             f"Checkpoint '{ns.checkpoint}' holds no env settings (it was saved without a data module), so "
             "there is no env to play on. Pass a checkpoint written by a run (train.py, rl-lightning fit)."
         )
     algorithm = type(model).__name__
     obj_set = ns.obj_set or data.get("train_obj_set", "train")
-    sets = resolve_obj_sets(data["env"], data.get("obj_sets"))
+    sets = resolve_obj_sets(data["env_id"], data.get("obj_sets"))
     if obj_set not in sets:
-        fail(f"--obj-set {obj_set}: {data['env']} has no such object set in this run; available: {sorted(sets)}.")
+        fail(f"--obj-set {obj_set}: {data['env_id']} has no such object set in this run; available: {sorted(sets)}.")
     # The run's obs_bound in clip mode clipped what its policy saw: play shows it the same.
     obs_bound = data.get("obs_bound") if data.get("obs_bound_mode", "clip") == "clip" else None
     try:
         env = make_env(
-            data["env"],
+            data["env_id"],
             obj_set,
             sets,
             data.get("eval_max_episode_steps"),
@@ -94,14 +94,15 @@ def main(args: Sequence[str] | None = None) -> list[Episode]:
             env.render()  # fails here, before any episode, on a machine that cannot render this env
     except (gym.error.Error, ValueError, RuntimeError, ImportError) as err:
         fail(
-            f"Cannot make {data['env']}{' with rendering' if ns.video else ''}: {type(err).__name__}: {err} "
+            f"Cannot make {data['env_id']}{' with rendering' if ns.video else ''}: {type(err).__name__}: {err} "
             "(install the env's dependencies; MuJoCo without a display renders with MUJOCO_GL=egl)."
         )
     torch.manual_seed(ns.seed)  # the samples of --stochastic
     mode = "stochastic" if ns.stochastic else "deterministic"
     names = ", ".join(v.name or "unnamed" for v in env.obj_sets[obj_set])
     print(
-        f"{algorithm} on {data['env']}, object set '{obj_set}' ({names}): {ns.episodes} {mode} episodes, seed {ns.seed}"
+        f"{algorithm} on {data['env_id']}, object set '{obj_set}' ({names}): {ns.episodes} {mode} episodes, "
+        f"seed {ns.seed}"
     )
     print(f"{'episode':>7}  {'variation':<20} {'return':>10} {'length':>7}  success")
     episodes: list[Episode] = []

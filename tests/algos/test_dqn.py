@@ -18,7 +18,7 @@ STEPS, LEARNING_STARTS = REPLAY_STEPS, REPLAY_LEARNING_STARTS
 
 
 def small_data(**kwargs):
-    return tiny_replay_data(**{"env": "CartPole-v1", **kwargs})
+    return tiny_replay_data(**{"env_id": "CartPole-v1", **kwargs})
 
 
 def fit(tmp_path=None, max_epochs=2, seed=0, model_kwargs=None, data_kwargs=None, ckpt_path=None, callbacks=()):
@@ -202,7 +202,7 @@ def test_dqn_refuses_continuous_actions():
     """Test that DQN on a continuous-action env says to use another algorithm."""
     trainer = pl.Trainer(max_epochs=1, logger=False, enable_progress_bar=False, enable_model_summary=False)
     with pytest.raises(TypeError, match="Discrete action space.*use SAC"):
-        trainer.fit(DQN(), small_data(env="Pendulum-v1"))
+        trainer.fit(DQN(), small_data(env_id="Pendulum-v1"))
 
 
 @pytest.mark.parametrize(

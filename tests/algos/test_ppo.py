@@ -18,9 +18,9 @@ from tests.helpers import quiet_trainer, tiny_ppo
 ROLLOUT = 4 * 16  # num_envs x rollout_steps in these tests
 
 
-def small_data(env="CartPole-v1", **kwargs):
+def small_data(env_id="CartPole-v1", **kwargs):
     kwargs = {
-        "env": env,
+        "env_id": env_id,
         "num_envs": 4,
         "rollout_steps": 16,
         "eval_episodes": 2,
@@ -191,7 +191,7 @@ def test_user_env_without_object_sets_trains_with_warning():
 @pytest.mark.parametrize(
     "kwargs, match",
     [
-        ({"env": "CartPol-v1"}, "Unknown environment id 'CartPol-v1'.*CartPole-v1"),
+        ({"env_id": "CartPol-v1"}, "Unknown environment id 'CartPol-v1'.*CartPole-v1"),
         ({"eval_obj_sets": ["train", "ood"]}, "Unknown object set 'ood'"),
         ({"train_obj_set": "tset"}, "Unknown object set 'tset'"),
         ({"num_envs": 0}, "num_envs must be a positive integer"),

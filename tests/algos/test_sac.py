@@ -18,7 +18,7 @@ STEPS, LEARNING_STARTS = REPLAY_STEPS, REPLAY_LEARNING_STARTS
 
 
 def small_data(**kwargs):
-    return tiny_replay_data(**{"env": "Pendulum-v1", **kwargs})
+    return tiny_replay_data(**{"env_id": "Pendulum-v1", **kwargs})
 
 
 def fit(tmp_path=None, max_epochs=2, seed=0, model_kwargs=None, data_kwargs=None, ckpt_path=None, callbacks=()):
@@ -199,7 +199,7 @@ def test_algorithm_and_data_module_must_match():
     """Test that SAC on rollout data, or PPO on replay data, fails at setup naming the data module to use."""
     trainer = pl.Trainer(max_epochs=1, logger=False, enable_progress_bar=False, enable_model_summary=False)
     with pytest.raises(TypeError, match="SAC learns from a ReplayDataModule"):
-        trainer.fit(SAC(), RolloutDataModule(env="Pendulum-v1", eval_episodes=1))
+        trainer.fit(SAC(), RolloutDataModule(env_id="Pendulum-v1", eval_episodes=1))
     with pytest.raises(TypeError, match="PPO learns from a RolloutDataModule"):
         trainer.fit(tiny_ppo(), small_data())
 
@@ -208,7 +208,7 @@ def test_sac_refuses_discrete_actions():
     """Test that SAC on a discrete-action env says to use another algorithm."""
     trainer = pl.Trainer(max_epochs=1, logger=False, enable_progress_bar=False, enable_model_summary=False)
     with pytest.raises(TypeError, match="1-D Box action space"):
-        trainer.fit(SAC(), small_data(env="CartPole-v1"))
+        trainer.fit(SAC(), small_data(env_id="CartPole-v1"))
 
 
 @pytest.mark.parametrize(

@@ -21,7 +21,7 @@ def test_watch_excludes_the_evaluation_that_runs_before_on_validation_start(monk
     monkeypatch.setattr(evaluation, "evaluate", slow_evaluate)
     monkeypatch.setattr(solve, "SOLVED", float("-inf"))  # the first evaluation solves
     data = RolloutDataModule(
-        env="CartPole-v1",
+        env_id="CartPole-v1",
         num_envs=2,
         rollout_steps=16,
         obj_sets={"train": [{}], "test": [{}]},

@@ -62,7 +62,7 @@ def main() -> None:
     pl.seed_everything(0)
     # No evaluation during fit (eval_interval beyond the run): the training envs are the only ones stepping.
     data = RolloutDataModule(
-        env="CartPole-v1", num_envs=NUM_ENVS, rollout_steps=ROLLOUT_STEPS, eval_interval=1000, eval_episodes=1
+        env_id="CartPole-v1", num_envs=NUM_ENVS, rollout_steps=ROLLOUT_STEPS, eval_interval=1000, eval_episodes=1
     )
     model = PPO(total_timesteps=BUDGET, save_interval=1, keep_last=2)
     trainer = pl.Trainer(

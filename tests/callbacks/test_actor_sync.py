@@ -97,7 +97,7 @@ def test_off_policy_copy_syncs_every_interval_gradient_steps(monkeypatch):
     pl.seed_everything(0)
     model = DQN(hidden_sizes=[16, 16], total_timesteps=1000)
     data = ReplayDataModule(
-        env="CartPole-v1",
+        env_id="CartPole-v1",
         steps_per_epoch=60,
         learning_starts=20,
         batch_size=8,

@@ -120,7 +120,7 @@ def test_an_env_beyond_its_restart_limit_stops_the_run_with_a_checkpoint(tmp_pat
 
     pl.seed_everything(0)
     # Every episode of every instance raises at step 3: the recreated env fails again before finishing one.
-    data = tiny_rollout_data(env=FAULTY_ID, obj_sets=faulty_sets(fault="step", at=3), max_env_restarts=1)
+    data = tiny_rollout_data(env_id=FAULTY_ID, obj_sets=faulty_sets(fault="step", at=3), max_env_restarts=1)
     model = tiny_ppo(total_timesteps=10_000)
     with pytest.raises(EnvFault) as info:
         quiet_trainer(tmp_path, max_epochs=-1).fit(model, data)

@@ -23,7 +23,7 @@ def test_bar_counts_env_steps_against_the_budget_and_shows_returns(capsys):
     """Test that the bar advances by the epoch's env steps toward total_timesteps and shows sps, return and evals."""
     bar = EnvStepProgressBar()
     spy = _Spy(bar)
-    data = RolloutDataModule(env="CartPole-v1", num_envs=2, rollout_steps=64, eval_interval=2, eval_episodes=2)
+    data = RolloutDataModule(env_id="CartPole-v1", num_envs=2, rollout_steps=64, eval_interval=2, eval_episodes=2)
     model = tiny_ppo(total_timesteps=512)
     trainer = pl.Trainer(
         max_epochs=-1, logger=False, enable_checkpointing=False, enable_model_summary=False, callbacks=[bar, spy]
@@ -42,7 +42,7 @@ def test_disabled_bar_shows_nothing(capsys):
     """Test that a disabled bar prints nothing."""
     bar = EnvStepProgressBar()
     bar.disable()
-    data = RolloutDataModule(env="CartPole-v1", num_envs=2, rollout_steps=16, eval_episodes=2)
+    data = RolloutDataModule(env_id="CartPole-v1", num_envs=2, rollout_steps=16, eval_episodes=2)
     trainer = pl.Trainer(
         max_epochs=1, logger=False, enable_checkpointing=False, enable_model_summary=False, callbacks=[bar]
     )

@@ -27,7 +27,7 @@ class _Recorder(pl.loggers.Logger):
 
 
 def _fit(callbacks, max_epochs=3, logger=False):
-    data = RolloutDataModule(env="CartPole-v1", num_envs=2, rollout_steps=16, eval_interval=2, eval_episodes=2)
+    data = RolloutDataModule(env_id="CartPole-v1", num_envs=2, rollout_steps=16, eval_interval=2, eval_episodes=2)
     model = tiny_ppo(total_timesteps=10_000)
     trainer = pl.Trainer(
         max_epochs=max_epochs,

@@ -109,7 +109,7 @@ def test_an_env_that_cannot_render_fails_before_training(tmp_path, scripted_sets
     """Test that a render failure is reported when fit starts, naming the env and the fixes, before any env step."""
     from tests.conftest import SCRIPTED_ID
 
-    data = tiny_rollout_data(env=SCRIPTED_ID, obj_sets=scripted_sets)
+    data = tiny_rollout_data(env_id=SCRIPTED_ID, obj_sets=scripted_sets)
     trainer = quiet_trainer(tmp_path, callbacks=[EvaluationVideo()], max_epochs=1)
     with pytest.raises(RuntimeError, match=f"EvaluationVideo cannot render {SCRIPTED_ID}.*video_interval=0"):
         trainer.fit(tiny_ppo(hidden_sizes=[16, 16]), data)

@@ -25,7 +25,7 @@ ROLLOUT = 2 * 16  # tiny_rollout_data: num_envs x rollout_steps
 def faulty_fit(total_timesteps: int, on_nonfinite: str = "stop", data_kwargs=None, **fault):
     """Fit PPO on FaultyEnvs with ``fault`` until ``total_timesteps``; return model, data and trainer."""
     pl.seed_everything(0)
-    data = tiny_rollout_data(env=FAULTY_ID, obj_sets=faulty_sets(**fault), **(data_kwargs or {}))
+    data = tiny_rollout_data(env_id=FAULTY_ID, obj_sets=faulty_sets(**fault), **(data_kwargs or {}))
     model = tiny_ppo(total_timesteps=total_timesteps, on_nonfinite=on_nonfinite)
     trainer = quiet_trainer(max_epochs=20)
     try:
@@ -67,7 +67,7 @@ def test_ppo_fit_survives_a_dying_async_worker(tmp_path):
     """Test that a worker process dying mid-rollout is replaced, counted, and leaves no process behind."""
     pl.seed_everything(0)
     sets = faulty_sets(fault="exit", at=3, once_file=str(tmp_path / "once"))
-    data = tiny_rollout_data(env=FAULTY_ID, obj_sets=sets, vectorization="async", eval_interval=100)
+    data = tiny_rollout_data(env_id=FAULTY_ID, obj_sets=sets, vectorization="async", eval_interval=100)
     trainer = quiet_trainer(max_epochs=5)
     trainer.fit(tiny_ppo(total_timesteps=ROLLOUT), data)
     workers = list(data.train_envs.envs.processes)
@@ -125,7 +125,7 @@ def test_data_module_takes_on_nonfinite_from_the_algorithm():
 def test_data_modules_reject_bad_fault_options(cls, kwargs, match):
     """Test that the data modules refuse bad fault options, naming the argument."""
     with pytest.raises(ValueError, match=match):
-        cls(env="CartPole-v1", **kwargs)
+        cls(env_id="CartPole-v1", **kwargs)
 
 
 def test_hydra_env_group_sets_the_fault_options(tmp_path):

@@ -103,7 +103,7 @@ def test_acting_policy_is_at_most_one_gradient_step_stale():
 
 def test_replay_buffer_state_round_trips_exactly(tmp_path):
     """Test that the data module's state (save_replay_buffer) restores the buffer's contents, size and cursor."""
-    kwargs = dict(env=SCRIPTED_ID, obj_sets=SCRIPTED_SETS, buffer_size=8, batch_size=2, steps_per_epoch=6)
+    kwargs = dict(env_id=SCRIPTED_ID, obj_sets=SCRIPTED_SETS, buffer_size=8, batch_size=2, steps_per_epoch=6)
     data = ReplayDataModule(**kwargs, learning_starts=0, save_replay_buffer=True, eval_episodes=1)
     data.setup("fit")
     data._policy = lambda: ConstantExplorer()
@@ -126,7 +126,7 @@ def test_replay_buffer_state_round_trips_exactly(tmp_path):
 def test_without_saved_buffer_resume_warns_and_waits_for_a_batch():
     """Test that a checkpoint without the buffer warns on load and learning waits until a batch is stored again."""
     kwargs = dict(
-        env=SCRIPTED_ID, obj_sets=SCRIPTED_SETS, batch_size=4, steps_per_epoch=2, learning_starts=0, eval_episodes=1
+        env_id=SCRIPTED_ID, obj_sets=SCRIPTED_SETS, batch_size=4, steps_per_epoch=2, learning_starts=0, eval_episodes=1
     )
     data = ReplayDataModule(**kwargs)
     state = {**data.state_dict(), "env_steps": 100}
@@ -156,7 +156,7 @@ def test_without_saved_buffer_resume_warns_and_waits_for_a_batch():
 def test_impossible_settings_are_refused_with_the_key(kwargs, match):
     """Test that impossible replay settings raise a ValueError naming the setting."""
     with pytest.raises(ValueError, match=match):
-        ReplayDataModule(env=SCRIPTED_ID, obj_sets=SCRIPTED_SETS, **kwargs)
+        ReplayDataModule(env_id=SCRIPTED_ID, obj_sets=SCRIPTED_SETS, **kwargs)
 
 
 def test_prioritized_replay_loads_or_names_the_missing_extension():
@@ -204,7 +204,12 @@ class _ReplayLearner(RLModule):
 def test_trainer_fit_runs_epochs_without_batches_until_learning_starts():
     """Test that under Trainer.fit, epochs before learning_starts take env steps but no gradient steps."""
     data = ReplayDataModule(
-        env=SCRIPTED_ID, obj_sets=SCRIPTED_SETS, steps_per_epoch=10, learning_starts=15, batch_size=2, eval_episodes=1
+        env_id=SCRIPTED_ID,
+        obj_sets=SCRIPTED_SETS,
+        steps_per_epoch=10,
+        learning_starts=15,
+        batch_size=2,
+        eval_episodes=1,
     )
     model = _ReplayLearner()
     trainer = pl.Trainer(

@@ -127,7 +127,7 @@ def main() -> None:
     if args.algo == "ppo":
         model = PPO(hidden_sizes=[16, 16], total_timesteps=100_000, update_epochs=2, num_minibatches=2)
         data = RolloutDataModule(
-            env="CartPole-v1",
+            env_id="CartPole-v1",
             num_envs=NUM_ENVS,
             rollout_steps=ROLLOUT_STEPS,
             eval_episodes=EVAL_EPISODES,
@@ -141,7 +141,7 @@ def main() -> None:
             save_interval=1 if args.save else None,
         )
         data = ReplayDataModule(
-            env="CartPole-v1",
+            env_id="CartPole-v1",
             num_envs=NUM_ENVS,
             steps_per_epoch=STEPS_PER_EPOCH,
             learning_starts=20,

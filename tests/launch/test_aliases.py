@@ -15,7 +15,14 @@ def test_old_learning_keys_become_the_algorithms_and_say_so():
     ]
 
 
+def test_the_env_groups_old_id_key_becomes_env_id():
+    """Test that env.id=... (the env group's key before env_id) runs as env.env_id=..., with a note."""
+    overrides, notes = renamed_overrides(["env=pendulum", "env.id=Pendulum-v1"])
+    assert overrides == ["env=pendulum", "env.env_id=Pendulum-v1"] and "env.id is now env.env_id" in notes[0]
+
+
 def test_every_learning_setting_that_moved_has_an_alias():
     """Test that the four settings that moved from the data module to PPO are all aliased, prefixes kept."""
-    assert set(RENAMED_KEYS) == {"data.gamma", "data.gae_lambda", "data.update_epochs", "data.num_minibatches"}
+    moved = {"data.gamma", "data.gae_lambda", "data.update_epochs", "data.num_minibatches"}
+    assert set(RENAMED_KEYS) == {"env.id", *moved}
     assert renamed_overrides(["++data.gae_lambda=0.8"])[0] == ["++algo.gae_lambda=0.8"]

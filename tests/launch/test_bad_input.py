@@ -78,7 +78,7 @@ ROWS = [
     (
         "api",
         "unknown-env-id",
-        lambda c: RolloutDataModule(env="CartPol-v1"),
+        lambda c: RolloutDataModule(env_id="CartPol-v1"),
         ["'CartPol-v1'", "Did you mean", "'CartPole-v1'"],
     ),
     (
@@ -104,7 +104,7 @@ ROWS = [
         "api",
         "ppo-on-replay-data",
         lambda c: c.fit(tiny_ppo(total_timesteps=100), tiny_replay_data("CartPole-v1")),
-        ["PPO learns from a RolloutDataModule, got a ReplayDataModule", "Pass RolloutDataModule(env=...)"],
+        ["PPO learns from a RolloutDataModule, got a ReplayDataModule", "Pass RolloutDataModule(env_id=...)"],
     ),
     (
         "api",
@@ -155,10 +155,10 @@ ROWS = [
         "resume-on-env-with-other-spaces",
         lambda c: c.fit(
             tiny_ppo(total_timesteps=10_000),
-            tiny_rollout_data(env="Acrobot-v1", obj_sets={"train": [{}], "test": [{}]}),
+            tiny_rollout_data(env_id="Acrobot-v1", obj_sets={"train": [{}], "test": [{}]}),
             ckpt_path=c.files.ppo,
         ),
-        ["{ppo}", "trained on CartPole-v1", "Discrete(2)", "built for Acrobot-v1", "env='CartPole-v1'"],
+        ["{ppo}", "trained on CartPole-v1", "Discrete(2)", "built for Acrobot-v1", "env_id='CartPole-v1'"],
     ),
     (
         "api",
@@ -195,8 +195,13 @@ ROWS = [
         ["algo.num_minibatches=3"],
         ["num_minibatches=3", "choose a divisor", "algo.num_minibatches=..."],
     ),
-    ("hydra", "unknown-env-id", ["env.id=CartPol-v1"], ["'env.id'", "Did you mean", "'CartPole-v1'", "env.id=..."]),
-    ("hydra", "env-id-not-a-string", ["env.id=123"], ["'env.id'", "gymnasium id string", "env.id=..."]),
+    (
+        "hydra",
+        "unknown-env-id",
+        ["env.env_id=CartPol-v1"],
+        ["'env.env_id'", "Did you mean", "'CartPole-v1'", "env.env_id=..."],
+    ),
+    ("hydra", "env-id-not-a-string", ["env.env_id=123"], ["'env.env_id'", "gymnasium id string", "env.env_id=..."]),
     (
         "hydra",
         "unknown-object-set",
@@ -310,8 +315,8 @@ ROWS = [
     (
         "cli",
         "unknown-env-id",
-        ["fit", "--model", "PPO", "--data.env", "CartPol-v1"],
-        ["--data.env", "'CartPole-v1'", "Fix --data.env"],
+        ["fit", "--model", "PPO", "--data.env_id", "CartPol-v1"],
+        ["--data.env_id", "'CartPole-v1'", "Fix --data.env_id"],
     ),
     (
         "cli",
@@ -347,13 +352,13 @@ ROWS = [
     (
         "cli",
         "dqn-on-continuous-actions",
-        ["fit", "--model", "DQN", "--data", "ReplayDataModule", "--data.env", "Pendulum-v1"],
+        ["fit", "--model", "DQN", "--data", "ReplayDataModule", "--data.env_id", "Pendulum-v1"],
         ["DQN", "needs a Discrete action space", "use SAC"],
     ),
     (
         "cli",
         "ppo-on-replay-data",
-        ["fit", "--model", "PPO", "--data", "ReplayDataModule", "--data.env", "CartPole-v1"],
+        ["fit", "--model", "PPO", "--data", "ReplayDataModule", "--data.env_id", "CartPole-v1"],
         ["PPO learns from a RolloutDataModule, got a ReplayDataModule"],
     ),
     (

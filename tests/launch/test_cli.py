@@ -32,7 +32,7 @@ def test_cli_fit_then_test_from_checkpoint(tmp_path):
             "fit",
             "--model",
             "PPO",
-            "--data.env",
+            "--data.env_id",
             "CartPole-v1",
             "--data.num_envs",
             "2",
@@ -121,7 +121,7 @@ def test_cli_tests_a_checkpoint_written_by_the_hydra_app(tmp_path, monkeypatch):
     ckpt = str(tmp_path / "hydra_run" / "checkpoints" / "last.ckpt")
     cli = main(["test", "--ckpt_path", ckpt, "--trainer.logger", "false"])
     assert type(cli.model).__name__ == "PPO" and cli.model.hparams.total_timesteps == 512
-    assert cli.datamodule.hparams.num_envs == 8 and cli.datamodule.hparams.env == "CartPole-v1"
+    assert cli.datamodule.hparams.num_envs == 8 and cli.datamodule.hparams.env_id == "CartPole-v1"
     metrics = cli.trainer.callback_metrics
     assert "eval/return_mean" in metrics and "eval_ood/return_mean" in metrics
     assert float(metrics["time/env_steps"]) == 512
@@ -132,7 +132,7 @@ def test_cli_default_logger_is_offline_wandb_inside_the_run_dir(tmp_path, monkey
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("WANDB_API_KEY", raising=False)
     monkeypatch.setenv("NETRC", str(tmp_path / "none"))
-    cli = RLCLI(args=["--model", "PPO", "--data.env", "CartPole-v1"], run=False)
+    cli = RLCLI(args=["--model", "PPO", "--data.env_id", "CartPole-v1"], run=False)
     logger = cli.trainer.logger
     assert type(logger).__name__ == "WandbLogger" and logger.mode == "offline"
     assert logger.save_dir == cli.trainer.default_root_dir and cli.trainer.default_root_dir.startswith("runs/")
@@ -143,7 +143,7 @@ def test_console_script_fits_dqn_on_replay_data_and_exits_zero(tmp_path):
     script = os.path.join(os.path.dirname(sys.executable), "rl-lightning")
     args = ["fit", "--model", "DQN", "--model.hidden_sizes", "[16,16]", "--model.total_timesteps", "100"]
     args += ["--model.save_interval", "1"]
-    args += ["--data", "ReplayDataModule", "--data.env", "CartPole-v1", "--data.steps_per_epoch", "100"]
+    args += ["--data", "ReplayDataModule", "--data.env_id", "CartPole-v1", "--data.steps_per_epoch", "100"]
     args += ["--data.learning_starts", "50", "--data.eval_episodes", "1", "--trainer.default_root_dir", "fit"]
     args += ["--trainer.logger", "CSVLogger", "--trainer.logger.save_dir", "fit"]
     proc = subprocess.run(

@@ -13,7 +13,6 @@ from omegaconf import OmegaConf
 from rl_lightning import DQN, PPO, SAC, ReplayDataModule, RolloutDataModule
 from rl_lightning.callbacks import ActorSync
 from rl_lightning.launch.app import (
-    ENV_KEY_TO_ARG,
     build_callbacks,
     build_data,
     build_loggers,
@@ -53,7 +52,7 @@ def test_algo_config_keys_equal_constructor_arguments(algo):
 def test_data_and_env_config_keys_cover_the_data_module_arguments(data, env):
     """Test that data/<name>.yaml + env/<name>.yaml + the top-level seed give each data module argument once."""
     data_keys = set(OmegaConf.load(os.path.join(CONF, "data", f"{data}.yaml"))) - {"_target_"}
-    env_keys = {ENV_KEY_TO_ARG.get(k, k) for k in OmegaConf.load(os.path.join(CONF, "env", f"{env}.yaml"))}
+    env_keys = set(OmegaConf.load(os.path.join(CONF, "env", f"{env}.yaml")))
     assert not data_keys & env_keys
     assert data_keys | env_keys | {"seed"} == _params(DATA[data])
 
@@ -73,7 +72,7 @@ def test_every_group_option_and_experiment_composes_and_builds(overrides, tmp_pa
     cfg = _compose(overrides, str(tmp_path))
     model, data = build_model(cfg), build_data(cfg)
     assert isinstance(model, pl.LightningModule) and isinstance(data, pl.LightningDataModule)
-    assert data.hparams.env == cfg.env.id and data.hparams.seed == cfg.seed
+    assert data.hparams.env_id == cfg.env.env_id and data.hparams.seed == cfg.seed
     loggers, callbacks = build_loggers(cfg), build_callbacks(cfg)
     assert len(loggers) == len(cfg.logger) and len(callbacks) == len(cfg.callbacks)
     if cfg.trainer.get("accelerator") == "gpu" and not pl.accelerators.CUDAAccelerator.is_available():
@@ -85,10 +84,14 @@ def test_every_group_option_and_experiment_composes_and_builds(overrides, tmp_pa
 def test_experiments_match_their_measured_settings(tmp_path):
     """Test that the experiments carry the settings docs/algos/ppo.md reports figures for."""
     cartpole = _compose(["+experiment=ppo"], str(tmp_path))
-    assert (cartpole.env.id, cartpole.env.num_envs, cartpole.data.rollout_steps) == ("CartPole-v1", 8, 32)
+    assert (cartpole.env.env_id, cartpole.env.num_envs, cartpole.data.rollout_steps) == ("CartPole-v1", 8, 32)
     assert cartpole.algo.total_timesteps == 150_000 and cartpole.algo.lr == 1e-3
     mujoco = _compose(["+experiment=ppo_continuous"], str(tmp_path))
-    assert (mujoco.env.id, mujoco.data.rollout_steps, mujoco.algo.num_minibatches) == ("InvertedPendulum-v5", 2048, 32)
+    assert (mujoco.env.env_id, mujoco.data.rollout_steps, mujoco.algo.num_minibatches) == (
+        "InvertedPendulum-v5",
+        2048,
+        32,
+    )
     assert (cartpole.algo.gamma, cartpole.algo.gae_lambda, cartpole.algo.update_epochs) == (0.98, 0.8, 20)
     assert mujoco.algo.total_timesteps == 200_000
 

@@ -48,14 +48,14 @@ def test_errors_that_are_not_config_mistakes_keep_their_traceback():
 
 
 def test_a_missing_value_names_the_key_where_the_user_sets_it():
-    """Test that env.id=??? is reported as env.id (not the data module argument it feeds)."""
-    cfg = _cfg("env.id=???")
+    """Test that env.env_id=??? is reported as the env group's key, where the user sets it."""
+    cfg = _cfg("env.env_id=???")
     from rl_lightning.launch.app import build_data
 
     with pytest.raises(Exception) as info:
         build_data(cfg)
     message = explain_build_error(info.value, cfg)
-    assert message.startswith("Config key 'env.id' has no value") and "env.id=..." in message
+    assert message.startswith("Config key 'env.env_id' has no value") and "env.env_id=..." in message
 
 
 def test_a_trainer_the_machine_cannot_run_is_explained():

@@ -107,13 +107,13 @@ def test_export_command_writes_a_file_that_acts_as_the_checkpoint(ppo_checkpoint
     contract = export_cli.main([ppo_checkpoint, "--format", fmt, "--out", out])
     printed = capsys.readouterr().out
     assert f"Wrote {out} ({fmt}, PPO on CartPole-v1): obs float32 [batch, 4] -> action int64 [batch]" in printed
-    assert contract["env"] == "CartPole-v1"
+    assert contract["env_id"] == contract["env"] == "CartPole-v1"  # env: the old name, one release
     model = load_checkpoint(ppo_checkpoint)
     obs = np.random.default_rng(1).standard_normal((100, 4)).astype(np.float32)
     if fmt == "onnx":
         session = onnxruntime.InferenceSession(out, providers=["CPUExecutionProvider"])
         actions = session.run(["action"], {"obs": obs})[0]
-        assert json.loads(session.get_modelmeta().custom_metadata_map["rl_lightning"])["env"] == "CartPole-v1"
+        assert json.loads(session.get_modelmeta().custom_metadata_map["rl_lightning"])["env_id"] == "CartPole-v1"
     else:
         import torch
 

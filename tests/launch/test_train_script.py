@@ -122,7 +122,7 @@ def test_debug_warm_up_runs_first_then_a_fresh_run(tmp_path):
     [
         (["algo.lrr=1e-3"], ["'algo.lrr'", "Did you mean 'lr'", "+algo.lrr"]),
         (["algo.lr=fast"], ["'algo.lr'", "positive number", "algo.lr=..."]),
-        (["env.id=CartPol-v1"], ["'env.id'", "CartPole-v1"]),
+        (["env.env_id=CartPol-v1"], ["'env.env_id'", "CartPole-v1"]),
         (["logger=tensorbord"], ["Unknown logger 'tensorbord'", "Did you mean 'tensorboard'", "logger=[wandb,csv]"]),
         (["test_ckpt=worst"], ["test_ckpt", "'worst'", "test_ckpt=best"]),
         (["trainer=fsdp_offload"], ["cannot run here", "trainer=default"]),
