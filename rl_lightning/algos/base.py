@@ -24,11 +24,12 @@ from torch import nn
 
 from rl_lightning import fast
 from rl_lightning.algos import compat, metrics
-from rl_lightning.algos.checks import check_clipping_strategy, check_positive_int
+from rl_lightning.algos.checks import check_clipping_strategy
 from rl_lightning.algos.update import UpdateGuard
 from rl_lightning.callbacks import BestCheckpoint, EnvStepBudget, Interruption, IntervalCheckpoint
 from rl_lightning.callbacks.checkpoint import check_checkpoint_file, install_atomic_checkpoint_io
 from rl_lightning.callbacks.interrupt import stop_if_requested
+from rl_lightning.checks import check_positive_int
 from rl_lightning.data.base import last_collection
 from rl_lightning.data.collection import to_env_action
 from rl_lightning.deprecation import warn_renamed

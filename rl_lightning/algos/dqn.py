@@ -18,11 +18,10 @@ import torch
 from tensordict import TensorDict
 
 from rl_lightning.algos.base import RLModule
-from rl_lightning.algos.checks import check_hidden_sizes, check_positive
 from rl_lightning.algos.dqn_loss import LOSS_FUNCTIONS, dqn_loss
 from rl_lightning.algos.update import adam
+from rl_lightning.checks import check_hidden_sizes, check_positive, check_positive_int, check_unit_interval
 from rl_lightning.data import ReplayDataModule
-from rl_lightning.data.base import check_positive_int, check_unit_interval
 from rl_lightning.nets.dqn import LinearSchedule, QValueNetwork
 
 _TRAIN_METRICS = ("loss", "q_value", "td_error")
@@ -76,11 +75,10 @@ class DQN(RLModule):
     ):
         super().__init__(total_timesteps, save_interval, keep_last, on_nonfinite, max_grad_norm)
         check_positive(lr=lr)
-        check_unit_interval("gamma", gamma, open_low=True)
-        check_unit_interval("tau", tau, open_low=True)
+        check_unit_interval(gamma=gamma, tau=tau, open_low=True)
         for name in ("exploration_fraction", "exploration_initial_eps", "exploration_final_eps"):
-            check_unit_interval(name, locals()[name])
-        check_positive_int("target_update_interval", target_update_interval)
+            check_unit_interval(**{name: locals()[name]})
+        check_positive_int(target_update_interval=target_update_interval)
         if loss_function not in LOSS_FUNCTIONS:
             raise ValueError(f"loss_function must be one of {sorted(LOSS_FUNCTIONS)}, got {loss_function!r}.")
         if max_grad_norm is not None:

@@ -18,9 +18,9 @@ from torch import nn
 
 from rl_lightning.algos import compat
 from rl_lightning.algos.base import RLModule
-from rl_lightning.algos.checks import check_hidden_sizes, check_non_negative, check_positive
 from rl_lightning.algos.ppo_loss import LOSS_COEFS, minibatch_loss
 from rl_lightning.algos.update import adam, clear_grads
+from rl_lightning.checks import check_hidden_sizes, check_non_negative, check_positive
 from rl_lightning.data import RolloutDataModule, UpdatePlan
 from rl_lightning.faults import interrupt_request
 from rl_lightning.nets import ActorCritic

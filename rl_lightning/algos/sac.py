@@ -22,11 +22,10 @@ from torch import nn
 
 from rl_lightning import fast
 from rl_lightning.algos.base import RLModule
-from rl_lightning.algos.checks import check_hidden_sizes, check_positive
 from rl_lightning.algos.sac_loss import SACLossTerms, sac_loss
 from rl_lightning.algos.update import adam, clear_grads
+from rl_lightning.checks import check_hidden_sizes, check_positive, check_unit_interval
 from rl_lightning.data import ReplayDataModule
-from rl_lightning.data.base import check_unit_interval
 from rl_lightning.nets.sac import QEnsemble, SquashedGaussianActor
 
 _TRAIN_METRICS = SACLossTerms._fields  # loss_actor, loss_qvalue, loss_alpha, alpha, entropy
@@ -71,8 +70,7 @@ class SAC(RLModule):
     ):
         super().__init__(total_timesteps, save_interval, keep_last, on_nonfinite, max_grad_norm)
         check_positive(actor_lr=actor_lr, critic_lr=critic_lr, alpha_lr=alpha_lr, init_alpha=init_alpha)
-        check_unit_interval("gamma", gamma, open_low=True)
-        check_unit_interval("tau", tau, open_low=True)
+        check_unit_interval(gamma=gamma, tau=tau, open_low=True)
         if max_grad_norm is not None:
             check_positive(max_grad_norm=max_grad_norm)
         check_hidden_sizes(hidden_sizes)

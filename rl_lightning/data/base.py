@@ -19,6 +19,7 @@ import torch.distributed as dist
 from lightning.pytorch.trainer.states import TrainerFn
 from torch.utils.data import DataLoader
 
+from rl_lightning.checks import check_positive_int
 from rl_lightning.data.collection import CollectionMetrics, DataCounters
 from rl_lightning.data.evaluation import EvaluationDataset
 from rl_lightning.data.protocol import FaultPolicy
@@ -41,19 +42,6 @@ TEST_SEED_OFFSET = 500_000
 def identity_collate(batch):
     """Collate function that passes batches through (``default_convert`` breaks TensorDicts)."""
     return batch
-
-
-def check_positive_int(name: str, value: Any) -> None:
-    """Raise a ``ValueError`` naming ``name`` unless ``value`` is a positive integer."""
-    if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value <= 0:
-        raise ValueError(f"{name} must be a positive integer, got {value!r}.")
-
-
-def check_unit_interval(name: str, value: Any, open_low: bool = False) -> None:
-    """Raise a ``ValueError`` naming ``name`` unless ``value`` is a number in [0, 1] (``open_low``: (0, 1])."""
-    number = isinstance(value, (int, float)) and not isinstance(value, bool)
-    if not number or not (0.0 < value <= 1.0 if open_low else 0.0 <= value <= 1.0):
-        raise ValueError(f"{name} must be a number in {'(0, 1]' if open_low else '[0, 1]'}, got {value!r}.")
 
 
 def renamed_env_argument(owner: str, env_id: str, env: str | None, default: str) -> str:
@@ -150,10 +138,10 @@ class EnvDataModule(pl.LightningDataModule):
         check_max_env_restarts(max_env_restarts)
         check_value_options(obs_bound, obs_bound_mode)
         for name in ("num_envs", "eval_interval", "eval_episodes"):
-            check_positive_int(name, locals()[name])
+            check_positive_int(**{name: locals()[name]})
         for name in ("max_episode_steps", "eval_max_episode_steps", "eval_num_envs"):
             if locals()[name] is not None:
-                check_positive_int(name, locals()[name])
+                check_positive_int(**{name: locals()[name]})
         if vectorization not in VECTORIZATION:
             raise ValueError(f"vectorization must be one of {VECTORIZATION}, got {vectorization!r}.")
         if isinstance(eval_obj_sets, str):

@@ -11,7 +11,8 @@ import lightning.pytorch as pl
 import torch
 from torch.utils.data import DataLoader
 
-from rl_lightning.data.base import EnvDataModule, check_positive_int, identity_collate, renamed_env_argument
+from rl_lightning.checks import check_positive_int
+from rl_lightning.data.base import EnvDataModule, identity_collate, renamed_env_argument
 from rl_lightning.data.protocol import OnPolicyLearner
 from rl_lightning.data.rollout import RolloutDataset, UpdatePlan
 
@@ -88,7 +89,7 @@ class RolloutDataModule(EnvDataModule):
         env: str | None = None,
     ):
         env_id = renamed_env_argument("RolloutDataModule", env_id, env, default="CartPole-v1")
-        check_positive_int("rollout_steps", rollout_steps)
+        check_positive_int(rollout_steps=rollout_steps)
         given = dict(update_epochs=update_epochs, num_minibatches=num_minibatches, gamma=gamma, gae_lambda=gae_lambda)
         moved = {name: value for name, value in given.items() if value is not None}
         if moved:

@@ -10,7 +10,8 @@ from typing import Any
 from lightning.pytorch.trainer.states import TrainerFn
 from torch.utils.data import DataLoader
 
-from rl_lightning.data.base import EnvDataModule, check_positive_int, identity_collate, renamed_env_argument
+from rl_lightning.checks import check_positive_int
+from rl_lightning.data.base import EnvDataModule, identity_collate, renamed_env_argument
 from rl_lightning.data.replay import STORAGES, ReplayDataset, make_replay_buffer
 
 
@@ -94,7 +95,7 @@ class ReplayDataModule(EnvDataModule):
     ):
         env_id = renamed_env_argument("ReplayDataModule", env_id, env, default="Pendulum-v1")
         for name in ("steps_per_epoch", "batch_size", "buffer_size"):
-            check_positive_int(name, locals()[name])
+            check_positive_int(**{name: locals()[name]})
         if not isinstance(learning_starts, int) or isinstance(learning_starts, bool) or learning_starts < 0:
             raise ValueError(f"learning_starts must be a non-negative integer, got {learning_starts!r}.")
         if not isinstance(utd_ratio, (int, float)) or isinstance(utd_ratio, bool) or utd_ratio <= 0:

@@ -19,7 +19,7 @@ from tensordict import TensorDict
 from torch.utils.data import IterableDataset
 from torchrl.objectives.value.functional import generalized_advantage_estimate, vec_generalized_advantage_estimate
 
-from rl_lightning.data.base import check_positive_int, check_unit_interval
+from rl_lightning.checks import check_positive_int, check_unit_interval
 from rl_lightning.data.collection import CollectionMetrics, DataCounters, to_env_action
 from rl_lightning.data.protocol import RolloutPolicy
 from rl_lightning.envs import EnvGroup
@@ -56,10 +56,8 @@ class UpdatePlan:
     num_minibatches: int = 4
 
     def __post_init__(self):
-        check_unit_interval("gamma", self.gamma)
-        check_unit_interval("gae_lambda", self.gae_lambda)
-        check_positive_int("update_epochs", self.update_epochs)
-        check_positive_int("num_minibatches", self.num_minibatches)
+        check_unit_interval(gamma=self.gamma, gae_lambda=self.gae_lambda)
+        check_positive_int(update_epochs=self.update_epochs, num_minibatches=self.num_minibatches)
 
     def check_rollout(self, rollout_steps: int, num_envs: int) -> None:
         """Raise a ``ValueError`` naming the fix unless ``num_minibatches`` divides the rollout."""

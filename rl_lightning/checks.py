@@ -1,0 +1,67 @@
+"""Argument checks shared by the algorithms, the data modules and the envs.
+
+Each takes the arguments by name (``check_positive(lr=lr)``), so its message names the
+argument, the value and what is allowed; a bad value is refused at construction, before
+any env is built or step taken.
+"""
+
+from __future__ import annotations
+
+import numbers
+from collections.abc import Sequence
+from typing import Any
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+def check_positive(**values: Any) -> None:
+    """Raise a ``ValueError`` naming the first argument that is not a positive number (``None`` allowed if given)."""
+    for name, value in values.items():
+        if value is not None and not (_is_number(value) and value > 0):
+            raise ValueError(f"{name} must be a positive number, got {value!r}.")
+
+
+def check_non_negative(**values: Any) -> None:
+    """Raise a ``ValueError`` naming the first argument that is not a number >= 0."""
+    for name, value in values.items():
+        if not (_is_number(value) and value >= 0):
+            raise ValueError(f"{name} must be a non-negative number, got {value!r}.")
+
+
+def check_positive_int(none: str | None = None, **values: Any) -> None:
+    """Raise a ``ValueError`` naming the first argument that is not a positive integer.
+
+    Args:
+        none: Where ``None`` is allowed, what it means (e.g. ``"None (keep all)"``); ``None``
+            refuses it.
+        **values: The arguments by name.
+    """
+    for name, value in values.items():
+        if value is None and none is not None:
+            continue
+        if not (_is_int(value) and value > 0):
+            allowed = f"a positive integer or {none}" if none is not None else "a positive integer"
+            raise ValueError(f"{name} must be {allowed}, got {value!r}.")
+
+
+def check_unit_interval(open_low: bool = False, **values: Any) -> None:
+    """Raise a ``ValueError`` naming the first argument that is not a number in [0, 1] (``open_low``: (0, 1])."""
+    for name, value in values.items():
+        if not (_is_number(value) and (0.0 < value <= 1.0 if open_low else 0.0 <= value <= 1.0)):
+            raise ValueError(f"{name} must be a number in {'(0, 1]' if open_low else '[0, 1]'}, got {value!r}.")
+
+
+def check_hidden_sizes(hidden_sizes: Any) -> None:
+    """Raise a ``ValueError`` unless ``hidden_sizes`` is a non-empty sequence of positive integers."""
+    if (
+        not isinstance(hidden_sizes, Sequence)
+        or not hidden_sizes
+        or any(not _is_int(h) or h <= 0 for h in hidden_sizes)
+    ):
+        raise ValueError(f"hidden_sizes must be a non-empty list of positive integers, got {hidden_sizes!r}.")

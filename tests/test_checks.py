@@ -1,0 +1,43 @@
+"""The argument checks the algorithms, data modules and envs share: each names the argument and what is allowed."""
+
+import numpy as np
+import pytest
+
+from rl_lightning.checks import (
+    check_hidden_sizes,
+    check_non_negative,
+    check_positive,
+    check_positive_int,
+    check_unit_interval,
+)
+
+
+@pytest.mark.parametrize(
+    "check, kwargs, match",
+    [
+        (check_positive, {"lr": 0.0}, r"lr must be a positive number, got 0.0"),
+        (check_positive, {"lr": True}, r"lr must be a positive number, got True"),
+        (check_non_negative, {"ent_coef": -1e-3}, r"ent_coef must be a non-negative number"),
+        (check_positive_int, {"num_envs": 2.0}, r"num_envs must be a positive integer, got 2.0"),
+        (check_positive_int, {"num_envs": None}, r"num_envs must be a positive integer, got None"),
+        (check_unit_interval, {"gamma": 1.01}, r"gamma must be a number in \[0, 1\], got 1.01"),
+        (check_unit_interval, {"tau": 0.0, "open_low": True}, r"tau must be a number in \(0, 1\], got 0.0"),
+    ],
+)
+def test_a_bad_value_is_refused_naming_the_argument_and_what_is_allowed(check, kwargs, match):
+    """Test that each check refuses a bad value with the argument's name, the value and the allowed range."""
+    with pytest.raises(ValueError, match=match):
+        check(**kwargs)
+
+
+def test_good_values_pass_numpy_scalars_included():
+    """Test that allowed values (numpy integers and floats too, None where it means something) pass."""
+    check_positive(lr=np.float32(1e-3), max_grad_norm=None)
+    check_non_negative(ent_coef=0)
+    check_positive_int(num_envs=np.int64(4), keep_last=None, none="None (keep all)")
+    check_unit_interval(gamma=1, gae_lambda=np.float64(0.0))
+    check_hidden_sizes([64, np.int64(32)])
+    with pytest.raises(ValueError, match="keep_last must be a positive integer or None"):
+        check_positive_int(keep_last=0, none="None (keep all)")
+    with pytest.raises(ValueError, match="hidden_sizes must be a non-empty list"):
+        check_hidden_sizes([64, 0])
