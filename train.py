@@ -22,7 +22,7 @@ from omegaconf import DictConfig
 
 from rl_lightning.faults import EnvFault, NumericalFault, TrainingInterrupted
 from rl_lightning.launch.aliases import renamed_overrides
-from rl_lightning.launch.app import train
+from rl_lightning.launch.app import check_resume_before_hydra, train
 from rl_lightning.launch.errors import ConfigError, check_overrides
 
 CONFIG_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "conf")
@@ -57,6 +57,8 @@ if __name__ == "__main__":
         overrides = [a for a in sys.argv[1:] if not a.startswith("-")]
         try:
             check_overrides(CONFIG_DIR, "config", overrides)
+            if not {"-m", "--multirun"} & set(sys.argv[1:]):  # a sweep's jobs are checked as they start
+                check_resume_before_hydra(CONFIG_DIR, "config", overrides)
         except ConfigError as err:
             sys.exit(f"Config error: {err}")
     main()

@@ -117,13 +117,16 @@ def check_weights(module: pl.LightningModule, checkpoint: dict[str, Any]) -> Non
 
 
 @contextlib.contextmanager
-def loading(path: str | None, strict: bool, overrides: Mapping[str, Any]) -> Iterator[None]:
+def loading(
+    path: str | None, strict: bool, overrides: Mapping[str, Any], datamodule: pl.LightningDataModule | None = None
+) -> Iterator[None]:
     """Tell the checks which file ``load_from_checkpoint`` reads, its strictness and the settings given to it.
 
     ``on_load_checkpoint`` has no trainer there to ask for the file's name or the
     strictness, and Lightning has written the settings given over the checkpoint's by then.
+    ``datamodule``: the data the model is to resume on (a check before ``fit``), named in messages.
     """
-    token = _LOADING.set({"path": path, "strict": strict, "overrides": dict(overrides)})
+    token = _LOADING.set({"path": path, "strict": strict, "overrides": dict(overrides), "datamodule": datamodule})
     try:
         yield
     finally:
@@ -157,7 +160,8 @@ def _describe_space(space: gym.Space) -> str:
 def _spaces_mismatch(module: pl.LightningModule, where: str, checkpoint: dict[str, Any], spaces: tuple) -> str:
     """Explain a checkpoint trained on other spaces than the env this model was built for."""
     saved_env = upgraded_settings(checkpoint)[1].get("env_id")
-    datamodule = getattr(module._trainer, "datamodule", None) if module._trainer else None
+    trainer = module._trainer
+    datamodule = getattr(trainer, "datamodule", None) if trainer else (_LOADING.get() or {}).get("datamodule")
     env = datamodule.env_id if isinstance(datamodule, EnvDataModule) else "the data module's env"
     saved = f"{_describe_space(spaces[0])} observations, {_describe_space(spaces[1])} actions"
     own = f"{_describe_space(module.spaces[0])} observations, {_describe_space(module.spaces[1])} actions"

@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
+import copy
 import os
 from typing import Any
 
 import torch
 
+from rl_lightning.algos import compat
 from rl_lightning.algos.base import CHECKPOINT_KEY, RLModule
 from rl_lightning.algos.compat import upgraded_settings
 from rl_lightning.algos.dqn import DQN
 from rl_lightning.algos.ppo import PPO
 from rl_lightning.algos.sac import SAC
 from rl_lightning.callbacks.checkpoint import check_checkpoint_file
+from rl_lightning.data.base import EnvDataModule
 
 #: The algorithms by the name a checkpoint records.
 ALGORITHMS: dict[str, type[RLModule]] = {cls.__name__: cls for cls in (PPO, SAC, DQN)}
@@ -49,6 +52,26 @@ def read_checkpoint(path: str | os.PathLike) -> dict[str, Any]:
             f"does not have (it has {', '.join(ALGORITHMS)}). Use the version that wrote it."
         )
     return checkpoint
+
+
+def check_resume(model: RLModule, datamodule: EnvDataModule, path: str | os.PathLike) -> None:
+    """Make every check that resuming ``model`` on ``datamodule`` from ``path`` makes, before anything runs.
+
+    ``Trainer.fit(ckpt_path=...)`` checks the checkpoint only once its loggers have started
+    and written to the run directory (Lightning's CSV logger replaces ``metrics.csv``); the
+    front doors call this first, so a refused resume leaves the run directory as it was.
+    The checks run on a copy of ``model`` (they build its policy); ``model`` is left as given.
+
+    Raises:
+        FileNotFoundError, ValueError: As :func:`read_checkpoint`; or the checkpoint holds
+            another algorithm, was trained on other spaces than ``datamodule``'s env, or its
+            weights or settings do not fit ``model`` (each naming the file and the fix).
+    """
+    checkpoint = read_checkpoint(path)
+    probe = copy.deepcopy(model)
+    probe._ensure_policy(*datamodule.env_spaces())
+    with compat.loading(os.fspath(path), strict=probe.strict_loading, overrides={}, datamodule=datamodule):
+        probe.on_load_checkpoint(checkpoint)
 
 
 def load_checkpoint(path: str | os.PathLike, map_location: Any = "cpu", **kwargs: Any) -> RLModule:

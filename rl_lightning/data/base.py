@@ -12,6 +12,7 @@ import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import gymnasium as gym
 import lightning.pytorch as pl
 import numpy as np
 import torch
@@ -24,7 +25,7 @@ from rl_lightning.data.collection import CollectionMetrics, DataCounters
 from rl_lightning.data.evaluation import EvaluationDataset
 from rl_lightning.data.protocol import FaultPolicy
 from rl_lightning.deprecation import warn_renamed
-from rl_lightning.envs import EnvGroup, check_env_id, resolve_obj_sets
+from rl_lightning.envs import EnvGroup, check_env_id, make_env, resolve_obj_sets
 from rl_lightning.envs.checks import ON_NONFINITE, check_value_options
 from rl_lightning.envs.env_group import VECTORIZATION
 from rl_lightning.envs.restart import check_max_env_restarts
@@ -225,6 +226,20 @@ class EnvDataModule(pl.LightningDataModule):
     def env_id(self) -> str:
         """The gymnasium id of the envs this module builds (every object set's variations default to it)."""
         return self.hparams.env_id
+
+    def env_spaces(self) -> tuple[gym.Space, gym.Space]:
+        """The observation and action spaces of one training env, without building the data module's envs.
+
+        What a check before ``fit`` needs (a resume's checkpoint against this env): one env of
+        the training set is made and closed.
+        """
+        if self.train_envs is not None or self.eval_envs:
+            return self.observation_space, self.action_space
+        env = make_env(self.env_id, self.hparams.train_obj_set, self.obj_sets, self.hparams.max_episode_steps)
+        try:
+            return env.observation_space, env.action_space
+        finally:
+            env.close()
 
     @property
     def observation_space(self):

@@ -15,10 +15,12 @@ import warnings
 from typing import Any
 
 import lightning.pytorch as pl
+from hydra import compose, initialize_config_dir
 from hydra.utils import get_class, instantiate
 from lightning.pytorch.utilities import rank_zero_only
 from omegaconf import DictConfig, OmegaConf
 
+from rl_lightning.algos.loading import check_resume
 from rl_lightning.callbacks import ActorSync, BestCheckpoint, Interruption
 from rl_lightning.callbacks.checkpoint import check_checkpoint_file, run_checkpoint_dir
 from rl_lightning.data import ReplayDataModule
@@ -179,7 +181,12 @@ def resume_checkpoint(cfg: DictConfig, trainer: pl.Trainer) -> str | None:
     ckpt_path = cfg.get("ckpt_path")
     if not ckpt_path:
         return None
-    path = os.path.join(run_checkpoint_dir(trainer), "last.ckpt") if ckpt_path == "last" else str(ckpt_path)
+    return _checked_checkpoint(ckpt_path, run_checkpoint_dir(trainer))
+
+
+def _checked_checkpoint(ckpt_path: str, checkpoint_dir: str) -> str:
+    """The file ``ckpt_path`` names (``last``: ``checkpoint_dir/last.ckpt``), checked to be a complete checkpoint."""
+    path = os.path.join(checkpoint_dir, "last.ckpt") if ckpt_path == "last" else str(ckpt_path)
     try:
         check_checkpoint_file(path)
     except (FileNotFoundError, ValueError) as err:
@@ -190,6 +197,32 @@ def resume_checkpoint(cfg: DictConfig, trainer: pl.Trainer) -> str | None:
         )
         raise ConfigError(f"ckpt_path: {err}{hint}") from None
     return path
+
+
+def check_resume_before_hydra(config_dir: str, config_name: str, overrides: list[str]) -> None:
+    """Refuse a resume that cannot run before Hydra starts the job and writes into the run directory.
+
+    Hydra rewrites ``<run_dir>/.hydra/`` and appends to the job's log as a job starts, and
+    :func:`train` writes ``config.yaml``; ``train.py`` calls this first, so a refused resume
+    (another env, another algorithm, other settings, a torn file) leaves the run directory
+    byte for byte as it was. The checks are :func:`~rl_lightning.algos.loading.check_resume`'s.
+
+    Raises:
+        ConfigError: Naming the checkpoint, the culprit and the fix.
+    """
+    with initialize_config_dir(config_dir=config_dir, version_base="1.3"):
+        cfg = compose(config_name, overrides=overrides, return_hydra_config=True)
+    if not cfg.get("ckpt_path"):
+        return
+    # The shipped loggers and checkpoints live in the run directory itself (name "", version "").
+    path = _checked_checkpoint(cfg.ckpt_path, os.path.join(cfg.hydra.run.dir, "checkpoints"))
+    with explained_errors(cfg):
+        data, model = build_data(cfg), build_model(cfg)
+    try:
+        with explained_run_errors(cfg, model):
+            check_resume(model, data, path)
+    finally:
+        data.close()
 
 
 def resume_command(run_dir: str) -> str:
@@ -234,6 +267,11 @@ def train(cfg: DictConfig) -> RunSummary | None:
         loggers, callbacks = build_loggers(cfg), build_callbacks(cfg)
         trainer = build_trainer(cfg, loggers, callbacks)
     ckpt_path = resume_checkpoint(cfg, trainer)
+    if ckpt_path is not None:
+        # Before config.yaml, the loggers and the checkpoint writers touch the run directory: a refused
+        # resume leaves it as it was (Lightning's CSV logger would replace metrics.csv).
+        with explained_run_errors(cfg, model):
+            check_resume(model, data, ckpt_path)
     resolved = OmegaConf.to_container(cfg, resolve=True)
     if trainer.is_global_zero:
         OmegaConf.save(OmegaConf.create(resolved), os.path.join(cfg.run_dir, "config.yaml"))

@@ -1,0 +1,54 @@
+"""Resuming a run from ``train.py``: a refused resume leaves the run directory byte for byte as it was."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from tests.launch.conftest import TINY, TRAIN, run, run_train
+
+
+def _snapshot(root) -> dict[str, bytes]:
+    """Every file under ``root`` (relative path -> bytes)."""
+    files = {}
+    for folder, _, names in os.walk(root):
+        for name in names:
+            path = os.path.join(folder, name)
+            with open(path, "rb") as f:
+                files[os.path.relpath(path, root)] = f.read()
+    return files
+
+
+@pytest.fixture(scope="module")
+def finished_run(tmp_path_factory):
+    """A finished CartPole PPO run (W&B offline and CSV logs, interval checkpoints, summary) and its files."""
+    cwd = tmp_path_factory.mktemp("resume")
+    run_train([*TINY, "hydra.run.dir=runs/done"], str(cwd))
+    run_dir = cwd / "runs" / "done"
+    assert (run_dir / "metrics.csv").stat().st_size > 0 and (run_dir / "checkpoints" / "last.ckpt").exists()
+    return cwd, run_dir
+
+
+@pytest.mark.parametrize(
+    "overrides, expected",
+    [
+        ([*TINY, "env.env_id=Acrobot-v1"], ["trained on CartPole-v1", "built for Acrobot-v1"]),
+        (["+experiment=dqn"], ["holds a PPO model, not a DQN one"]),
+        ([*TINY, "algo.hidden_sizes=[32]"], ["hidden_sizes: checkpoint [64, 64], this model [32]"]),
+    ],
+    ids=["other-env", "other-algorithm", "other-settings"],
+)
+def test_a_refused_resume_touches_nothing_in_the_run_directory(finished_run, overrides, expected):
+    """Test that resuming with another env, algorithm or network stops with the reason, files byte-identical."""
+    cwd, run_dir = finished_run
+    before = _snapshot(run_dir)
+    proc = run([TRAIN, *overrides, f"hydra.run.dir={run_dir}", "ckpt_path=last"], str(cwd))
+    assert proc.returncode != 0 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith("Config error:") and str(run_dir / "checkpoints" / "last.ckpt") in last, last
+    for text in expected:
+        assert text in last, last
+    after = _snapshot(run_dir)
+    assert sorted(after) == sorted(before)  # no new file (no W&B run, no .hydra rewrite, no log)
+    assert after == before  # metrics.csv, config.yaml, hparams.yaml, checkpoints: byte for byte
