@@ -160,6 +160,8 @@ class EnvDataModule(pl.LightningDataModule):
         # Stored as plain dicts so checkpoints load with weights_only=True.
         self.hparams["obj_sets"] = {k: [dataclasses.asdict(v) for v in vs] for k, vs in self.obj_sets.items()}
         self.counters = DataCounters()
+        #: The env steps of the checkpoint the counters were last restored from (0: none).
+        self.resumed_from = 0
         self.rank, self.world_size = 0, 1
         self._gloo_group = None
         self.train_envs: EnvGroup | None = None
@@ -360,6 +362,7 @@ class EnvDataModule(pl.LightningDataModule):
         """
         self.counters.env_steps = int(state["env_steps"])
         self.counters.iterations = int(state["iterations"])
+        self.resumed_from = self.counters.env_steps
         legacy = "ranks" not in state  # version 0.1.0 kept one flat state: rank 0's
         ranks = [state] if legacy else state["ranks"]
         saved_world = int(state.get("world_size", 1))

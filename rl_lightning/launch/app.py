@@ -286,7 +286,8 @@ def train(cfg: DictConfig) -> RunSummary | None:
             err.resume_command = resume_command(os.path.abspath(cfg.run_dir))  # type: ignore[attr-defined]
             raise
         wall = time.perf_counter() - start
-        env_steps = data.env_steps  # testing a checkpoint restores its counters into the data module
+        # Testing a checkpoint restores its counters into the data module: read them first.
+        env_steps, resumed_from = data.env_steps, data.resumed_from
         tested = None
         if cfg.get("test_after_fit", True):
             tested = _best_checkpoint(trainer) if test_ckpt == "best" else None
@@ -301,7 +302,8 @@ def train(cfg: DictConfig) -> RunSummary | None:
             tested_checkpoint=tested,
             env_steps=env_steps,
             wall_seconds=wall,
-            env_steps_per_second=env_steps / max(wall, 1e-9),
+            env_steps_per_second=(env_steps - resumed_from) / max(wall, 1e-9),
+            resumed_from_env_steps=resumed_from,
             checkpoint=checkpoint or None,
             run_dir=os.path.abspath(cfg.run_dir),
             seed=cfg.seed,

@@ -18,14 +18,16 @@ class RunSummary:
         eval_return: Final ``eval/return_mean`` (training object set); ``None`` if not evaluated.
         eval_ood_return: Final ``eval_ood/return_mean`` (held-out ``test`` set).
         generalization_gap: ``eval_return - eval_ood_return``.
-        env_steps: Environment steps taken over all ranks.
-        wall_seconds: Wall time of ``fit``.
-        env_steps_per_second: ``env_steps / wall_seconds`` for the steps taken in this fit.
+        env_steps: Environment steps taken over all ranks (a resumed run: both parts).
+        wall_seconds: Wall time of this ``fit``.
+        env_steps_per_second: The steps this ``fit`` took (``env_steps - resumed_from_env_steps``)
+            over ``wall_seconds``: a resumed run's earlier steps are not divided by this part's time.
         checkpoint: Path of the last checkpoint (``None`` when checkpointing is off).
         tested_checkpoint: The checkpoint the final evaluation loaded (``best.ckpt`` with
             ``test_ckpt=best``); ``None``: the final weights.
         run_dir: The run directory.
         seed: The run's seed.
+        resumed_from_env_steps: The env steps of the checkpoint this fit resumed from (0: a fresh run).
     """
 
     eval_return: float | None
@@ -38,6 +40,7 @@ class RunSummary:
     run_dir: str
     tested_checkpoint: str | None = None
     seed: int | None = None
+    resumed_from_env_steps: int = 0
 
     @classmethod
     def from_metrics(cls, metrics: dict[str, Any], **fields: Any) -> RunSummary:
@@ -61,6 +64,12 @@ class RunSummary:
             json.dump(dataclasses.asdict(self), f, indent=2)
         return path
 
+    def _since_resume(self) -> str:
+        if not self.resumed_from_env_steps:
+            return ""
+        since = self.env_steps - self.resumed_from_env_steps
+        return f" (the {since:,} steps since the resume at {self.resumed_from_env_steps:,})"
+
     def __str__(self) -> str:
         def num(value: float | None) -> str:
             return "not evaluated" if value is None else f"{value:.2f}"
@@ -71,7 +80,7 @@ class RunSummary:
             ("generalization gap", num(self.generalization_gap)),
             ("env steps", f"{self.env_steps:,}"),
             ("wall time", f"{self.wall_seconds:.1f} s"),
-            ("env steps/s", f"{self.env_steps_per_second:,.0f}"),
+            ("env steps/s", f"{self.env_steps_per_second:,.0f}" + self._since_resume()),
             ("evaluated weights", self.tested_checkpoint or "final"),
             ("checkpoint", self.checkpoint or "none"),
             ("run dir", self.run_dir),

@@ -193,3 +193,7 @@ def test_sigterm_prints_the_resume_command_and_it_finishes_the_budget(tmp_path):
     run_train(args[2:], tmp_path)
     summary = read_summary(run_dir)
     assert summary["env_steps"] == 4096 and summary["checkpoint"] == str(run_dir / "checkpoints" / "last.ckpt")
+    # The resumed part's speed: only the steps it took, over its own wall time.
+    assert summary["resumed_from_env_steps"] == stopped_at
+    since = (4096 - stopped_at) / summary["wall_seconds"]
+    assert summary["env_steps_per_second"] == pytest.approx(since, rel=1e-6)
