@@ -52,6 +52,11 @@ class PhaseTimer(pl.Callback):
     def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._fit_start = time.perf_counter()
 
+    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        # A resume from a checkpoint written inside an epoch restores that epoch without calling
+        # on_train_epoch_start: its clock starts here, not at 0 (which logged the machine's uptime).
+        self.on_train_epoch_start(trainer, pl_module)
+
     def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._epoch = dict.fromkeys(PHASES, 0.0)
         self._epoch_start = time.perf_counter()

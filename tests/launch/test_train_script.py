@@ -197,3 +197,6 @@ def test_sigterm_prints_the_resume_command_and_it_finishes_the_budget(tmp_path):
     assert summary["resumed_from_env_steps"] == stopped_at
     since = (4096 - stopped_at) / summary["wall_seconds"]
     assert summary["env_steps_per_second"] == pytest.approx(since, rel=1e-6)
+    # Every epoch's timing after the resume is its own (not the time since the machine started).
+    epochs = [float(r["time/epoch_seconds"]) for r in _metrics(run_dir) if r.get("time/epoch_seconds")]
+    assert epochs and max(epochs) < summary["wall_seconds"], epochs
