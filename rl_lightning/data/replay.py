@@ -15,12 +15,14 @@ from __future__ import annotations
 
 import time
 import warnings
+from collections.abc import Callable
 from fractions import Fraction
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
 import torch
-from tensordict import TensorDict
+from tensordict import TensorDict, is_tensor_collection
 from torch.utils.data import IterableDataset
 
 from rl_lightning import fast
@@ -81,6 +83,58 @@ def make_replay_buffer(
                 "your torch, or set prioritized=False for uniform sampling."
             ) from None
     return TensorDictReplayBuffer(storage=store, sampler=sampler, batch_size=batch_size)
+
+
+def _map_tensors(tree: dict[str, Any], fn: Callable[[torch.Tensor], torch.Tensor]) -> dict[str, Any]:
+    """``fn`` applied to every tensor of a nested dict (other values kept)."""
+    out = {}
+    for key, value in tree.items():
+        if isinstance(value, dict):
+            value = _map_tensors(value, fn)
+        out[key] = fn(value) if torch.is_tensor(value) else value
+    return out
+
+
+def buffer_state(buffer: TensorDictReplayBuffer) -> dict[str, Any]:
+    """``buffer.state_dict()`` with its storage cut to the stored transitions.
+
+    torchrl's state holds the storage's whole capacity: a checkpoint of a run that stored
+    20k transitions in a 1M buffer carried 1M rows. Cut, it grows with what is stored
+    (the README gives the bytes per transition); :func:`load_buffer_state`
+    puts the rows back into a storage of full capacity.
+    """
+    state = buffer.state_dict()
+    storage = state.get("_storage")
+    if isinstance(storage, dict) and isinstance(storage.get("_storage"), dict) and isinstance(storage.get("_len"), int):
+        rows = storage["_len"]
+        state["_storage"] = {**storage, "_storage": _map_tensors(storage["_storage"], lambda t: t[:rows].clone())}
+        state["_storage"][_ROWS_SAVED] = rows
+    return state
+
+
+def load_buffer_state(buffer: TensorDictReplayBuffer, state: dict[str, Any]) -> None:
+    """Restore :func:`buffer_state`'s output (or a whole ``state_dict()``, as earlier versions saved it)."""
+    storage = state.get("_storage")
+    if isinstance(storage, dict) and _ROWS_SAVED in storage:
+        capacity = buffer.storage.max_size
+
+        def pad(rows: torch.Tensor) -> torch.Tensor:
+            full = rows.new_zeros((capacity, *rows.shape[1:]))
+            full[: rows.shape[0]] = rows
+            return full
+
+        restored = {k: v for k, v in storage.items() if k != _ROWS_SAVED}
+        state = {**state, "_storage": {**restored, "_storage": _map_tensors(storage["_storage"], pad)}}
+    buffer.load_state_dict(state)
+    # Loaded into a storage that was never written, torchrl's TensorStorage.load_state_dict builds its
+    # TensorDict without a batch dimension, and reading fewer rows than the capacity then fails.
+    rows = buffer.storage._storage
+    if is_tensor_collection(rows) and rows.batch_dims == 0:
+        rows.batch_size = torch.Size([buffer.storage.max_size])
+
+
+#: Marks a storage state cut to its stored rows (``buffer_state``).
+_ROWS_SAVED = "rl_lightning_rows_saved"
 
 
 def sample_batch(buffer: TensorDictReplayBuffer) -> TensorDict:

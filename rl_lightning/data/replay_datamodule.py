@@ -12,7 +12,7 @@ from torch.utils.data import DataLoader
 
 from rl_lightning.checks import check_positive_int
 from rl_lightning.data.base import EnvDataModule, identity_collate, renamed_env_argument
-from rl_lightning.data.replay import STORAGES, ReplayDataset, make_replay_buffer
+from rl_lightning.data.replay import STORAGES, ReplayDataset, buffer_state, load_buffer_state, make_replay_buffer
 
 
 class ReplayDataModule(EnvDataModule):
@@ -174,7 +174,7 @@ class ReplayDataModule(EnvDataModule):
             "gradient_credit": (credit.numerator, credit.denominator),
             # An epoch an interruption cut short: the resumed run takes only its remaining steps.
             "epoch_steps": dataset.epoch_steps if dataset is not None else restored.get("epoch_steps", 0),
-            "replay_buffer": self.buffer.state_dict() if self.hparams.save_replay_buffer else None,
+            "replay_buffer": buffer_state(self.buffer) if self.hparams.save_replay_buffer else None,
         }
 
     def _fitting(self) -> bool:
@@ -201,7 +201,7 @@ class ReplayDataModule(EnvDataModule):
             self._train_dataset.gradient_credit = Fraction(*credit)
             self._train_dataset.epoch_steps = epoch_steps
         if state is not None and state.get("replay_buffer") is not None:
-            self.buffer.load_state_dict(state["replay_buffer"])
+            load_buffer_state(self.buffer, state["replay_buffer"])
         elif state is not None and self.counters.env_steps and self._fitting():
             warnings.warn(
                 "The checkpoint holds no replay buffer (save_replay_buffer=False when it was written): learning "

@@ -220,3 +220,29 @@ def test_trainer_fit_runs_epochs_without_batches_until_learning_starts():
     assert data.env_steps == 30 and model.batches_seen == 6 + 10 and trainer.global_step == 16
     assert "eval/return_mean" in trainer.callback_metrics and "eval_ood/return_mean" in trainer.callback_metrics
     data.close()
+
+
+@pytest.mark.parametrize("storage", ["memory", "memmap"])
+def test_a_saved_buffer_holds_its_transitions_not_its_capacity(storage, tmp_path):
+    """Test that save_replay_buffer writes the stored rows only, and they restore into a full-capacity buffer."""
+    kwargs = dict(env_id=SCRIPTED_ID, obj_sets=SCRIPTED_SETS, batch_size=2, steps_per_epoch=6, storage=storage)
+    kwargs.update(buffer_size=100_000, learning_starts=0, save_replay_buffer=True, eval_episodes=1)
+    data = ReplayDataModule(**kwargs, scratch_dir=str(tmp_path / "a"))
+    data.setup("fit")
+    data._policy = lambda: ConstantExplorer()
+    list(data.train_dataloader())  # 6 transitions stored
+    buf = io.BytesIO()
+    torch.save(data.state_dict(), buf)
+    assert buf.tell() < 100_000  # 6 rows; the whole capacity would be megabytes
+    buf.seek(0)
+    restored = ReplayDataModule(**kwargs, scratch_dir=str(tmp_path / "b"))
+    restored.setup("fit")
+    restored.load_state_dict(torch.load(buf, weights_only=True))
+    assert len(restored.buffer) == 6 and restored.buffer.storage.max_size == 100_000
+    for key in ("obs", "action", "reward", "next_obs", "terminated"):
+        torch.testing.assert_close(restored.buffer.storage[:][key], data.buffer.storage[:][key])
+    restored._policy = lambda: ConstantExplorer()
+    list(restored.train_dataloader())  # and it goes on storing past the restored rows
+    assert len(restored.buffer) == 12
+    data.close()
+    restored.close()
