@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import importlib
 import os
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -40,17 +41,33 @@ MAX_CONSECUTIVE_SKIPS = 100
 
 
 def check_env_id(env_id: str) -> None:
-    """Raise a clear error if ``env_id`` is not registered with gymnasium."""
+    """Raise a clear error if ``env_id`` is not registered with gymnasium.
+
+    ``env_id`` may be gymnasium's ``"module:id"`` form (``"mypkg.envs:mypkg/Task-v0"``): the
+    module, which registers the id when imported, is imported here first, as ``gymnasium.make``
+    imports it in every process that makes the env (async vector-env workers included).
+    """
     if not isinstance(env_id, str) or not env_id:
         raise TypeError(f"env_id must be a gymnasium id string such as 'CartPole-v1', got {env_id!r}.")
-    if env_id in gym.registry:
+    module, _, name = env_id.rpartition(":")
+    if module:
+        try:
+            importlib.import_module(module)
+        except ImportError as err:
+            raise ValueError(
+                f"env_id '{env_id}': the module '{module}' cannot be imported ({err}). Install the package that "
+                "holds it, or put its directory on PYTHONPATH."
+            ) from None
+    if name in gym.registry:
         return
-    close = difflib.get_close_matches(env_id, list(gym.registry), n=3)
+    # Ids of other namespaces rarely are what was meant: suggest only close ones.
+    close = difflib.get_close_matches(name, list(gym.registry), n=3, cutoff=0.8)
     hint = f" Did you mean {', '.join(repr(c) for c in close)}?" if close else ""
+    where = f" The module '{module}' did not register it." if module else ""
     raise ValueError(
-        f"Unknown environment id '{env_id}'.{hint} Register a custom env with "
-        "gymnasium.register(id=..., entry_point=...) before building the data module "
-        "(and import the module that registers it)."
+        f"Unknown environment id '{env_id}'.{hint}{where} Register a custom env with "
+        "gymnasium.register(id=..., entry_point=...) in a module of yours and name it as 'module:id' "
+        "(env_id='mypkg.envs:mypkg/Task-v0'), which imports the module first."
     )
 
 

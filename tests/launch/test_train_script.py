@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import glob
 import os
+import subprocess
 import sys
 
 import pytest
@@ -203,3 +204,41 @@ def test_sigterm_prints_the_resume_command_and_it_finishes_the_budget(tmp_path):
     # Evaluations stay on the uninterrupted run's grid: every 2 epochs of 8 envs x 32 steps.
     evaluated = [int(float(r["time/env_steps"])) for r in _metrics(run_dir) if r.get("eval/return_mean")]
     assert evaluated and all(steps % 512 == 0 for steps in evaluated), evaluated
+
+
+@pytest.mark.parametrize("vectorization", ["sync", "async"])
+def test_a_custom_env_from_a_users_module_trains_from_both_front_doors(vectorization, tmp_path):
+    """Test that env_id='module:id' trains an env a user's module registers, from train.py and rl-lightning."""
+    from tests.launch.conftest import REPO, offline_env
+
+    env_id = "tests.envs.custom_task:custom_task/Pole-v0"
+    overrides = [*TINY, f"env.env_id={env_id}", f"env.vectorization={vectorization}", "env.num_envs=2"]
+    run_train([*overrides, "hydra.run.dir=runs/custom", "logger=csv"], tmp_path)
+    summary = read_summary(tmp_path / "runs" / "custom")
+    assert summary["env_steps"] == 512 and summary["eval_return"] is not None
+    ckpt = torch.load(summary["checkpoint"], weights_only=True)
+    assert ckpt["datamodule_hyper_parameters"]["env_id"] == env_id
+
+    args = ["fit", "--model", "PPO", "--data.env_id", env_id, "--data.vectorization", vectorization]
+    args += [
+        "--data.num_envs",
+        "2",
+        "--data.rollout_steps",
+        "16",
+        "--model.total_timesteps",
+        "64",
+        "--model.save_interval",
+        "1",
+    ]
+    args += ["--data.eval_episodes", "1", "--trainer.logger", "false", "--trainer.default_root_dir", "cli"]
+    env = {**offline_env(str(tmp_path)), "PYTHONPATH": REPO}  # the user's package is importable
+    proc = subprocess.run(
+        [sys.executable, "-m", "rl_lightning.launch.cli", *args],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert glob.glob(str(tmp_path / "cli" / "**" / "last.ckpt"), recursive=True)
