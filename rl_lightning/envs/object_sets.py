@@ -190,7 +190,9 @@ def resolve_obj_sets(env_id: str, obj_sets: Mapping[str, Sequence[Variation | Ma
     resolved: ObjSets = {}
     for name, variations in obj_sets.items():
         if isinstance(variations, (str, bytes, Mapping)) or not isinstance(variations, Sequence) or not variations:
-            raise ValueError(f"Object set '{name}' must be a non-empty list of variations, got {variations!r}.")
+            raise ValueError(
+                f"obj_sets.{name}: object set '{name}' must be a non-empty list of variations, got {variations!r}."
+            )
         resolved[str(name)] = [
             dataclasses.replace(v, env_id=v.env_id or env_id) for v in map(Variation.from_any, variations)
         ]

@@ -190,9 +190,10 @@ def _checked_checkpoint(ckpt_path: str, checkpoint_dir: str) -> str:
     try:
         check_checkpoint_file(path)
     except (FileNotFoundError, ValueError) as err:
+        # Only a missing file can mean the wrong run directory: a torn one is in the right place.
         hint = (
             " ckpt_path=last reads <run_dir>/checkpoints/last.ckpt: also pass hydra.run.dir=<the run's directory>."
-            if ckpt_path == "last"
+            if ckpt_path == "last" and isinstance(err, FileNotFoundError)
             else ""
         )
         raise ConfigError(f"ckpt_path: {err}{hint}") from None

@@ -193,7 +193,8 @@ def library_error(err: BaseException | None) -> BaseException | None:
 def culprit_key(text: str, groups: Sequence[tuple[str, Mapping[str, Any]]]) -> str | None:
     """The ``group.key`` an error message is about, or ``None``.
 
-    In order: the argument the message starts with (``lr must be ...``, ``num_minibatches=3 ...``),
+    In order: the argument the message starts with (``lr must be ...``, ``num_minibatches=3 ...``,
+    ``obj_sets.train: ...`` for an entry of one),
     the first quoted value that one of the arguments holds (``Unknown object set 'tset'``), any
     argument named among its first words.
 
@@ -207,11 +208,11 @@ def culprit_key(text: str, groups: Sequence[tuple[str, Mapping[str, Any]]]) -> s
             return value == quoted
         return isinstance(value, (list, tuple)) and quoted in [v for v in value if isinstance(v, str)]
 
-    lead = re.match(r"\s*([A-Za-z_]\w*)", text)
+    lead = re.match(r"\s*([A-Za-z_]\w*)((?:\.\w+)*)", text)  # an argument, or a dotted entry of one (obj_sets.train)
     if lead:
         for group, args in groups:
             if lead.group(1) in args:
-                return f"{group}.{lead.group(1)}"
+                return f"{group}.{lead.group(1)}{lead.group(2)}"
     for quoted in re.findall(r"'([^']+)'", text):
         for group, args in groups:
             for key, value in args.items():

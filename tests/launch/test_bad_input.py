@@ -191,6 +191,12 @@ ROWS = [
     ("hydra", "negative-lr", ["algo.lr=-1"], ["'algo.lr'", "positive number", "algo.lr=..."]),
     (
         "hydra",
+        "empty-object-set",
+        ["env.obj_sets={{train:[],test:[{{}}]}}"],  # braces doubled: the rows are str.format templates
+        ["'env.obj_sets.train'", "non-empty list of variations", "env.obj_sets.train=..."],
+    ),
+    (
+        "hydra",
         "minibatches-do-not-divide-rollout",
         ["algo.num_minibatches=3"],
         ["num_minibatches=3", "choose a divisor", "algo.num_minibatches=..."],

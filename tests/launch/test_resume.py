@@ -52,3 +52,18 @@ def test_a_refused_resume_touches_nothing_in_the_run_directory(finished_run, ove
     after = _snapshot(run_dir)
     assert sorted(after) == sorted(before)  # no new file (no W&B run, no .hydra rewrite, no log)
     assert after == before  # metrics.csv, config.yaml, hparams.yaml, checkpoints: byte for byte
+
+
+def test_a_torn_last_checkpoint_in_the_named_run_directory_is_not_blamed_on_the_directory(finished_run, tmp_path):
+    """Test that a truncated last.ckpt, with hydra.run.dir given, is called torn and not a wrong run directory."""
+    cwd, run_dir = finished_run
+    torn = tmp_path / "torn"
+    (torn / "checkpoints").mkdir(parents=True)
+    good = (run_dir / "checkpoints" / "last.ckpt").read_bytes()
+    (torn / "checkpoints" / "last.ckpt").write_bytes(good[:1000])
+    before = _snapshot(torn)
+    proc = run([TRAIN, *TINY, f"hydra.run.dir={torn}", "ckpt_path=last"], str(cwd))
+    last = proc.stderr.strip().splitlines()[-1]
+    assert proc.returncode != 0 and "not a complete checkpoint archive" in last, proc.stderr[-3000:]
+    assert "hydra.run.dir" not in last
+    assert _snapshot(torn) == before
