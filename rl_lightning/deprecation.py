@@ -7,9 +7,11 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 
-def warn_renamed(old: str, new: str) -> None:
-    """Warn (``DeprecationWarning``, at the caller's caller) that ``old`` is now ``new``."""
-    warnings.warn(f"{old} is now {new}; the old name goes in the next release.", DeprecationWarning, stacklevel=3)
+def warn_renamed(old: str, new: str, stacklevel: int = 3) -> None:
+    """Warn (``DeprecationWarning``, at the caller's caller unless ``stacklevel`` says) that ``old`` is now ``new``."""
+    warnings.warn(
+        f"{old} is now {new}; the old name goes in the next release.", DeprecationWarning, stacklevel=stacklevel
+    )
 
 
 def renamed_attributes(module: str, renamed: Mapping[str, str], namespace: dict[str, Any]) -> Callable[[str], Any]:

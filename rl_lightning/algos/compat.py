@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
-import dataclasses
 import os
 from collections.abc import Iterator, Mapping
 from typing import Any
@@ -20,6 +19,7 @@ import torch
 
 from rl_lightning.data.base import EnvDataModule
 from rl_lightning.data.datamodule import MOVED_TO_ALGORITHM
+from rl_lightning.data.rollout import take_plan_settings
 from rl_lightning.envs.spaces import space_from_dict, space_to_dict
 
 #: The checkpoint entry holding the algorithm's name, the data module's class and the spaces.
@@ -72,8 +72,7 @@ def take_moved_settings(module: pl.LightningModule, checkpoint: Mapping[str, Any
     model, _ = upgraded_settings(checkpoint)
     moved = {name: model[name] for name in MOVED_TO_ALGORITHM if name in model and name not in {*own, *given}}
     if moved:
-        module.update_plan = dataclasses.replace(module.update_plan, **moved)
-        module.hparams.update(moved)
+        take_plan_settings(module, moved)
 
 
 def checked_spaces(module: pl.LightningModule, checkpoint: dict[str, Any]) -> tuple[gym.Space, gym.Space]:

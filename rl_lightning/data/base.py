@@ -57,12 +57,8 @@ def renamed_env_argument(owner: str, env_id: str, env: str | None, default: str)
         raise ValueError(
             f"{owner}(env={env!r}, env_id={env_id!r}) names two envs; pass env_id only (env is its old name)."
         )
-    warnings.warn(
-        f"{owner}(env=...) is now {owner}(env_id=...) (Hydra: env.env_id, CLI: --data.env_id); the old name goes "
-        "in the next release.",
-        DeprecationWarning,
-        stacklevel=3,
-    )
+    # At the data module's caller: renamed_env_argument <- the data module's __init__ <- its caller.
+    warn_renamed(f"{owner}(env=...)", f"{owner}(env_id=...) (Hydra: env.env_id, CLI: --data.env_id)", stacklevel=4)
     return env
 
 

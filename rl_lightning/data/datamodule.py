@@ -7,14 +7,13 @@ import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import lightning.pytorch as pl
 import torch
 from torch.utils.data import DataLoader
 
 from rl_lightning.checks import check_positive_int
 from rl_lightning.data.base import EnvDataModule, identity_collate, renamed_env_argument
 from rl_lightning.data.protocol import OnPolicyLearner
-from rl_lightning.data.rollout import RolloutDataset, UpdatePlan
+from rl_lightning.data.rollout import RolloutDataset, UpdatePlan, take_plan_settings
 
 #: Learning settings this data module took before they moved to the algorithm (``PPO(gamma=...)``).
 MOVED_TO_ALGORITHM = tuple(field.name for field in dataclasses.fields(UpdatePlan))
@@ -140,9 +139,7 @@ class RolloutDataModule(EnvDataModule):
         """
         module = self.trainer.lightning_module if self.trainer is not None else None
         if self.plan_overrides and isinstance(module, OnPolicyLearner):
-            module.update_plan = dataclasses.replace(module.update_plan, **self.plan_overrides)
-            if isinstance(module, pl.LightningModule):
-                module.hparams.update(self.plan_overrides)
+            take_plan_settings(module, self.plan_overrides)
         super().setup(stage)
 
     def update_plan(self) -> UpdatePlan:

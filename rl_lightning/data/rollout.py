@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 import torch
@@ -21,7 +23,7 @@ from torchrl.objectives.value.functional import generalized_advantage_estimate, 
 
 from rl_lightning.checks import check_positive_int, check_unit_interval
 from rl_lightning.data.collection import CollectionMetrics, DataCounters, to_env_action
-from rl_lightning.data.protocol import RolloutPolicy
+from rl_lightning.data.protocol import OnPolicyLearner, RolloutPolicy
 from rl_lightning.envs import EnvGroup
 from rl_lightning.faults import interrupt_request
 
@@ -68,6 +70,18 @@ class UpdatePlan:
                 "minibatch has the same size: PPO(num_minibatches=...) (Hydra: algo.num_minibatches=...; CLI: "
                 "--model.num_minibatches)."
             )
+
+
+def take_plan_settings(learner: OnPolicyLearner, settings: Mapping[str, Any]) -> None:
+    """Give ``learner`` these plan settings: its ``update_plan`` and, for a LightningModule, its saved settings.
+
+    For the learning settings of earlier spellings (a data module's deprecated arguments, an
+    earlier version's checkpoint), so logs and checkpoints say what ran.
+    """
+    learner.update_plan = dataclasses.replace(learner.update_plan, **settings)
+    hparams = getattr(learner, "hparams", None)
+    if hparams is not None:
+        hparams.update(settings)
 
 
 def compute_gae(
