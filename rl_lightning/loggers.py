@@ -1,16 +1,34 @@
-"""Loggers: Weights & Biases that works with no account and no network.
+"""Loggers: curves that run on across a resume, and Weights & Biases with no account and no network.
 
 Every metric the modules log carries ``time/env_steps``, and they log ``step`` as the env
 step count, which Lightning hands to every logger as its x-axis (TensorBoard, CSV, W&B).
+
+A resumed run continues the interrupted run's logs. When a fit starts, ``RLModule``
+calls :func:`rewind_loggers`: each logger here keeps what was logged up to the
+checkpoint's env step and drops (CSV) or hides (TensorBoard) what came after it, so the
+resumed run's rows follow on without a duplicate env step. Lightning's own ``CSVLogger``
+deletes ``metrics.csv`` when it starts, so a resume with it keeps only the second half
+(a warning says so). A W&B run continues under the run id the checkpoint stored.
 """
 
 from __future__ import annotations
 
+import csv
 import netrc
 import os
+import warnings
+from collections.abc import Iterable, Mapping
+from typing import Any
 from urllib.parse import urlparse
 
+from lightning.fabric.utilities.cloud_io import get_filesystem
+from lightning.pytorch.loggers import CSVLogger as _LightningCSVLogger
+from lightning.pytorch.loggers import Logger
+from lightning.pytorch.loggers import TensorBoardLogger as _LightningTensorBoardLogger
 from lightning.pytorch.loggers import WandbLogger as _LightningWandbLogger
+from lightning.pytorch.loggers.csv_logs import ExperimentWriter
+from lightning.pytorch.loggers.logger import rank_zero_experiment
+from lightning.pytorch.utilities import rank_zero_only
 
 WANDB_MODES = ("auto", "online", "offline")
 
@@ -64,3 +82,134 @@ class WandbLogger(_LightningWandbLogger):
             run.define_metric("time/env_steps")
             run.define_metric("*", step_metric="time/env_steps", step_sync=True)
         return run
+
+    def continue_run(self, run_id: str) -> None:
+        """Log into the W&B run ``run_id`` (the interrupted run's) rather than a new one.
+
+        Must come before the run starts (before ``fit``): the front doors call it with the id
+        a resumed checkpoint stored. Lightning's logger already asks W&B for ``resume="allow"``;
+        only the id is set here (Lightning keeps it in ``_wandb_init``, which ``wandb.init`` reads).
+        """
+        if self._experiment is not None:
+            raise RuntimeError("continue_run must be called before the W&B run starts (before fit).")
+        self._wandb_init["id"] = self._id = run_id
+
+
+class _KeptMetricsWriter(ExperimentWriter):
+    """Lightning's CSV writer, except that an existing ``metrics.csv`` is kept and appended to."""
+
+    def _check_log_dir_exists(self) -> None:
+        # Lightning's writer deletes metrics.csv here. This one reads its header instead, so
+        # rows append under the same columns (and a new column rewrites the file, as in Lightning).
+        if self._fs.isfile(self.metrics_file_path):
+            with self._fs.open(self.metrics_file_path, "r", newline="") as file:
+                self.metrics_keys = list(csv.DictReader(file).fieldnames or [])
+
+    def keep_rows_up_to(self, step: int) -> int:
+        """Drop the saved rows logged after env step ``step``. Returns how many were dropped."""
+        if not self._fs.isfile(self.metrics_file_path):
+            return 0
+        with self._fs.open(self.metrics_file_path, "r", newline="") as file:
+            rows = list(csv.DictReader(file))
+        kept = [row for row in rows if float(row["step"]) <= step]
+        if len(kept) == len(rows):
+            return 0
+        if kept:
+            with self._fs.open(self.metrics_file_path, "w", newline="") as file:
+                writer = csv.DictWriter(file, fieldnames=self.metrics_keys)
+                writer.writeheader()
+                writer.writerows(kept)
+        else:
+            self._fs.rm_file(self.metrics_file_path)
+            self.metrics_keys = []
+        return len(rows) - len(kept)
+
+
+class CSVLogger(_LightningCSVLogger):
+    """Lightning's ``CSVLogger``, keeping ``metrics.csv`` across a resume.
+
+    Lightning's logger deletes an existing ``metrics.csv`` when it starts. This one keeps
+    it: at fit start a resumed run keeps the rows up to its checkpoint's env step and
+    appends after them (a fresh fit, at env step 0, starts the file over, as Lightning's
+    does). Same arguments as Lightning's.
+    """
+
+    @property
+    @rank_zero_experiment
+    def experiment(self) -> _KeptMetricsWriter:
+        """The writer (created on first use, like Lightning's)."""
+        if self._experiment is None:
+            get_filesystem(self.root_dir).makedirs(self.root_dir, exist_ok=True)
+            self._experiment = _KeptMetricsWriter(log_dir=self.log_dir)
+        return self._experiment
+
+    @rank_zero_only
+    def rewind(self, env_steps: int) -> None:
+        """Keep the rows logged up to ``env_steps``, where a fit starts (a checkpoint's count; 0: a fresh fit)."""
+        self.experiment.keep_rows_up_to(env_steps)
+
+
+class TensorBoardLogger(_LightningTensorBoardLogger):
+    """Lightning's ``TensorBoardLogger``; a resumed run hides what the earlier run logged after its checkpoint.
+
+    Event files are only ever added to a log directory, so a resumed run writes its own
+    beside the interrupted run's and TensorBoard draws them as one curve. At fit start a
+    resume writes TensorBoard's restart marker (a ``SessionLog.START`` event at the
+    checkpoint's env step + 1, what ``SummaryWriter(purge_step=...)`` writes), which makes
+    TensorBoard drop the earlier events from that step on: steps logged before an older
+    checkpoint was picked are not drawn twice. Same arguments as Lightning's, except that
+    ``default_hp_metric`` is off: Lightning's placeholder ``hp_metric`` (-1 at step 0, logged
+    again by every resume) means nothing here; the runs' own metric is ``eval/return_mean``.
+    """
+
+    def __init__(self, *args: Any, default_hp_metric: bool = False, **kwargs: Any):
+        super().__init__(*args, default_hp_metric=default_hp_metric, **kwargs)
+
+    @rank_zero_only
+    def rewind(self, env_steps: int) -> None:
+        """Hide what was logged after ``env_steps``, where a fit starts (a checkpoint's count; 0: a fresh fit)."""
+        from tensorboard.compat.proto.event_pb2 import Event, SessionLog
+
+        writer = self.experiment
+        # torch's SummaryWriter writes this same pair for purge_step (torch/utils/tensorboard/writer.py).
+        writer.file_writer.add_event(Event(step=env_steps + 1, file_version="brain.Event:2"))
+        writer.file_writer.add_event(Event(step=env_steps + 1, session_log=SessionLog(status=SessionLog.START)))
+        writer.flush()
+
+
+#: The checkpoint entry where the loggers' ids are kept (a W&B run id), so a resume can continue them.
+CHECKPOINT_KEY = "loggers"
+
+
+def logger_state(loggers: Iterable[Logger]) -> dict[str, Any]:
+    """What a checkpoint keeps of ``loggers`` to continue them on a resume: the W&B run id."""
+    for logger in loggers:
+        if isinstance(logger, _LightningWandbLogger) and logger.version:
+            return {"wandb_run_id": str(logger.version)}
+    return {}
+
+
+def continue_loggers(loggers: Iterable[Logger], state: Mapping[str, Any]) -> None:
+    """Point ``loggers`` at the runs a resumed checkpoint's :func:`logger_state` names (before ``fit``)."""
+    run_id = state.get("wandb_run_id")
+    for logger in loggers:
+        if run_id and isinstance(logger, WandbLogger):
+            logger.continue_run(run_id)
+
+
+def rewind_loggers(loggers: Iterable[Logger], env_steps: int) -> None:
+    """At fit start: make every logger continue the run's history at ``env_steps`` (a resumed checkpoint's; 0: fresh).
+
+    Loggers of this module keep their rows up to ``env_steps`` (see :class:`CSVLogger` and
+    :class:`TensorBoardLogger`); a resume with Lightning's own CSV logger, which has already
+    deleted the earlier rows, gets a warning naming the fix.
+    """
+    for logger in loggers:
+        if isinstance(logger, (CSVLogger, TensorBoardLogger)):
+            logger.rewind(env_steps)
+        elif env_steps > 0 and isinstance(logger, _LightningCSVLogger):
+            warnings.warn(
+                "Lightning's CSVLogger deleted the metrics.csv of the run being resumed: it holds only the rows "
+                "from here on. Use rl_lightning.loggers.CSVLogger (same arguments), which keeps them.",
+                stacklevel=2,
+            )

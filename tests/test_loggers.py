@@ -1,10 +1,20 @@
-"""``rl_lightning.loggers.WandbLogger``: offline unless a key is configured; online only with one."""
+"""``rl_lightning.loggers``: W&B offline unless a key is configured; logs that run on across a resume."""
 
 from __future__ import annotations
 
-import pytest
+import csv
+import os
+import signal
 
-from rl_lightning.loggers import WandbLogger, wandb_api_key_configured
+import lightning.pytorch as pl
+import pytest
+from lightning.pytorch.loggers import CSVLogger as LightningCSVLogger
+
+from rl_lightning import DQN
+from rl_lightning.callbacks import PhaseTimer
+from rl_lightning.faults import TrainingInterrupted
+from rl_lightning.loggers import CSVLogger, TensorBoardLogger, WandbLogger, rewind_loggers, wandb_api_key_configured
+from tests.helpers import REPLAY_STEPS, quiet_trainer, tiny_ppo, tiny_replay_data, tiny_rollout_data
 
 
 @pytest.fixture
@@ -41,3 +51,128 @@ def test_unknown_mode_is_refused(no_key):
     """Test that a mode outside auto/online/offline is refused with the choices."""
     with pytest.raises(ValueError, match="auto.*online.*offline"):
         WandbLogger(save_dir=str(no_key), mode="cloud")
+
+
+# ---------------------------------------------------------------- logs across a resume
+def _csv_steps(run_dir) -> dict[str, list[int]]:
+    """Per metric, the env steps of its rows in ``run_dir/metrics.csv``."""
+    with open(os.path.join(run_dir, "metrics.csv"), newline="") as file:
+        rows = list(csv.DictReader(file))
+    steps: dict[str, list[int]] = {}
+    for row in rows:
+        for key, value in row.items():
+            if value != "" and key != "step":
+                steps.setdefault(key, []).append(int(float(row["step"])))
+    return steps
+
+
+def _tensorboard_steps(run_dir) -> dict[str, list[int]]:
+    """Per scalar tag, the env steps TensorBoard draws from the event files in ``run_dir`` (restart markers applied)."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(run_dir), size_guidance={"scalars": 0})
+    events.Reload()
+    return {tag: [event.step for event in events.Scalars(tag)] for tag in events.Tags()["scalars"]}
+
+
+EPISODE_KEYS = ("rollout/episode_return", "rollout/episode_length")
+
+
+def _without(steps: dict[str, list[int]], keys) -> dict[str, list[int]]:
+    return {key: value for key, value in steps.items() if key not in keys}
+
+
+class _SigtermAt(pl.Callback):
+    """Sends SIGTERM to this process at ``hook`` of epoch ``epoch`` (the Interruption callback handles it)."""
+
+    def __init__(self, hook: str, epoch: int):
+        self.hook, self.epoch = hook, epoch
+
+    def _maybe(self, trainer, hook):
+        if hook == self.hook and trainer.current_epoch == self.epoch:
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    def on_train_epoch_start(self, trainer, module):
+        self._maybe(trainer, "rollout")  # the rollout that follows is cut short
+
+    def on_train_batch_start(self, trainer, module, batch, batch_idx):
+        self._maybe(trainer, "update")  # PPO: the rollout is complete, the update stops after one minibatch
+        if self.hook == "replay" and trainer.global_step == 30:  # DQN: inside the second epoch of 60 steps
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):
+        self._maybe(trainer, "batch_end")  # the update is complete; its evaluation has not run
+
+    def on_validation_start(self, trainer, module):
+        self._maybe(trainer, "evaluation")  # the evaluation stops between its steps
+
+
+#: Tiny runs of each kind: 12 rollouts of 32 steps (PPO), 4 replay epochs of 60 (DQN); evaluated every 2 epochs.
+EPOCH_STEPS, EPOCHS = {"ppo": 32, "dqn": REPLAY_STEPS}, {"ppo": 12, "dqn": 4}
+
+
+def _fit(run_dir, algo="ppo", callbacks=(), ckpt_path=None, **model_args):
+    """A tiny run of ``algo`` with both loggers of this module in ``run_dir``."""
+    pl.seed_everything(0)
+    loggers = [CSVLogger(run_dir, name="", version=""), TensorBoardLogger(run_dir, name="", version="")]
+    trainer = quiet_trainer(run_dir, max_epochs=-1, logger=loggers, callbacks=[PhaseTimer(False), *callbacks])
+    budget = EPOCHS[algo] * EPOCH_STEPS[algo]
+    if algo == "ppo":
+        model, data = tiny_ppo(total_timesteps=budget, **model_args), tiny_rollout_data(eval_interval=2)
+    else:
+        model, data = DQN(total_timesteps=budget, **model_args), tiny_replay_data("CartPole-v1", eval_interval=2)
+    trainer.fit(model, data, ckpt_path=ckpt_path)
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory):
+    """Per algorithm, the (CSV, TensorBoard) env steps of each metric of an uninterrupted run."""
+    runs = {}
+    for algo in EPOCHS:
+        run_dir = tmp_path_factory.mktemp(f"uninterrupted_{algo}")
+        _fit(str(run_dir), algo)
+        runs[algo] = _csv_steps(run_dir), _tensorboard_steps(run_dir)
+    return runs
+
+
+def _assert_same_rows(run_dir, expected_runs):
+    for resumed, expected in zip((_csv_steps(run_dir), _tensorboard_steps(run_dir)), expected_runs, strict=True):
+        # Episode statistics are logged in the epochs where an episode ended, and a resume restarts the
+        # episodes: those rows may fall in other epochs, but only at an epoch's end. Everything else matches.
+        epoch_ends = set(expected["time/rollout_seconds"])
+        assert all(set(resumed.get(key, ())) <= epoch_ends for key in EPISODE_KEYS)
+        assert _without(resumed, EPISODE_KEYS) == _without(expected, EPISODE_KEYS)
+
+
+@pytest.mark.parametrize(
+    ("algo", "cut"),
+    [("ppo", "rollout"), ("ppo", "update"), ("ppo", "batch_end"), ("ppo", "evaluation"), ("dqn", "replay")],
+)
+def test_a_resumed_run_logs_the_same_env_steps_as_an_uninterrupted_one(tmp_path, uninterrupted, algo, cut):
+    """Test that SIGTERM anywhere in an epoch, then a resume, leaves metrics.csv and TensorBoard with every
+    metric at exactly the env steps an uninterrupted run of the same seed logs it (no row lost, none twice),
+    and the evaluations on the same grid."""
+    run_dir = str(tmp_path)
+    with pytest.raises(TrainingInterrupted) as stopped:
+        _fit(run_dir, algo, callbacks=[_SigtermAt(cut, epoch=3)])
+    _fit(run_dir, algo, ckpt_path=stopped.value.checkpoint)
+    _assert_same_rows(run_dir, uninterrupted[algo])
+    evaluated = uninterrupted[algo][0]["eval/return_mean"]
+    grid = 2 * EPOCH_STEPS[algo]
+    assert evaluated == list(range(grid, EPOCHS[algo] * EPOCH_STEPS[algo] + 1, grid))
+
+
+def test_resuming_from_an_older_checkpoint_drops_the_rows_logged_after_it(tmp_path, uninterrupted):
+    """Test that a finished run resumed from an interval checkpoint halfway logs the second half once:
+    metrics.csv loses the first run's rows after the checkpoint, TensorBoard no longer draws them."""
+    run_dir = str(tmp_path)
+    _fit(run_dir, save_interval=1, keep_last=None)
+    halfway = os.path.join(run_dir, "checkpoints", "epoch=5-env_steps=192.ckpt")
+    _fit(run_dir, ckpt_path=halfway, save_interval=1, keep_last=None)
+    _assert_same_rows(run_dir, uninterrupted["ppo"])
+
+
+def test_a_resume_with_lightnings_csv_logger_warns_that_its_history_is_gone(tmp_path):
+    """Test that rewinding Lightning's own CSVLogger on a resume warns and names this module's CSVLogger."""
+    with pytest.warns(UserWarning, match="rl_lightning.loggers.CSVLogger"):
+        rewind_loggers([LightningCSVLogger(str(tmp_path))], env_steps=128)

@@ -30,9 +30,11 @@ from rl_lightning.callbacks import BestCheckpoint, EnvStepBudget, Interruption, 
 from rl_lightning.callbacks.checkpoint import check_checkpoint_file, install_atomic_checkpoint_io
 from rl_lightning.callbacks.interrupt import stop_if_requested
 from rl_lightning.checks import check_positive_int
-from rl_lightning.data.base import last_collection
+from rl_lightning.data.base import EnvDataModule, collected_since, last_collection
 from rl_lightning.data.collection import to_env_action
 from rl_lightning.deprecation import warn_renamed
+from rl_lightning.loggers import CHECKPOINT_KEY as LOGGERS_KEY
+from rl_lightning.loggers import logger_state, rewind_loggers
 from rl_lightning.nets.actor_copy import ActorCopy
 
 CHECKPOINT_KEY = compat.CHECKPOINT_KEY
@@ -92,6 +94,8 @@ class RLModule(pl.LightningModule):
         self._fit_start: tuple[float, int] | None = None
         self._eval_returns: dict[str, float] = {}
         self._interruption: Interruption | None = None
+        # The collection whose epoch row was logged last (log_cut_epoch compares against it).
+        self._logged_collection: Any = None
         #: Which manual-optimization calls may skip Lightning's wrapping (the fast path; decided at fit start).
         self._plain_calls = fast.PlainCalls()
 
@@ -270,6 +274,32 @@ class RLModule(pl.LightningModule):
 
     def on_train_start(self) -> None:
         self.loops_started = True
+        # A resumed run's logs go on from its checkpoint's env step (rows logged after it are dropped).
+        rewind_loggers(self.trainer.loggers, self.env_steps)
+        datamodule = self.trainer.datamodule
+        if self.trainer.ckpt_path is not None and isinstance(datamodule, EnvDataModule) and datamodule.evaluation_due:
+            self._evaluate_cut(datamodule)
+
+    def _evaluate_cut(self, datamodule: EnvDataModule) -> None:
+        """The evaluation an interruption cut off, run before a resumed fit collects again.
+
+        A signal between a collection that ends on the ``eval_interval`` grid and its
+        evaluation (during the update, at the batch end, inside the evaluation) leaves that
+        evaluation undone, and Lightning does not rerun it. It runs here, on the restored
+        weights, and is logged at the checkpoint's env step, so the evaluations of a resumed
+        run fall on the same env steps as an uninterrupted one's. It goes straight to the
+        loggers (Lightning's validation loop is not running); ``best.ckpt`` does not see it.
+        """
+        if self.acting_copy is not None:
+            self.acting_copy.sync()
+        logged, means = {}, {}
+        for loader in datamodule.val_dataloader():
+            for batch in loader:
+                values, means[batch["prefix"]] = metrics.evaluation_metrics(self, batch)
+                logged.update(values)
+        if logged:
+            metrics.log_epoch(self, metrics.with_generalization_gap(logged, means), {})
+        datamodule.mark_evaluated()
 
     def on_validation_start(self) -> None:
         self.loops_started = not self.trainer.sanity_checking
@@ -282,6 +312,17 @@ class RLModule(pl.LightningModule):
         if self._interruption is not None:
             stop_if_requested(self.trainer, self.device)
 
+    def log_cut_epoch(self) -> None:
+        """Log the epoch an interruption cut short, if its collection was complete (``Interruption`` calls it).
+
+        A signal during PPO's update phase, at a batch end or during evaluation leaves a
+        counted collection whose epoch-end row was never logged; the resumed run goes on
+        after it. Its row (the collection's statistics, and the minibatch steps it took) is
+        logged here, so the curves hold every env step an uninterrupted run logs. A
+        collection cut short is not counted and logs nothing.
+        """
+        self.on_train_epoch_end()  # which logs nothing when no collection ended since the last row
+
     def log_rollout_metrics(self, rank_metrics: Mapping[str, float] | None = None) -> None:
         """Log ``rollout/`` and ``time/`` metrics of the rollout that fed this epoch, with the caller's own.
 
@@ -291,7 +332,9 @@ class RLModule(pl.LightningModule):
         Args:
             rank_metrics: This rank's epoch scalars (e.g. PPO's ``train/`` means), averaged over ranks.
         """
-        rollout = last_collection(self.trainer)
+        if not collected_since(self.trainer, self._logged_collection):
+            return  # this epoch's row is logged (a resume restored the epoch after it)
+        rollout = self._logged_collection = last_collection(self.trainer)
         rank_metrics = dict(rank_metrics or {})
         global_metrics = {}
         if rollout is not None:
@@ -310,11 +353,13 @@ class RLModule(pl.LightningModule):
     def _end_evaluation(self) -> None:
         if not self._eval_returns:  # evaluation was not due this epoch
             return
-        logged = metrics.env_step_axis(self.env_steps)
-        if "eval" in self._eval_returns and "eval_ood" in self._eval_returns:
-            logged["eval_ood/generalization_gap"] = self._eval_returns["eval"] - self._eval_returns["eval_ood"]
-        self.log_dict(logged, batch_size=1)
+        self.log_dict(
+            metrics.with_generalization_gap(metrics.env_step_axis(self.env_steps), self._eval_returns), batch_size=1
+        )
         self._eval_returns = {}
+        datamodule = self.trainer.datamodule
+        if self.trainer.validating and isinstance(datamodule, EnvDataModule):
+            datamodule.mark_evaluated()
 
     def validation_step(self, batch: dict[str, Any], batch_idx: int, dataloader_idx: int = 0) -> None:
         """Log one object set's evaluation: ``<prefix>/return_mean`` and friends."""
@@ -360,8 +405,10 @@ class RLModule(pl.LightningModule):
             return super().load_from_checkpoint(checkpoint_path, *args, **kwargs)
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        """Store the algorithm and env spaces so the policy can be rebuilt without envs."""
+        """Store the algorithm and env spaces so the policy can be rebuilt without envs, and the loggers' run ids."""
         checkpoint[CHECKPOINT_KEY] = compat.checkpoint_entry(self)
+        if self._trainer is not None:  # the W&B run id, which a resume continues
+            checkpoint[LOGGERS_KEY] = logger_state(self.trainer.loggers)
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         """Rebuild the policy from the stored spaces before the weights are loaded.

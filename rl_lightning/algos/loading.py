@@ -16,6 +16,7 @@ from rl_lightning.algos.ppo import PPO
 from rl_lightning.algos.sac import SAC
 from rl_lightning.callbacks.checkpoint import check_checkpoint_file
 from rl_lightning.data.base import EnvDataModule
+from rl_lightning.loggers import CHECKPOINT_KEY as LOGGERS_KEY
 
 #: The algorithms by the name a checkpoint records.
 ALGORITHMS: dict[str, type[RLModule]] = {cls.__name__: cls for cls in (PPO, SAC, DQN)}
@@ -54,13 +55,17 @@ def read_checkpoint(path: str | os.PathLike) -> dict[str, Any]:
     return checkpoint
 
 
-def check_resume(model: RLModule, datamodule: EnvDataModule, path: str | os.PathLike) -> None:
+def check_resume(model: RLModule, datamodule: EnvDataModule, path: str | os.PathLike) -> dict[str, Any]:
     """Make every check that resuming ``model`` on ``datamodule`` from ``path`` makes, before anything runs.
 
     ``Trainer.fit(ckpt_path=...)`` checks the checkpoint only once its loggers have started
     and written to the run directory (Lightning's CSV logger replaces ``metrics.csv``); the
     front doors call this first, so a refused resume leaves the run directory as it was.
     The checks run on a copy of ``model`` (they build its policy); ``model`` is left as given.
+
+    Returns:
+        What the checkpoint kept of the run's loggers (the W&B run id), for
+        :func:`rl_lightning.loggers.continue_loggers`.
 
     Raises:
         FileNotFoundError, ValueError: As :func:`read_checkpoint`; or the checkpoint holds
@@ -72,6 +77,7 @@ def check_resume(model: RLModule, datamodule: EnvDataModule, path: str | os.Path
     probe._ensure_policy(*datamodule.env_spaces())
     with compat.loading(os.fspath(path), strict=probe.strict_loading, overrides={}, datamodule=datamodule):
         probe.on_load_checkpoint(checkpoint)
+    return dict(checkpoint.get(LOGGERS_KEY, {}))
 
 
 def load_checkpoint(path: str | os.PathLike, map_location: Any = "cpu", **kwargs: Any) -> RLModule:

@@ -101,6 +101,13 @@ def rollout_metrics(
     return global_metrics, rank_metrics
 
 
+def with_generalization_gap(logged: dict[str, float], means: Mapping[str, float]) -> dict[str, float]:
+    """``logged`` plus ``eval_ood/generalization_gap`` (train-set minus test-set mean return) when both ran."""
+    if "eval" in means and "eval_ood" in means:
+        logged["eval_ood/generalization_gap"] = means["eval"] - means["eval_ood"]
+    return logged
+
+
 def evaluation_metrics(module: pl.LightningModule, batch: Mapping[str, Any]) -> tuple[dict[str, float], float]:
     """One object set's evaluation statistics over every rank's episodes: ``<prefix>/return_mean`` and friends.
 

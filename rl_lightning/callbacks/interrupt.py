@@ -140,14 +140,10 @@ class Interruption(pl.Callback):
         self._restore()
         interrupt_request.clear()  # the request is answered: a later fit or test in this process starts clean
         interrupt_request.fine_grained = True
-        if not isinstance(exception, (TrainingInterrupted, EnvFault)) or trainer.state.fn != TrainerFn.FITTING:
+        if not resumable_stop(trainer, exception) or not self.save:
             return
-        if isinstance(exception, EnvFault) and trainer.world_size > 1:
-            # Raised on one rank only: the other ranks are not here to write the (collective)
-            # checkpoint with it. The interval checkpoints are what is left to resume from.
-            return
-        if not self.save:
-            return
+        if hasattr(pl_module, "log_cut_epoch"):
+            pl_module.log_cut_epoch()  # the cut epoch's row, so the resumed run's curves miss no env step
         path = os.path.join(self.dirpath or run_checkpoint_dir(trainer), INTERRUPT_CHECKPOINT)
         try:
             trainer.save_checkpoint(path)
@@ -166,6 +162,19 @@ class Interruption(pl.Callback):
 
     def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         self._restore()
+
+
+def resumable_stop(trainer: pl.Trainer, exception: BaseException) -> bool:
+    """Whether ``exception`` ends a fit with a checkpoint to resume from, written by every rank together.
+
+    A signal (:class:`~rl_lightning.faults.TrainingInterrupted`) or an env fault during fit;
+    under DDP not an env fault, which is raised on one rank only: the other ranks are not
+    there to write the (collective) checkpoint or log with it, and the interval checkpoints
+    are what is left to resume from.
+    """
+    if not isinstance(exception, (TrainingInterrupted, EnvFault)) or trainer.state.fn != TrainerFn.FITTING:
+        return False
+    return not (isinstance(exception, EnvFault) and trainer.world_size > 1)
 
 
 def stop_if_requested(trainer: pl.Trainer, device: torch.device) -> None:

@@ -7,7 +7,8 @@ import time
 import lightning.pytorch as pl
 from lightning.pytorch.utilities import rank_zero_info
 
-from rl_lightning.data.base import last_collection
+from rl_lightning.callbacks.interrupt import resumable_stop
+from rl_lightning.data.base import collected_since, last_collection
 
 # Phase -> (metric suffix, row label). Rollout phases come from ``CollectionMetrics``; the
 # optimization and evaluation phases are timed here around Lightning's own loops.
@@ -48,6 +49,7 @@ class PhaseTimer(pl.Callback):
         self._batch_start = self._val_start = self._epoch_start = self._fit_start = 0.0
         self.fit_seconds = 0.0
         self.last_metrics: dict[str, float] = {}
+        self._logged_collection = None
 
     def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._fit_start = time.perf_counter()
@@ -75,8 +77,10 @@ class PhaseTimer(pl.Callback):
             self._epoch["evaluation"] += time.perf_counter() - self._val_start
 
     def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if not collected_since(trainer, self._logged_collection):
+            return  # no collection since the last row: a cut collection, or an epoch a resume restored
         # Validation of this epoch has already run: Lightning calls it before this hook.
-        rollout = last_collection(trainer)
+        rollout = self._logged_collection = last_collection(trainer)
         if rollout is not None:
             for phase in ("env", "inference", "advantage", "sync"):
                 self._epoch[phase] = getattr(rollout, f"{phase}_seconds")
@@ -93,6 +97,12 @@ class PhaseTimer(pl.Callback):
         if trainer.is_global_zero:
             for logger in trainer.loggers:
                 logger.log_metrics(metrics, step=env_steps)
+
+    def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException) -> None:
+        # An interruption after a complete collection: log that epoch's times as the algorithm logs its
+        # row (RLModule.log_cut_epoch), so time/ curves miss no env step across a resume.
+        if resumable_stop(trainer, exception):
+            self.on_train_epoch_end(trainer, pl_module)
 
     def on_fit_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self.fit_seconds = time.perf_counter() - self._fit_start

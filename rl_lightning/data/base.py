@@ -286,7 +286,10 @@ class EnvDataModule(pl.LightningDataModule):
                 return True
             if trainer.sanity_checking:
                 return False
-            return (trainer.current_epoch + 1) % hp.eval_interval == 0
+            # Counted in collections (rollouts, replay epochs) rather than Lightning's epochs: a resume
+            # from a checkpoint written inside an epoch can leave the two one apart, and evaluations
+            # must fall on the uninterrupted run's env-step grid (issue 25's fifth defect).
+            return self.evaluation_due
 
         share = hp.eval_episodes // self.world_size + (self.rank < hp.eval_episodes % self.world_size)
         loaders = []
@@ -304,6 +307,18 @@ class EnvDataModule(pl.LightningDataModule):
             )
             loaders.append(DataLoader(dataset, batch_size=None, collate_fn=identity_collate))
         return loaders
+
+    @property
+    def evaluation_due(self) -> bool:
+        """Whether the collections so far end on the evaluation grid (every ``eval_interval``) and the
+        policy has not been evaluated there yet."""
+        iterations = self.counters.iterations
+        return iterations > 0 and iterations % self.hparams.eval_interval == 0 and self.counters.evaluated != iterations
+
+    def mark_evaluated(self) -> None:
+        """Record that the policy was evaluated after the collections so far (the algorithm calls it
+        when an evaluation has finished, so one cut short by an interruption stays due)."""
+        self.counters.evaluated = self.counters.iterations
 
     def val_dataloader(self) -> list[DataLoader]:
         """One loader per evaluation object set; runs every ``eval_interval`` epochs."""
@@ -336,6 +351,7 @@ class EnvDataModule(pl.LightningDataModule):
         return {
             "env_steps": self.counters.env_steps,
             "iterations": self.counters.iterations,
+            "evaluated": self.counters.evaluated,
             "world_size": self.world_size,
             "ranks": ranks,
         }
@@ -358,6 +374,8 @@ class EnvDataModule(pl.LightningDataModule):
         """
         self.counters.env_steps = int(state["env_steps"])
         self.counters.iterations = int(state["iterations"])
+        # Checkpoints of earlier versions do not say: their last evaluation counts as done.
+        self.counters.evaluated = int(state.get("evaluated", self.counters.iterations))
         self.resumed_from = self.counters.env_steps
         legacy = "ranks" not in state  # version 0.1.0 kept one flat state: rank 0's
         ranks = [state] if legacy else state["ranks"]
@@ -408,3 +426,14 @@ def last_collection(trainer: pl.Trainer | None) -> CollectionMetrics | None:
     """The trainer's data module's :attr:`EnvDataModule.last_collection` (``None`` with another data module)."""
     datamodule = trainer.datamodule if trainer is not None else None
     return datamodule.last_collection if isinstance(datamodule, EnvDataModule) else None
+
+
+def collected_since(trainer: pl.Trainer | None, logged: CollectionMetrics | None) -> bool:
+    """Whether the trainer's data module finished a collection after ``logged`` (the one whose row was logged last).
+
+    An epoch that a resume restores after its row was logged (Lightning reruns the end of an
+    epoch cut inside its evaluation) has none, and must not log its row twice. With another
+    data module, whose collections are not known, every epoch counts as new.
+    """
+    datamodule = trainer.datamodule if trainer is not None else None
+    return not isinstance(datamodule, EnvDataModule) or datamodule.last_collection is not logged

@@ -30,10 +30,12 @@ class DataCounters:
     Attributes:
         env_steps: Environment steps taken so far, summed over all ranks.
         iterations: Epochs of collection so far (rollouts on-policy).
+        evaluated: ``iterations`` when the policy was last evaluated during fit (0: not yet).
     """
 
     env_steps: int = 0
     iterations: int = 0
+    evaluated: int = 0
 
 
 @dataclasses.dataclass

@@ -27,6 +27,7 @@ from rl_lightning.data import ReplayDataModule
 from rl_lightning.faults import EnvFault, NumericalFault, TrainingInterrupted
 from rl_lightning.launch.errors import ConfigError, explain_build_error, explain_run_error
 from rl_lightning.launch.summary import RunSummary
+from rl_lightning.loggers import continue_loggers
 
 # Loggers share the run directory with Hydra's files; nothing of theirs is deleted.
 warnings.filterwarnings("ignore", ".*Experiment logs directory .* exists and is not empty.*")
@@ -272,7 +273,8 @@ def train(cfg: DictConfig) -> RunSummary | None:
         # Before config.yaml, the loggers and the checkpoint writers touch the run directory: a refused
         # resume leaves it as it was (Lightning's CSV logger would replace metrics.csv).
         with explained_run_errors(cfg, model):
-            check_resume(model, data, ckpt_path)
+            saved_loggers = check_resume(model, data, ckpt_path)
+        continue_loggers(loggers, saved_loggers)  # the W&B run goes on under its id
     resolved = OmegaConf.to_container(cfg, resolve=True)
     if trainer.is_global_zero:
         OmegaConf.save(OmegaConf.create(resolved), os.path.join(cfg.run_dir, "config.yaml"))

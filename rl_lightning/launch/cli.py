@@ -44,9 +44,11 @@ from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 from rl_lightning.algos import RLModule, read_checkpoint
 from rl_lightning.algos.base import CHECKPOINT_KEY
 from rl_lightning.algos.compat import upgraded_settings
+from rl_lightning.algos.loading import check_resume
 from rl_lightning.callbacks import EnvStepProgressBar, PhaseTimer
 from rl_lightning.data.base import EnvDataModule
 from rl_lightning.faults import EnvFault, NumericalFault, TrainingInterrupted
+from rl_lightning.loggers import continue_loggers
 
 WANDB_LOGGER = "rl_lightning.loggers.WandbLogger"
 SUBCOMMANDS = ("fit", "validate", "test")
@@ -193,7 +195,7 @@ class RLCLI(LightningCLI):
     def __init__(self, args: Sequence[str] | None = None, run: bool = True):
         from_argv = args is None
         self._given_args = list(sys.argv[1:] if from_argv else args)  # for the resume command
-        args = _with_checkpoint_config(list(self._given_args))
+        args = _with_checkpoint_config(_with_library_loggers(list(self._given_args)))
         if from_argv:  # LightningCLI warns when given args while sys.argv holds some too
             sys.argv = [sys.argv[0], *args]
         super().__init__(
@@ -302,6 +304,16 @@ class RLCLI(LightningCLI):
         extra = ["--trainer.default_root_dir", str(root), "--ckpt_path", str(getattr(err, "checkpoint", ""))]
         return "rl-lightning " + " ".join(shlex.quote(a) for a in [*args, *extra])
 
+    def before_fit(self) -> None:
+        """A resume is checked before the run directory is touched, and its W&B run goes on under its id.
+
+        Lightning checks a checkpoint only once its loggers have started and the config is
+        saved; a refused resume must leave the run as it was (``algos.loading.check_resume``).
+        """
+        ckpt_path = self.config[self.subcommand].get("ckpt_path")
+        if ckpt_path and isinstance(self.datamodule, EnvDataModule):
+            continue_loggers(self.trainer.loggers, check_resume(self.model, self.datamodule, ckpt_path))
+
     def _parse_ckpt_path(self) -> None:
         """Nothing to do: ``__init__`` already put the checkpoint's settings before the user's arguments.
 
@@ -378,6 +390,24 @@ def _ckpt_path(args: Sequence[str]) -> str | None:
         if arg.startswith("--ckpt_path="):
             return arg.split("=", 1)[1]
     return None
+
+
+#: ``--trainer.logger CSVLogger`` and the like mean the library's loggers (which keep a run's logs across a
+#: resume): the short names alone would be ambiguous, as Lightning's classes of the same name are loggers too.
+LIBRARY_LOGGERS = ("CSVLogger", "TensorBoardLogger", "WandbLogger")
+
+
+def _with_library_loggers(args: list[str]) -> list[str]:
+    """``--trainer.logger <short name>`` of a library logger, written as its import path."""
+    out = []
+    for i, arg in enumerate(args):
+        flag, eq, value = arg.partition("=")
+        if eq and flag == "--trainer.logger" and value in LIBRARY_LOGGERS:
+            arg = f"{flag}=rl_lightning.loggers.{value}"
+        elif i and args[i - 1] == "--trainer.logger" and arg in LIBRARY_LOGGERS:
+            arg = f"rl_lightning.loggers.{arg}"
+        out.append(arg)
+    return out
 
 
 def _with_checkpoint_config(args: list[str]) -> list[str]:

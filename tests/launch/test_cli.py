@@ -9,6 +9,7 @@ import subprocess
 import sys
 
 import pytest
+import yaml
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
@@ -166,8 +167,15 @@ def test_cli_sigterm_prints_a_resume_command_that_finishes_the_budget(tmp_path):
     from tests.launch.conftest import signal_after_first_checkpoint
 
     root = tmp_path / "runs" / "cli"
+    # Both library loggers the resume must continue: metrics.csv in the run directory, and W&B (offline).
+    csv_args = {"save_dir": str(root), "name": "", "version": ""}
+    loggers = [
+        {"class_path": "rl_lightning.loggers.CSVLogger", "init_args": csv_args},
+        {"class_path": "rl_lightning.loggers.WandbLogger", "init_args": {"save_dir": str(root)}},
+    ]
+    (tmp_path / "loggers.yaml").write_text(yaml.safe_dump({"trainer": {"logger": loggers}}))
     args = ["fit", "--model", "PPO", "--model.total_timesteps", "4096", "--model.save_interval", "1"]
-    args += ["--trainer.logger", "false"]
+    args += ["--config", str(tmp_path / "loggers.yaml")]
     proc = signal_after_first_checkpoint(
         [RL_LIGHTNING, *args, "--trainer.default_root_dir", str(root)], tmp_path, str(root / "checkpoints")
     )
@@ -182,3 +190,11 @@ def test_cli_sigterm_prints_a_resume_command_that_finishes_the_budget(tmp_path):
     assert done.returncode == 0, done.stderr[-3000:]
     final = torch.load(root / "checkpoints" / "last.ckpt", weights_only=False)
     assert final["RolloutDataModule"]["env_steps"] == 4096
+    # The resumed run appended to the interrupted run's metrics.csv: every epoch's row once.
+    hparams = final["datamodule_hyper_parameters"]
+    epoch = hparams["num_envs"] * hparams["rollout_steps"]
+    rows = _rows(str(root / "metrics.csv"))
+    assert [int(float(r["step"])) for r in rows if r.get("time/rollout_seconds")] == list(range(epoch, 4097, epoch))
+    # ... and its W&B run went on under the interrupted run's id.
+    runs = [name for name in os.listdir(root / "wandb") if name.startswith("offline-run-")]
+    assert len(runs) == 2 and len({name.rsplit("-", 1)[1] for name in runs}) == 1, runs

@@ -176,7 +176,7 @@ def test_sigterm_prints_the_resume_command_and_it_finishes_the_budget(tmp_path):
 
     from tests.launch.conftest import signal_after_first_checkpoint
 
-    overrides = ["+experiment=ppo", "algo.total_timesteps=4096", "env.eval_interval=1000", "algo.save_interval=1"]
+    overrides = ["+experiment=ppo", "algo.total_timesteps=4096", "env.eval_interval=2", "algo.save_interval=1"]
     run_dir = tmp_path / "runs" / "stopped"
     proc = signal_after_first_checkpoint(
         [sys.executable, TRAIN, *overrides, f"hydra.run.dir={run_dir}"], tmp_path, str(run_dir / "checkpoints")
@@ -201,6 +201,16 @@ def test_sigterm_prints_the_resume_command_and_it_finishes_the_budget(tmp_path):
     # Every epoch's timing after the resume is its own (not the time since the machine started).
     epochs = [float(r["time/epoch_seconds"]) for r in _metrics(run_dir) if r.get("time/epoch_seconds")]
     assert epochs and max(epochs) < summary["wall_seconds"], epochs
+    # metrics.csv holds both parts: every epoch of 8 envs x 32 steps once, whichever phase the signal cut,
+    # and the evaluations on the uninterrupted run's grid (every 2 epochs), then the final test.
+    rows = _metrics(run_dir)
+    assert [int(float(r["step"])) for r in rows if r.get("time/rollout_seconds")] == list(range(256, 4097, 256))
+    evaluated = [int(float(r["step"])) for r in rows if r.get("eval/return_mean")]
+    assert evaluated == [*range(512, 4097, 512), 4096], evaluated
+    # The W&B run goes on under its id: both parts' offline runs carry the same one.
+    runs = sorted(os.listdir(run_dir / "wandb"))
+    ids = {name.rsplit("-", 1)[1] for name in runs if name.startswith("offline-run-")}
+    assert len([name for name in runs if name.startswith("offline-run-")]) == 2 and len(ids) == 1, runs
 
 
 @pytest.mark.parametrize("vectorization", ["sync", "async"])
