@@ -2,12 +2,19 @@
 
 from rl_lightning.deprecation import renamed_attributes
 from rl_lightning.envs.env_group import EnvGroup, EpisodeStats, StepResult, check_env_id, make_env
-from rl_lightning.envs.object_sets import SHIPPED_OBJ_SETS, ObjectSetWrapper, Variation, resolve_obj_sets
+from rl_lightning.envs.object_sets import (
+    SHIPPED_OBJ_SETS,
+    NoObjectSetsWarning,
+    ObjectSetWrapper,
+    Variation,
+    resolve_obj_sets,
+)
 from rl_lightning.envs.restart import RestartingEnv
 
 __all__ = [
     "EnvGroup",
     "EpisodeStats",
+    "NoObjectSetsWarning",
     "ObjectSetWrapper",
     "RestartingEnv",
     "SHIPPED_OBJ_SETS",

@@ -163,6 +163,22 @@ SHIPPED_OBJ_SETS: dict[str, dict[str, list[dict[str, Any]]]] = {
 }
 
 
+class NoObjectSetsWarning(UserWarning):
+    """No object sets are shipped for the env and none were given: train = test = the env itself.
+
+    Args:
+        env_id: The env.
+        how: How to pass object sets, as the user's front door spells it.
+    """
+
+    def __init__(self, env_id: str, how: str = "obj_sets={'train': [...], 'test': [...]}"):
+        super().__init__(
+            f"No object sets are shipped for '{env_id}': train = test = the env itself, so no "
+            f"out-of-distribution evaluation takes place. Pass {how} to measure the generalization gap."
+        )
+        self.env_id = env_id
+
+
 def resolve_obj_sets(env_id: str, obj_sets: Mapping[str, Sequence[Variation | Mapping[str, Any]]] | None) -> ObjSets:
     """Return the object sets for ``env_id``: the given ones, the shipped ones, or itself.
 
@@ -177,13 +193,7 @@ def resolve_obj_sets(env_id: str, obj_sets: Mapping[str, Sequence[Variation | Ma
         if env_id in SHIPPED_OBJ_SETS:
             obj_sets = SHIPPED_OBJ_SETS[env_id]
         else:
-            warnings.warn(
-                f"No object sets are shipped for '{env_id}': train = test = the env itself, so no "
-                "out-of-distribution evaluation takes place. Pass obj_sets={'train': [...], "
-                "'test': [...]} to measure the generalization gap.",
-                UserWarning,
-                stacklevel=3,
-            )
+            warnings.warn(NoObjectSetsWarning(env_id), stacklevel=3)
             obj_sets = {"train": [{}], "test": [{}]}
     if not isinstance(obj_sets, Mapping) or not obj_sets:
         raise ValueError(f"obj_sets must be a non-empty mapping of set name -> variations, got {obj_sets!r}.")

@@ -24,6 +24,7 @@ from rl_lightning.algos.loading import check_resume
 from rl_lightning.callbacks import ActorSync, BestCheckpoint, Interruption
 from rl_lightning.callbacks.checkpoint import check_checkpoint_file, run_checkpoint_dir
 from rl_lightning.data import ReplayDataModule
+from rl_lightning.envs import NoObjectSetsWarning
 from rl_lightning.faults import EnvFault, NumericalFault, TrainingInterrupted
 from rl_lightning.launch.errors import ConfigError, explain_build_error, explain_run_error
 from rl_lightning.launch.summary import RunSummary
@@ -45,7 +46,15 @@ def build_data(cfg: DictConfig, **overrides: Any) -> pl.LightningDataModule:
             "The env group's key id is now env_id; the old key goes in the next release.", DeprecationWarning, 2
         )
         env.setdefault("env_id", env.pop("id"))
-    return instantiate(cfg.data, **{**env, "seed": cfg.seed, **overrides}, _convert_="all")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        data = instantiate(cfg.data, **{**env, "seed": cfg.seed, **overrides}, _convert_="all")
+    for warning in caught:  # passed on, the object-set advice in this front door's spelling
+        message = warning.message
+        if isinstance(message, NoObjectSetsWarning):
+            message = NoObjectSetsWarning(message.env_id, "env.obj_sets='{train: [...], test: [...]}'")
+        warnings.warn_explicit(message, warning.category, warning.filename, warning.lineno)
+    return data
 
 
 def build_model(cfg: DictConfig, **overrides: Any) -> pl.LightningModule:

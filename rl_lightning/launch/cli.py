@@ -61,8 +61,8 @@ def _fail(message: str, code: int = 2) -> NoReturn:
     raise SystemExit(code)
 
 
-def _did_you_mean(word: str, options: Sequence[str]) -> str:
-    close = difflib.get_close_matches(word, list(options), n=3, cutoff=0.6)
+def _did_you_mean(word: str, options: Sequence[str], cutoff: float = 0.6) -> str:
+    close = difflib.get_close_matches(word, list(options), n=3, cutoff=cutoff)
     return f" Did you mean {' or '.join(close)}?" if close else ""
 
 
@@ -134,6 +134,14 @@ def explain_parse_error(message: str, parser: Any) -> str:
     path = re.search(r"Expected a dot import path string: (\S+)", message) or re.search(
         r"Import path (\S+) does not", message
     )
+    if path and section == "trainer.logger":
+        given = path.group(1)
+        return (
+            f"Unknown --trainer.logger class '{given}'.{_did_you_mean(given, LIBRARY_LOGGERS, 0.8)} Choose one of "
+            f"{', '.join(LIBRARY_LOGGERS)} (the library's, which keep a run's logs across a resume), another "
+            "logger by its import path (lightning.pytorch.loggers.MLFlowLogger, or your own: mypkg.MyLogger), "
+            "or false for none."
+        )
     if path and section in ("model", "data"):
         options = _classes(RLModule if section == "model" else EnvDataModule)
         given = path.group(1).rpartition(".")[2]
@@ -159,8 +167,16 @@ def explain_parse_error(message: str, parser: Any) -> str:
                 f"{_did_you_mean(option.group(1), args)} Its arguments: {', '.join(args)}."
             )
         if arg:  # the argument's own error comes before the other union alternatives ("- Expected ...")
-            why = re.split(r"\n\s*- ", why, maxsplit=1)[0]
+            union = re.match(r"\s*Does not validate against any of the Union subtypes.*?Given value: [^\n]*", why, re.S)
+            # An argument of a union type (int | None): its own block of alternatives, up to its given value.
+            why = union.group(0) if union else re.split(r"\n\s*- ", why, maxsplit=1)[0]
             return f"Invalid value for {flag}.{arg}: {_expected(why)} Fix {flag}.{arg}; {hint}"
+        if section == "trainer.logger":  # an import path that does not import
+            reason = why.strip().splitlines()[0]
+            return (
+                f"--trainer.logger {class_path} cannot be built: {reason}. Give the import path of a logger class "
+                f"Python can import (installed, or on PYTHONPATH), one of {', '.join(LIBRARY_LOGGERS)}, or false."
+            )
     return f"Invalid value for {flag}: {_expected(message)} Fix {flag}; {hint}"
 
 

@@ -314,6 +314,30 @@ ROWS = [
     ),
     (
         "cli",
+        "save-interval-not-a-number",
+        ["fit", "--model", "PPO", "--model.save_interval", "x"],
+        ["Invalid value for --model.save_interval: expected int or null, got 'x'"],
+    ),
+    (
+        "cli",
+        "unknown-logger-class",
+        ["fit", "--model", "PPO", "--trainer.logger", "MyLogger"],
+        ["Unknown --trainer.logger class 'MyLogger'", "CSVLogger, TensorBoardLogger, WandbLogger", "or false"],
+    ),
+    (
+        "cli",
+        "misspelt-logger-class",
+        ["fit", "--model", "PPO", "--trainer.logger", "CSVLoger"],
+        ["Unknown --trainer.logger class 'CSVLoger'", "Did you mean CSVLogger?"],
+    ),
+    (
+        "cli",
+        "logger-that-does-not-import",
+        ["fit", "--model", "PPO", "--trainer.logger", "mypkg.MyLogger"],
+        ["--trainer.logger mypkg.MyLogger cannot be built: No module named 'mypkg'", "PYTHONPATH"],
+    ),
+    (
+        "cli",
         "max-epochs-not-a-number",
         ["fit", "--model", "PPO", "--trainer.max_epochs", "abc"],
         ["--trainer.max_epochs", "expected int or null, got 'abc'"],
