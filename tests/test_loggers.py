@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import os
 import signal
+import time
 
 import lightning.pytorch as pl
 import pytest
@@ -113,6 +114,11 @@ EPOCH_STEPS, EPOCHS = {"ppo": 32, "dqn": REPLAY_STEPS}, {"ppo": 12, "dqn": 4}
 
 def _fit(run_dir, algo="ppo", callbacks=(), ckpt_path=None, **model_args):
     """A tiny run of ``algo`` with both loggers of this module in ``run_dir``."""
+    if ckpt_path is not None:
+        # TensorBoard reads a directory's event files in name order, and a name holds the second it was
+        # created plus a per-process counter (".9" sorts after ".10"): a resumed run started in the same
+        # second by the same process could be read first. Separate runs never share a second and a pid.
+        time.sleep(1.0)
     pl.seed_everything(0)
     loggers = [CSVLogger(run_dir, name="", version=""), TensorBoardLogger(run_dir, name="", version="")]
     trainer = quiet_trainer(run_dir, max_epochs=-1, logger=loggers, callbacks=[PhaseTimer(False), *callbacks])
