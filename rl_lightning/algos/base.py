@@ -33,6 +33,7 @@ from rl_lightning.checks import check_positive_int
 from rl_lightning.data.base import EnvDataModule, collected_since, last_collection
 from rl_lightning.data.collection import to_env_action
 from rl_lightning.deprecation import warn_renamed
+from rl_lightning.envs.obs import Obs, map_obs, single_to_batch, to_tensor
 from rl_lightning.loggers import CHECKPOINT_KEY as LOGGERS_KEY
 from rl_lightning.loggers import logger_state, rewind_loggers
 from rl_lightning.nets.actor_copy import ActorCopy
@@ -155,17 +156,16 @@ class RLModule(pl.LightningModule):
         return self.policy(obs)
 
     @torch.no_grad()
-    def predict(self, obs: np.ndarray | torch.Tensor, deterministic: bool = True) -> np.ndarray:
+    def predict(self, obs: Obs, deterministic: bool = True) -> np.ndarray:
         """Act on raw observations, batched ``[B, *obs_shape]`` or single; returns env actions.
 
         Needs no data module: after ``load_from_checkpoint`` this is the deployed policy.
+        ``Dict`` observations are a dict of arrays (one entry per key, batched or single).
         Box actions are clipped to the action space's bounds.
         """
         obs_space, action_space = self.spaces
-        obs_t = torch.as_tensor(np.asarray(obs), dtype=torch.float32, device=self.device)
-        single = obs_t.dim() == len(obs_space.shape)
-        if single:
-            obs_t = obs_t.unsqueeze(0)
+        obs, single = single_to_batch(map_obs(lambda x: x.cpu().numpy() if torch.is_tensor(x) else x, obs), obs_space)
+        obs_t = to_tensor(obs, self.device)
         action = to_env_action(self.policy.act(obs_t, deterministic)[0], action_space)
         return action[0] if single else action
 

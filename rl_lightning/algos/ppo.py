@@ -9,7 +9,7 @@ clipped loss (``rl_lightning/algos/ppo_loss.py``), backward, gradient clipping
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import gymnasium as gym
@@ -24,6 +24,7 @@ from rl_lightning.checks import check_hidden_sizes, check_non_negative, check_po
 from rl_lightning.data import RolloutDataModule, UpdatePlan
 from rl_lightning.faults import interrupt_request
 from rl_lightning.nets import ActorCritic
+from rl_lightning.nets.encoders import EncoderSettings, given_settings
 
 _TRAIN_METRICS = ("policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction")
 ROLLOUT_KEYS = ("obs", "action", "log_prob", "value", "advantage", "return")
@@ -63,6 +64,13 @@ class PPO(RLModule):
         actor: Optional actor network (normalized obs -> logits or means); not saved in
             hyperparameters, so pass it again to ``load_from_checkpoint``.
         critic: Optional critic network (normalized obs -> value ``[B, 1]``); likewise.
+        encoder: How image and ``Dict`` observations become features for both heads: the
+            settings of the default :class:`~rl_lightning.nets.encoders.MultiInputEncoder`
+            (``{"cnn_keys": [...], "mlp_keys": [...], "cnn_kernels": [...], ...}``; Hydra:
+            ``algo.encoder.cnn_keys=[rgb]``; ``None``: chosen from the space), or one's own
+            encoder: a module, or a callable that builds it from the observation space (Hydra:
+            ``_target_`` with ``_partial_: true``), with a ``features_dim`` attribute. One's
+            own is not saved in hyperparameters: pass it again to ``load_from_checkpoint``.
     """
 
     datamodule_class = RolloutDataModule
@@ -90,6 +98,7 @@ class PPO(RLModule):
         on_nonfinite: str = "stop",
         actor: nn.Module | None = None,
         critic: nn.Module | None = None,
+        encoder: dict[str, Any] | nn.Module | Callable[[gym.Space], nn.Module] | None = None,
     ):
         super().__init__(total_timesteps, save_interval, keep_last, on_nonfinite, max_grad_norm)
         self.automatic_optimization = False  # the update phase runs inside training_step
@@ -100,8 +109,17 @@ class PPO(RLModule):
         check_hidden_sizes(hidden_sizes)
         #: GAE's and the minibatch plan's settings, which the rollout stream reads (``OnPolicyLearner``).
         self.update_plan = UpdatePlan(gamma, gae_lambda, update_epochs, num_minibatches)
-        self.save_hyperparameters(ignore=["actor", "critic"])
-        self._actor, self._critic = actor, critic
+        own_encoder = encoder is not None and not isinstance(encoder, Mapping)
+        if own_encoder and not callable(encoder):
+            raise TypeError(
+                f"encoder must be a mapping of encoder settings, a module or a callable that builds one from the "
+                f"observation space, got {encoder!r}."
+            )
+        if not own_encoder and encoder is not None:  # checked now, before any env is made; kept as given
+            EncoderSettings.of(encoder)
+            encoder = given_settings(encoder) or None
+        self.save_hyperparameters(ignore=["actor", "critic", *(["encoder"] if own_encoder else [])])
+        self._actor, self._critic, self._encoder = actor, critic, encoder
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         """Rebuild the policy (``RLModule``); ``load_from_checkpoint`` of an earlier version's file takes the
@@ -113,8 +131,11 @@ class PPO(RLModule):
     def build_policy(self, observation_space: gym.Space, action_space: gym.Space) -> ActorCritic:
         """An :class:`ActorCritic` for these spaces (with the user's networks, if given)."""
         hp = self.hparams
+        encoder = self._encoder
+        if callable(encoder) and not isinstance(encoder, nn.Module):
+            encoder = encoder(observation_space)
         return ActorCritic(observation_space, action_space, tuple(hp.hidden_sizes), self._actor, self._critic,
-                           normalize_obs=hp.normalize_obs, init_log_std=hp.init_log_std)  # fmt: skip
+                           normalize_obs=hp.normalize_obs, init_log_std=hp.init_log_std, encoder=encoder)  # fmt: skip
 
     def configure_optimizers(self) -> torch.optim.Optimizer:
         return adam(self.policy.parameters(), lr=self.hparams.lr, eps=1e-5)

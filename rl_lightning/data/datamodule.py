@@ -8,12 +8,14 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
+from tensordict import TensorDict
 from torch.utils.data import DataLoader
 
 from rl_lightning.checks import check_positive_int
 from rl_lightning.data.base import EnvDataModule, identity_collate, renamed_env_argument
 from rl_lightning.data.protocol import OnPolicyLearner
 from rl_lightning.data.rollout import RolloutDataset, UpdatePlan, take_plan_settings
+from rl_lightning.envs.obs import leaves
 
 #: Learning settings this data module took before they moved to the algorithm (``PPO(gamma=...)``).
 MOVED_TO_ALGORITHM = tuple(field.name for field in dataclasses.fields(UpdatePlan))
@@ -180,6 +182,8 @@ class RolloutDataModule(EnvDataModule):
     def rank_state_dict(self) -> dict[str, Any]:
         """This rank's shuffling RNG and the observations waiting to update the normalizer."""
         pending = self._train_dataset.pending_obs if self._train_dataset is not None else self._pending_obs
+        if isinstance(pending, TensorDict):  # plain tensors, so the checkpoint loads with weights_only=True
+            pending = pending.to_dict()
         return {"shuffle_rng": self.generator.get_state(), "pending_obs": pending}
 
     def load_rank_state_dict(self, state: dict[str, Any] | None) -> None:
@@ -187,5 +191,7 @@ class RolloutDataModule(EnvDataModule):
         if state is not None:
             self.generator.set_state(state["shuffle_rng"])
         self._pending_obs = None if state is None else state["pending_obs"]
+        if isinstance(self._pending_obs, dict):
+            self._pending_obs = TensorDict(self._pending_obs, batch_size=leaves(self._pending_obs)[0].shape[:1])
         if self._train_dataset is not None:
             self._train_dataset.pending_obs = self._pending_obs

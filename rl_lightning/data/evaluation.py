@@ -21,6 +21,7 @@ from torch.utils.data import IterableDataset
 from rl_lightning.data.collection import to_env_action
 from rl_lightning.data.protocol import RolloutPolicy
 from rl_lightning.envs import EnvGroup, EpisodeStats
+from rl_lightning.envs.obs import map_obs, to_tensor
 from rl_lightning.faults import interrupt_request
 from rl_lightning.video import VideoWriter
 
@@ -58,7 +59,7 @@ def evaluate(
     result = EpisodeStats()
     while (done_count < quota).any():
         interrupt_request.check()  # a signal stops evaluation between steps (callbacks/interrupt.py)
-        action = policy.act(torch.as_tensor(obs, dtype=torch.float32, device=device), deterministic)[0]
+        action = policy.act(to_tensor(obs, device), deterministic)[0]
         step = envs.step(to_env_action(action, envs.action_space))
         obs = step.obs
         if not step.final_obs:  # no episode ended this step
@@ -130,9 +131,11 @@ def play_episode(
         if video is not None and max_frames is not None and video.frames >= max_frames:
             return Episode(total, length, math.nan, variation, ended=False)
         interrupt_request.check()  # a signal stops the episode between steps (callbacks/interrupt.py)
-        if obs_bound is not None:
-            obs = np.clip(obs, -obs_bound, obs_bound)
-        obs_t = torch.as_tensor(np.asarray(obs), dtype=torch.float32, device=device).unsqueeze(0)
+        if obs_bound is not None:  # the float arrays only, as the env group clips them
+            obs = map_obs(
+                lambda x: np.clip(x, -obs_bound, obs_bound) if np.issubdtype(x.dtype, np.floating) else x, obs
+            )
+        obs_t = to_tensor(map_obs(lambda x: np.asarray(x)[None], obs), device)
         action = to_env_action(policy.act(obs_t, deterministic)[0], env.action_space)[0]
         obs, reward, terminated, truncated, info = env.step(action)
         total += float(reward)

@@ -25,6 +25,7 @@ from rl_lightning.checks import check_positive_int, check_unit_interval
 from rl_lightning.data.collection import CollectionMetrics, DataCounters, to_env_action
 from rl_lightning.data.protocol import OnPolicyLearner, RolloutPolicy
 from rl_lightning.envs import EnvGroup
+from rl_lightning.envs.obs import concat, empty_obs, map_obs, stack_rows, step_view, to_tensor, write_obs
 from rl_lightning.faults import interrupt_request
 
 #: Rows per batched forward pass when a rollout's log-probabilities and values are computed.
@@ -232,7 +233,8 @@ class RolloutDataset(IterableDataset):
         # Per-step results go into numpy arrays (an indexed numpy write costs well under a
         # microsecond, an indexed torch write several) and become tensors once, below.
         obs = envs.obs
-        obs_buf = np.empty((T, *obs.shape), dtype=np.float32)
+        obs_buf = empty_obs(envs.observation_space, (T, N))  # float32, or a dict of arrays; uint8 images stay uint8
+        obs_steps = map_obs(torch.from_numpy, obs_buf)  # the same memory as tensors
         reward = np.empty((T, N), dtype=np.float32)
         terminated = np.empty((T, N), dtype=bool)
         truncated = np.empty((T, N), dtype=bool)
@@ -242,9 +244,9 @@ class RolloutDataset(IterableDataset):
             # A signal stops the rollout here; its steps are not counted, so a resumed run
             # spends the budget exactly once (callbacks/interrupt.py).
             interrupt_request.check()
-            obs_buf[t] = obs
+            write_obs(obs_buf, t, obs)
             t0 = clock()
-            action = policy.explore(torch.from_numpy(obs_buf[t]).to(device), self.counters.env_steps)
+            action = policy.explore(step_view(obs_steps, t, device), self.counters.env_steps)
             t1 = clock()
             step = envs.step(to_env_action(action, envs.action_space))
             t2 = clock()
@@ -261,17 +263,16 @@ class RolloutDataset(IterableDataset):
         t0 = clock()
         # Log-probabilities and values of the whole rollout in one batched pass instead of
         # one per env step: the acting policy has not changed since it chose these actions.
-        flat_obs = torch.from_numpy(obs_buf).reshape(T * N, *obs.shape[1:])
+        obs_t = TensorDict(obs_steps, batch_size=[T, N]) if isinstance(obs_steps, dict) else obs_steps
+        flat_obs = obs_t.flatten(0, 1)
         flat_actions = torch.stack(actions).reshape(T * N, *actions[0].shape[1:])
         log_prob, value = self._evaluate(policy, flat_obs, flat_actions, device)
         log_prob, value = log_prob.view(T, N), value.view(T, N)
         # V(s_T) of the last observations, and V(final obs) where the time limit cut an
         # episode: the return bootstraps from the true final observation, never from the
         # first observation of the next episode.
-        ends = torch.as_tensor(
-            np.concatenate([obs, np.asarray(final_obs).reshape(-1, *obs.shape[1:])]), dtype=torch.float32
-        )
-        end_values = policy.value(ends.to(device)).cpu()
+        ends = to_tensor(concat(obs, stack_rows(final_obs, obs)), device)
+        end_values = policy.value(ends).cpu()
         t1 = clock()
         inference_seconds += t1 - t0
         reward, terminated, truncated = (
@@ -302,7 +303,7 @@ class RolloutDataset(IterableDataset):
         )
         batch = TensorDict(
             {
-                "obs": flat_obs.view(T, N, *obs.shape[1:]),
+                "obs": obs_t,
                 "action": flat_actions.cpu().view(T, N, *actions[0].shape[1:]),
                 "log_prob": log_prob,
                 "value": value,

@@ -82,6 +82,25 @@ def _first_bad(x: np.ndarray, bound: float | None) -> tuple[tuple[int, ...], flo
     return index, float(x[index]), out
 
 
+def float_paths(space: Any) -> list[tuple[str, ...]]:
+    """Where a space's float arrays are: ``[()]`` for a float ``Box``, the keys' paths in a ``Dict``.
+
+    Integer leaves (uint8 images, discrete indices) cannot be non-finite, so they are never checked.
+    """
+    spaces = getattr(space, "spaces", None)
+    if isinstance(spaces, dict):
+        return [(key, *path) for key, sub in spaces.items() for path in float_paths(sub)]
+    dtype = getattr(space, "dtype", None)
+    shape = getattr(space, "shape", None)
+    return [()] if dtype is not None and shape is not None and np.issubdtype(dtype, np.floating) else []
+
+
+def _at(obs: Any, path: tuple[str, ...]) -> Any:
+    for key in path:
+        obs = obs[key]
+    return obs
+
+
 class ValueChecks:
     """Per-step checks of one env group's observations and rewards.
 
@@ -89,57 +108,59 @@ class ValueChecks:
         num_envs: Envs in the group.
         obs_bound: Bound on the absolute value of observations; ``None`` checks finiteness only.
         obs_bound_mode: ``"clip"`` (clip and count) or ``"reject"`` (treat as non-finite).
-        obs_shape: Shape of one observation.
-        obs_dtype: Its dtype; integer observations (e.g. images) cannot be non-finite and
-            are not checked (``None``, e.g. a dict space: not checked either).
+        observation_space: One env's observation space. Only its float arrays are checked
+            and clipped (a float ``Box``, or the float keys of a ``Dict``): integer
+            observations (images) cannot be non-finite and cost nothing here.
     """
 
-    def __init__(
-        self,
-        num_envs: int,
-        obs_bound: float | None,
-        obs_bound_mode: str,
-        obs_shape: tuple[int, ...] | None,
-        obs_dtype: Any,
-    ):
+    def __init__(self, num_envs: int, obs_bound: float | None, obs_bound_mode: str, observation_space: Any):
         self.obs_bound = None if obs_bound is None else float(obs_bound)
-        self.float_obs = obs_dtype is not None and obs_shape is not None and np.issubdtype(obs_dtype, np.floating)
+        self._paths = float_paths(observation_space)
+        self.float_obs = bool(self._paths)
         self.reject = self.float_obs and obs_bound is not None and obs_bound_mode == "reject"
         self.clipping = self.float_obs and obs_bound is not None and obs_bound_mode == "clip"
         self._reward_zeros = np.zeros(num_envs)
-        size = num_envs * math.prod(obs_shape) if self.float_obs else 0
-        self._obs_zeros = np.zeros(size, dtype=obs_dtype) if self.float_obs else None
+        self._obs_zeros = [
+            np.zeros(num_envs * math.prod(_at(observation_space, path).shape), dtype=_at(observation_space, path).dtype)
+            for path in self._paths
+        ]
 
-    def clean(self, obs: np.ndarray, reward: np.ndarray) -> bool:
+    def _floats(self, obs: Any) -> list[np.ndarray]:
+        return [_at(obs, path) for path in self._paths]
+
+    def clean(self, obs: Any, reward: np.ndarray) -> bool:
         """Whether every observation and reward of a step is finite (and, rejecting, within the bound)."""
-        if self._obs_zeros is None:
-            return math.isfinite(reward.dot(self._reward_zeros))
         # float() first: adding two numpy scalars of different dtypes costs more than the dots.
-        if not math.isfinite(float(obs.ravel().dot(self._obs_zeros)) + float(reward.dot(self._reward_zeros))):
+        total = float(reward.dot(self._reward_zeros))
+        for x, zeros in zip(self._floats(obs), self._obs_zeros, strict=True):
+            total += float(x.ravel().dot(zeros))
+        if not math.isfinite(total):
             return False
-        return not (self.reject and np.abs(obs).max() > self.obs_bound)
+        return not (self.reject and any(np.abs(x).max() > self.obs_bound for x in self._floats(obs)))
 
-    def obs_clean(self, obs: np.ndarray) -> bool:
+    def obs_clean(self, obs: Any) -> bool:
         """Whether one observation (or a batch) is finite and, rejecting, within the bound."""
-        if not self.float_obs:
-            return True
-        if not np.isfinite(obs).all():
-            return False
-        return not (self.reject and np.abs(obs).max() > self.obs_bound)
+        for x in self._floats(obs):
+            if not np.isfinite(x).all() or (self.reject and np.abs(x).max() > self.obs_bound):
+                return False
+        return True
+
+    def _named(self, what: str, path: tuple[str, ...]) -> str:
+        return what + "".join(f"[{key!r}]" for key in path)
 
     def find(
-        self, obs: np.ndarray, reward: np.ndarray | None = None, final_obs: dict[int, np.ndarray] | None = None
+        self, obs: Any, reward: np.ndarray | None = None, final_obs: dict[int, Any] | None = None
     ) -> list[ValueFault]:
         """Every env's first bad value (the slow path, after :meth:`clean` said something is wrong)."""
         bound = self.obs_bound if self.reject else None
         faults = []
-        for i in range(obs.shape[0]):
+        for i in range(len(self._reward_zeros)):
             if reward is not None and not math.isfinite(reward[i]):
                 faults.append(ValueFault(i, "reward", float(reward[i])))
                 continue
-            candidates = [("observation", obs[i])] if self.float_obs else []
-            if final_obs and i in final_obs and self.float_obs:
-                candidates.append(("final observation", final_obs[i]))
+            candidates = [(self._named("observation", p), _at(obs, p)[i]) for p in self._paths]
+            if final_obs and i in final_obs:
+                candidates += [(self._named("final observation", p), _at(final_obs[i], p)) for p in self._paths]
             for what, x in candidates:
                 hit = _first_bad(x, bound)
                 if hit is not None:
@@ -147,13 +168,16 @@ class ValueChecks:
                     break
         return faults
 
-    def clip(self, x: np.ndarray) -> int:
-        """Clip ``x`` in place to ``[-obs_bound, obs_bound]`` (clip mode); return how many values were clipped."""
-        if not self.clipping or not self.float_obs:
+    def clip(self, obs: Any) -> int:
+        """Clip ``obs``'s float arrays in place to ``[-obs_bound, obs_bound]`` (clip mode); return the count clipped."""
+        if not self.clipping:
             return 0
-        count = int(np.count_nonzero(np.abs(x) > self.obs_bound))
-        if count:
-            np.clip(x, -self.obs_bound, self.obs_bound, out=x)
+        count = 0
+        for x in self._floats(obs):
+            hits = int(np.count_nonzero(np.abs(x) > self.obs_bound))
+            if hits:
+                np.clip(x, -self.obs_bound, self.obs_bound, out=x)
+                count += hits
         return count
 
 

@@ -27,6 +27,7 @@ import numpy as np
 
 from rl_lightning.envs.checks import ON_NONFINITE, ValueChecks, check_value_options, nonfinite_message
 from rl_lightning.envs.object_sets import ObjectSetWrapper, ObjSets, Variation, resolve_obj_sets
+from rl_lightning.envs.obs import Obs, map_obs, row, select_envs
 from rl_lightning.envs.restart import ASYNC_CONTEXT, RebuildingVectorEnv, RestartingEnv, check_max_env_restarts
 from rl_lightning.faults import NumericalFault
 
@@ -118,7 +119,7 @@ class StepResult:
 
     Attributes:
         obs: Next observations; for an env whose episode ended, the first observation of
-            its next episode. Shape ``[num_envs, *obs_shape]``.
+            its next episode. Shape ``[num_envs, *obs_shape]`` (a dict of such arrays for a ``Dict`` space).
         reward: Shape ``[num_envs]``.
         terminated: The episode reached a terminal state. Shape ``[num_envs]``.
         truncated: The episode was cut off (time limit). Shape ``[num_envs]``.
@@ -130,11 +131,11 @@ class StepResult:
             when no episode was cut.
     """
 
-    obs: np.ndarray
+    obs: Obs
     reward: np.ndarray
     terminated: np.ndarray
     truncated: np.ndarray
-    final_obs: dict[int, np.ndarray]
+    final_obs: dict[int, Obs]
     cut: np.ndarray | None = None
 
 
@@ -243,14 +244,13 @@ class EnvGroup:
         )
         self.observation_space = self.envs.single_observation_space
         self.action_space = self.envs.single_action_space
-        space = self.observation_space
-        self.checks = ValueChecks(num_envs, obs_bound, obs_bound_mode, space.shape, getattr(space, "dtype", None))
+        self.checks = ValueChecks(num_envs, obs_bound, obs_bound_mode, self.observation_space)
         self._ep_return = np.zeros(num_envs, dtype=np.float64)
         self._ep_length = np.zeros(num_envs, dtype=np.int64)
         self._skips = np.zeros(num_envs, dtype=np.int64)  # episodes cut in a row by skips, per env
         self._reset_seed = seed
         self.stats = EpisodeStats()
-        self.obs: np.ndarray | None = None
+        self.obs: Obs | None = None
 
     @property
     def envs(self):
@@ -274,7 +274,7 @@ class EnvGroup:
         return f"{which} of {self.env_id} (object set '{self.obj_set}')"
 
     # ---------------------------------------------------------------- reset
-    def reset(self, seed: int | None = None) -> np.ndarray:
+    def reset(self, seed: int | None = None) -> Obs:
         """Reset every env (env ``i`` with ``seed + i``) and clear running episodes.
 
         Returns:
@@ -303,7 +303,7 @@ class EnvGroup:
         """Reset all envs and return their checked (and clipped) first observations."""
         return self._screen(self._vector_reset(seeds)[0])
 
-    def _screen(self, obs: np.ndarray) -> np.ndarray:
+    def _screen(self, obs: Obs) -> Obs:
         """Reset again the envs whose first observation is non-finite or rejected (``stop``: raise); clip."""
         for _ in range(MAX_CONSECUTIVE_SKIPS):
             if self.checks.obs_clean(obs):
@@ -312,7 +312,7 @@ class EnvGroup:
             bad = self._bad_envs(obs, None, {}, at_reset=True)
             self.stats.nonfinite_steps += int(bad.sum())
             new, rebuilt = self._vector_reset([None] * self.num_envs, bad)
-            obs = new if rebuilt else np.where(bad.reshape(-1, *[1] * (obs.ndim - 1)), new, obs)
+            obs = new if rebuilt else select_envs(bad, new, obs)
         raise NumericalFault(
             f"Resetting {self._label()} returned non-finite (or out-of-bound) observations "
             f"{MAX_CONSECUTIVE_SKIPS} times in a row (on_nonfinite='skip'). Fix the env's reset."
@@ -320,7 +320,7 @@ class EnvGroup:
 
     # ---------------------------------------------------------------- faults
     def _bad_envs(
-        self, obs: np.ndarray, reward: np.ndarray | None, final_obs: dict[int, np.ndarray], at_reset: bool = False
+        self, obs: Obs, reward: np.ndarray | None, final_obs: dict[int, Obs], at_reset: bool = False
     ) -> np.ndarray:
         """Envs with a non-finite (or rejected) value: raise with ``stop``, else a mask of them."""
         faults = self.checks.find(obs, reward, final_obs)
@@ -335,7 +335,7 @@ class EnvGroup:
     def _after_rebuild(self) -> StepResult:
         """After a worker died mid-step (the envs are rebuilt): reset, and end every episode as truncated."""
         self.stats.env_restarts += 1
-        final_obs = {i: self.obs[i].copy() for i in range(self.num_envs)}
+        final_obs = {i: row(self.obs, i) for i in range(self.num_envs)}
         self.obs = self._reset(self._vec.rebuild_seeds(self._reset_seed))
         self._ep_return[:] = 0.0
         self._ep_length[:] = 0
@@ -356,17 +356,16 @@ class EnvGroup:
                 f"{MAX_CONSECUTIVE_SKIPS + 1} episodes in a row (on_nonfinite='skip'). Fix the env."
             )
         for i in np.flatnonzero(bad):
-            final_obs[int(i)] = self.obs[i].copy()
+            final_obs[int(i)] = row(self.obs, i)
         reward[bad], terminated[bad], truncated[bad], cut[bad] = 0.0, False, True, True
         new, rebuilt = self._vector_reset([None] * self.num_envs, bad)
         if rebuilt:  # a worker died in that reset: every running episode ends here too
             alive = ~terminated & ~truncated
             for i in np.flatnonzero(alive):
-                final_obs[int(i)] = obs[i].copy()
+                final_obs[int(i)] = row(obs, i)
             truncated[alive], cut[alive] = True, True
             return self._screen(new)
-        obs[bad] = new[bad]
-        return self._screen(obs)
+        return self._screen(select_envs(bad, new, obs))
 
     # ---------------------------------------------------------------- step
     def step(self, actions: np.ndarray) -> StepResult:
@@ -386,7 +385,7 @@ class EnvGroup:
             return self._after_rebuild()
         obs, reward, terminated, truncated, info = result
         clean = self.checks.clean(obs, reward)  # the cheap check; details only when it fails
-        final_obs: dict[int, np.ndarray] = {}
+        final_obs: dict[int, Obs] = {}
         done = terminated | truncated
         any_done = done.any()
         cut = None
@@ -412,7 +411,7 @@ class EnvGroup:
         if self.checks.clipping:
             self.stats.obs_clipped += self.checks.clip(obs)
             for i, final in final_obs.items():
-                clipped = final.copy()  # the env may own the array: clip a copy
+                clipped = map_obs(np.copy, final)  # the env may own the array: clip a copy
                 count = self.checks.clip(clipped)
                 if count:
                     self.stats.obs_clipped += count

@@ -1,4 +1,10 @@
-"""Gymnasium spaces to and from plain dicts, so checkpoints load with ``weights_only=True``."""
+"""Gymnasium spaces to and from plain dicts, so checkpoints load with ``weights_only=True``.
+
+The spaces the algorithms take are stored: ``Box`` of any rank (vectors, and images
+``HxWxC`` / ``CxHxW``), ``Discrete``, ``MultiDiscrete``, ``MultiBinary`` and ``Dict`` of
+them (nested too). A ``Box`` whose bounds are one number each (an image's 0..255) is
+stored by its shape and the two numbers, not by a bound per pixel.
+"""
 
 from __future__ import annotations
 
@@ -7,26 +13,61 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
+#: The spaces :func:`space_to_dict` stores.
+STORED_SPACES = "Box, Discrete, MultiDiscrete, MultiBinary and Dict"
+
+
+def _bound(values: np.ndarray) -> Any:
+    """One number where every entry is the same (JSON-safe: ``inf`` stays a float), else the nested list."""
+    flat = values.reshape(-1)
+    if flat.size and (flat == flat[0]).all():
+        return flat[0].item()
+    return values.tolist()
+
 
 def space_to_dict(space: gym.Space) -> dict[str, Any]:
-    """Describe a ``Box`` or ``Discrete`` space with plain Python types."""
+    """Describe a space with plain Python types.
+
+    Raises:
+        TypeError: For a space outside :data:`STORED_SPACES` (a ``Tuple``, ``Graph``, ``Text``...),
+            naming it and the gymnasium wrapper that turns it into one of them.
+    """
     if isinstance(space, gym.spaces.Discrete):
         return {"type": "Discrete", "n": int(space.n), "start": int(space.start)}
     if isinstance(space, gym.spaces.Box):
         return {
             "type": "Box",
-            "low": space.low.tolist(),
-            "high": space.high.tolist(),
+            "shape": list(space.shape),
+            "low": _bound(space.low),
+            "high": _bound(space.high),
             "dtype": str(space.dtype),
         }
-    raise TypeError(f"Only Box and Discrete spaces can be stored in a checkpoint, got {space}.")
+    if isinstance(space, gym.spaces.MultiDiscrete):
+        return {"type": "MultiDiscrete", "nvec": space.nvec.tolist(), "start": space.start.tolist()}
+    if isinstance(space, gym.spaces.MultiBinary):
+        return {"type": "MultiBinary", "n": np.asarray(space.n).tolist()}
+    if isinstance(space, gym.spaces.Dict):
+        return {"type": "Dict", "spaces": {key: space_to_dict(sub) for key, sub in space.spaces.items()}}
+    raise TypeError(
+        f"Only {STORED_SPACES} spaces can be stored in a checkpoint, got {space}. Turn it into one of them with a "
+        "gymnasium wrapper (e.g. gymnasium.wrappers.FlattenObservation, or FilterObservation to drop a Dict key)."
+    )
 
 
 def space_from_dict(spec: dict[str, Any]) -> gym.Space:
-    """Rebuild a space written by :func:`space_to_dict`."""
-    if spec["type"] == "Discrete":
+    """Rebuild a space written by :func:`space_to_dict` (or by earlier versions: ``Box`` bounds as lists, no shape)."""
+    kind = spec["type"]
+    if kind == "Discrete":
         return gym.spaces.Discrete(spec["n"], start=spec["start"])
-    if spec["type"] == "Box":
+    if kind == "Box":
         dtype = np.dtype(spec["dtype"])
-        return gym.spaces.Box(np.array(spec["low"], dtype=dtype), np.array(spec["high"], dtype=dtype), dtype=dtype)
-    raise ValueError(f"Unknown space type {spec['type']!r} in checkpoint.")
+        low, high = np.array(spec["low"], dtype=dtype), np.array(spec["high"], dtype=dtype)
+        shape = tuple(spec["shape"]) if "shape" in spec else low.shape
+        return gym.spaces.Box(np.full(shape, low), np.full(shape, high), shape=shape, dtype=dtype)
+    if kind == "MultiDiscrete":
+        return gym.spaces.MultiDiscrete(np.array(spec["nvec"]), start=np.array(spec["start"]))
+    if kind == "MultiBinary":
+        return gym.spaces.MultiBinary(spec["n"])
+    if kind == "Dict":
+        return gym.spaces.Dict({key: space_from_dict(sub) for key, sub in spec["spaces"].items()})
+    raise ValueError(f"Unknown space type {kind!r} in checkpoint (this version stores {STORED_SPACES}).")

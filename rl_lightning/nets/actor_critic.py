@@ -3,6 +3,11 @@
 A plain ``nn.Module``: usable without Lightning, e.g. after ``PPO.load_from_checkpoint``.
 Observations are normalized by a :class:`RunningNormalizer` inside the module, so raw
 observations go in everywhere (rollout, training, evaluation, deployment).
+
+Vector observations (a ``Box`` of rank 1 or 2) are flattened into the actor's and the
+critic's MLPs, as in CleanRL's ``ppo.py``. Images and ``Dict`` observations go through one
+shared encoder (:class:`~rl_lightning.nets.encoders.MultiInputEncoder`, or a user's own),
+whose features feed both heads, as in CleanRL's ``ppo_atari.py``.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ import torch
 from torch import nn
 
 from rl_lightning import fast
+from rl_lightning.nets.encoders import EncoderSettings, MultiInputEncoder, needs_encoder
 from rl_lightning.nets.mlp import mlp
 from rl_lightning.nets.normalizer import RunningNormalizer
 
@@ -23,11 +29,11 @@ _HALF_LOG_2PI = 0.5 * math.log(2 * math.pi)
 
 
 def check_spaces(observation_space: gym.Space, action_space: gym.Space) -> None:
-    """Raise a clear error for spaces the actor-critic cannot handle."""
-    if not isinstance(observation_space, gym.spaces.Box):
+    """Raise a clear error for spaces the actor-critic cannot handle (the encoder checks image and Dict keys)."""
+    if not isinstance(observation_space, (gym.spaces.Box, gym.spaces.Dict)):
         raise TypeError(
-            f"The actor-critic needs a Box observation space, got {observation_space}. Flatten "
-            "dict or tuple observations with gymnasium.wrappers.FlattenObservation."
+            f"The actor-critic needs a Box or Dict observation space, got {observation_space}. Turn it into one with "
+            "a gymnasium.ObservationWrapper (or gymnasium.wrappers.FlattenObservation)."
         )
     if isinstance(action_space, gym.spaces.Discrete):
         return
@@ -40,7 +46,8 @@ class ActorCritic(nn.Module):
     """Policy and value networks over a shared observation normalizer.
 
     Args:
-        observation_space: A ``Box`` space; observations are flattened.
+        observation_space: A ``Box`` (vectors are flattened; images go through the encoder)
+            or a ``Dict`` of images and vectors (through the encoder).
         action_space: ``Discrete`` (Categorical policy) or a 1-D ``Box`` (Gaussian policy
             with a state-independent log standard deviation, as in CleanRL's
             ``ppo_continuous_action.py``).
@@ -48,8 +55,13 @@ class ActorCritic(nn.Module):
         actor: Optional network mapping normalized observations ``[B, obs_dim]`` to logits
             ``[B, n]`` or means ``[B, act_dim]``; replaces the default MLP.
         critic: Optional network mapping normalized observations to values ``[B, 1]``.
-        normalize_obs: Keep running observation statistics and normalize with them.
+        normalize_obs: Keep running observation statistics and normalize with them (the
+            vector part only, where an encoder reads the observations).
         init_log_std: Initial log standard deviation (continuous actions).
+        encoder: For image and ``Dict`` observations: the settings of the default
+            :class:`MultiInputEncoder` (``None``: chosen from the space), or a module of one's
+            own that maps raw observations to features ``[B, features_dim]`` and has a
+            ``features_dim`` attribute (used for any observation space).
     """
 
     def __init__(
@@ -61,24 +73,36 @@ class ActorCritic(nn.Module):
         critic: nn.Module | None = None,
         normalize_obs: bool = True,
         init_log_std: float = 0.0,
+        encoder: EncoderSettings | dict | nn.Module | None = None,
     ):
         super().__init__()
         check_spaces(observation_space, action_space)
-        self.obs_dim = int(np.prod(observation_space.shape))
+        if not isinstance(encoder, nn.Module) and needs_encoder(observation_space):
+            encoder = MultiInputEncoder(observation_space, encoder, normalize_obs)
+        self.encoder = encoder if isinstance(encoder, nn.Module) else None
+        if self.encoder is not None:
+            self.obs_dim = int(self.encoder.features_dim)  # the heads' input width
+        else:
+            self.obs_dim = int(np.prod(observation_space.shape))
         self.discrete = isinstance(action_space, gym.spaces.Discrete)
         act_dim = int(action_space.n) if self.discrete else int(action_space.shape[0])
-        self.normalizer = RunningNormalizer((self.obs_dim,)) if normalize_obs else nn.Identity()
+        own_normalizer = normalize_obs and self.encoder is None  # an encoder normalizes its own vector part
+        self.normalizer = RunningNormalizer((self.obs_dim,)) if own_normalizer else nn.Identity()
         self.actor = actor if actor is not None else mlp(self.obs_dim, hidden_sizes, act_dim, out_gain=0.01)
         self.critic = critic if critic is not None else mlp(self.obs_dim, hidden_sizes, 1, out_gain=1.0)
         self.log_std = None if self.discrete else nn.Parameter(torch.full((act_dim,), float(init_log_std)))
-        self.normalize_obs = normalize_obs
+        self.normalize_obs = own_normalizer
         # A parameter whose dtype is the networks' (in a list, so it is not registered twice).
         # Casts and copies write the same Parameter objects (``.to()``, ActorCopy,
         # ``load_state_dict``), so its dtype stays current; deepcopy keeps the aliasing.
         self._dtype_ref = [next(self.parameters())]
 
     def features(self, obs: torch.Tensor) -> torch.Tensor:
-        """The networks' input: raw observations ``[B, *obs_shape]`` flattened and normalized, ``[B, obs_dim]``."""
+        """The heads' input ``[B, obs_dim]``: raw observations flattened and normalized, or encoded."""
+        if self.encoder is not None:
+            x = self.encoder(obs)
+            dtype = self._dtype_ref[0].dtype
+            return x if x.dtype == dtype else x.to(dtype)
         # Normalized in float32 (the statistics stay float32 in every copy), then in the
         # weights' dtype: float32, or bf16/fp16 in a reduced-precision acting copy. Written
         # to skip no-op calls: this runs once per env step.
@@ -148,7 +172,7 @@ class ActorCritic(nn.Module):
         path runs the default actor in numpy here (:func:`rl_lightning.fast.explore`: the same
         function and the same draws from torch's generator).
         """
-        action = fast.explore(self, obs)
+        action = fast.explore(self, obs) if self.encoder is None else None
         return action if action is not None else self.sample(self.actor(self.features(obs)))
 
     def value(self, obs: torch.Tensor) -> torch.Tensor:
@@ -169,5 +193,9 @@ class ActorCritic(nn.Module):
 
     def update_normalizer(self, obs: torch.Tensor) -> None:
         """Merge raw observations ``[B, *obs_shape]`` into the normalizer's statistics."""
-        if isinstance(self.normalizer, RunningNormalizer):
+        if self.encoder is not None:
+            update = getattr(self.encoder, "update_normalizer", None)  # a user's encoder may keep none
+            if update is not None:
+                update(obs)
+        elif isinstance(self.normalizer, RunningNormalizer):
             self.normalizer.update(obs.reshape(-1, self.obs_dim))

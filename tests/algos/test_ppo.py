@@ -250,7 +250,7 @@ def test_learning_settings_given_to_the_data_module_warn_and_still_apply():
 def test_unsupported_space_is_rejected():
     """Test that an action space PPO cannot handle fails at setup with its name."""
     data = small_data("Blackjack-v1", obj_sets={"train": [{}], "test": [{}]})
-    with pytest.raises(TypeError, match="Box observation space"):
+    with pytest.raises(TypeError, match="Box or Dict observation space, got Tuple"):
         trainer(max_epochs=1).fit(tiny_ppo(total_timesteps=100), data)
 
 
@@ -352,3 +352,70 @@ def test_deprecated_settings_are_handed_to_the_algorithm_and_saved_there(tmp_pat
     saved = torch.load(path, weights_only=True)
     assert (saved["hyper_parameters"]["gamma"], saved["hyper_parameters"]["num_minibatches"]) == (0.9, 4)
     assert "gamma" not in saved["datamodule_hyper_parameters"]
+
+
+PIXEL_GOAL = "tests.envs.pixel_goal:pixel_goal/PixelGoal-v0"
+SMALL_CNN = {"cnn_channels": [8], "cnn_kernels": [2], "cnn_strides": [1], "cnn_features": 16}
+
+
+def test_dict_observations_train_checkpoint_and_predict_from_a_dict(tmp_path):
+    """Test that PPO trains on image-and-vector observations and the loaded checkpoint predicts from a dict."""
+    model, data, t = fit(PIXEL_GOAL, tmp_path=tmp_path, model_kwargs={"encoder": SMALL_CNN},
+                         data_kwargs={"obj_sets": {"train": [{}], "test": [{}]}})  # fmt: skip
+    assert data.env_steps == 2 * ROLLOUT
+    assert type(model.policy.encoder).__name__ == "MultiInputEncoder"
+    assert model.hparams.encoder == SMALL_CNN  # plain lists, as given
+    path = tmp_path / "ppo.ckpt"
+    t.save_checkpoint(path)
+    loaded = PPO.load_from_checkpoint(path)
+    space = loaded.spaces[0]
+    space.seed(0)
+    single = space.sample()
+    batch = {key: np.stack([space.sample()[key] for _ in range(3)]) for key in space.spaces}
+    assert loaded.predict(single).shape == () and loaded.predict(batch).shape == (3,)
+    np.testing.assert_array_equal(loaded.predict(batch), model.predict(batch))
+    first = {key: value[:1] for key, value in batch.items()}
+    assert loaded.predict({key: value[0] for key, value in first.items()}) == loaded.predict(first)[0]
+    with pytest.raises(TypeError, match="pass a dict of arrays"):
+        loaded.predict(np.zeros(2))
+
+
+def test_ones_own_encoder_plugs_in_as_a_module_factory():
+    """Test that a callable building an encoder from the observation space replaces the default one."""
+    built = []
+
+    class Flat(torch.nn.Module):
+        def __init__(self, space):
+            super().__init__()
+            self.features_dim = 25 + 2
+            built.append(space)
+
+        def forward(self, obs):
+            return torch.cat([obs["image"].flatten(1).float() / 255, obs["position"]], -1)
+
+    model, data, _ = fit(
+        PIXEL_GOAL, model_kwargs={"encoder": Flat}, data_kwargs={"obj_sets": {"train": [{}], "test": [{}]}}
+    )
+    assert isinstance(model.policy.encoder, Flat) and built == [data.observation_space]
+    assert "encoder" not in model.hparams
+
+
+@pytest.mark.parametrize(
+    ("encoder", "error", "match"),
+    [
+        ({"cnn_kernels": [8, 4]}, ValueError, "same, non-zero length"),
+        ({"cnn_keys": "image"}, TypeError, "must be a list"),
+        (42, TypeError, "encoder must be a mapping"),
+    ],
+)
+def test_impossible_encoder_settings_are_refused_when_the_algorithm_is_built(encoder, error, match):
+    with pytest.raises(error, match=match):
+        PPO(encoder=encoder)
+
+
+def test_an_image_too_small_for_the_cnn_is_refused_before_any_env_step():
+    """Test that the default Nature CNN on a 5x5 image stops at setup, naming the key and the fix, before a step."""
+    data = small_data(PIXEL_GOAL, obj_sets={"train": [{}], "test": [{}]})
+    with pytest.raises(ValueError, match=r"'image' is an image of 5x5 pixels, too small.*cnn_kernels"):
+        trainer(max_epochs=1).fit(tiny_ppo(total_timesteps=100), data)
+    assert data.env_steps == 0

@@ -47,3 +47,35 @@ def test_ppo_solves_inverted_pendulum_within_200k_steps(tmp_path):
     metrics = _train_and_test("ppo_continuous", 0, tmp_path)
     assert metrics["eval/return_mean"] >= 900, metrics
     assert "eval_ood/return_mean" in metrics
+
+
+def _pixel_goal(encoder: dict, seed: int = 0) -> dict[str, float]:
+    """PPO on the tests' Dict task (a 5x5 goal image and a position vector) for 20,480 env steps."""
+    from rl_lightning import PPO, RolloutDataModule
+    from tests.envs.pixel_goal import ENV_ID
+
+    pl.seed_everything(seed)
+    model = PPO(lr=1e-3, gamma=0.95, total_timesteps=20_480, encoder=encoder)
+    data = RolloutDataModule(
+        env_id=f"tests.envs.pixel_goal:{ENV_ID}", num_envs=8, rollout_steps=64, seed=seed,
+        obj_sets={"train": [{"seeds": [0, 1000]}], "test": [{"seeds": [1000, 2000]}]}, eval_interval=10,
+        eval_episodes=20,
+    )  # fmt: skip
+    trainer = pl.Trainer(
+        max_epochs=-1, logger=False, enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False
+    )
+    trainer.fit(model, data)
+    return {k: float(v) for r in trainer.test(model, data, verbose=False) for k, v in r.items()}
+
+
+@pytest.mark.slow
+@pytest.mark.ci
+def test_ppo_learns_a_dict_task_through_the_cnn_within_20k_steps():
+    """Test that PPO with a CNN on the image key and the vector key solves PixelGoal (success >= 0.95 on both sets),
+    and that without the image it cannot (so the image, through the CNN, is what it learned from)."""
+    cnn = {"cnn_channels": [16, 32], "cnn_kernels": [2, 2], "cnn_strides": [1, 1], "cnn_features": 64}
+    metrics = _pixel_goal(cnn)
+    assert metrics["eval/success_rate"] >= 0.95, metrics
+    assert metrics["eval_ood/success_rate"] >= 0.95, metrics
+    blind = _pixel_goal({"mlp_keys": ["position"]})
+    assert blind["eval/success_rate"] < 0.8, blind

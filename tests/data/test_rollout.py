@@ -126,3 +126,35 @@ def test_a_plan_whose_minibatches_do_not_divide_the_rollout_is_refused_naming_th
     """Test that the dataset refuses num_minibatches not dividing rollout_steps x num_envs, before any env step."""
     with pytest.raises(ValueError, match=r"num_minibatches=5 does not divide .* 6 x 2 = 12 .*algo.num_minibatches"):
         _dataset(rollout_steps=6, num_envs=2, num_minibatches=5)
+
+
+def test_a_dict_rollout_stores_each_key_in_its_own_dtype_and_bootstraps_from_dict_final_observations():
+    """Test that images stay uint8 in the rollout (one byte per pixel), vectors float32, and truncation bootstraps."""
+    from rl_lightning.nets import ActorCritic
+
+    envs = EnvGroup(
+        "tests.envs.pixel_goal:pixel_goal/PixelGoal-v0", 2, obj_sets={"train": [{}], "test": [{}]}, max_episode_steps=3
+    )
+    torch.manual_seed(0)
+    small_cnn = {"cnn_channels": [4], "cnn_kernels": [2], "cnn_strides": [1], "cnn_features": 8}
+    policy = ActorCritic(envs.observation_space, envs.action_space, encoder=small_cnn)
+    dataset = RolloutDataset(
+        envs, policy, 8, UpdatePlan(0.9, 0.95, 1, 2), DataCounters(), torch.Generator().manual_seed(0), reset_seed=0
+    )
+    batch = next(iter(dataset))
+    rollout = batch["rollout"]
+    image, position = rollout["obs", "image"], rollout["obs", "position"]
+    assert image.dtype == torch.uint8 and image.shape == (16, 5, 5, 1)
+    assert image.numel() * image.element_size() == 16 * 25  # bytes: one per pixel
+    assert position.dtype == torch.float32
+    assert (image.flatten(1).max(1).values == 255).all()  # every stored frame shows its goal
+    # Values were computed on the stored observations, minibatches index the nested keys.
+    _, _, value = policy.evaluate_actions(rollout["obs"], rollout["action"])
+    torch.testing.assert_close(value, rollout["value"])
+    assert rollout[batch["minibatches"][0]]["obs", "image"].shape == (8, 5, 5, 1)
+    assert torch.isfinite(rollout["advantage"]).all()
+    # The normalizer moves on the vector key only, after the update.
+    assert policy.encoder.normalizer.count < 1
+    next(iter(dataset))
+    assert policy.encoder.normalizer.count > 16
+    envs.close()

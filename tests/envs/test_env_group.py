@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from rl_lightning.envs import EnvGroup
+from rl_lightning.faults import NumericalFault
 from tests.conftest import SCRIPTED_ID, SCRIPTED_SETS
 
 
@@ -93,3 +94,46 @@ def test_bad_input_rejected(kwargs, match):
     """Test that bad EnvGroup arguments raise before any env is built."""
     with pytest.raises(ValueError, match=match):
         EnvGroup(**kwargs)
+
+
+PIXEL_GOAL = "tests.envs.pixel_goal:pixel_goal/PixelGoal-v0"
+PIXEL_SETS = {"train": [{}], "test": [{}]}
+
+
+@pytest.mark.parametrize("vectorization", ["sync", "async"])
+def test_dict_observations_come_as_a_dict_of_batched_arrays(vectorization):
+    """Test that a Dict env gives one batched array per key, uint8 images as uint8, and dict final observations."""
+    group = EnvGroup(PIXEL_GOAL, 3, obj_sets=PIXEL_SETS, vectorization=vectorization, max_episode_steps=2)
+    try:
+        obs = group.reset(seed=0)
+        assert obs["image"].shape == (3, 5, 5, 1) and obs["image"].dtype == np.uint8
+        assert obs["position"].shape == (3, 2)
+        group.step(np.zeros(3, dtype=np.int64))
+        step = group.step(np.zeros(3, dtype=np.int64))
+        ended = np.flatnonzero(step.terminated | step.truncated)
+        assert len(ended) == 3  # the time limit of 2 steps, if not the goal
+        for i in ended:
+            assert set(step.final_obs[i]) == {"image", "position"} and step.final_obs[i]["image"].shape == (5, 5, 1)
+    finally:
+        group.close()
+
+
+def test_only_float_keys_are_checked_and_a_nan_names_its_key():
+    """Test that the NaN check skips the uint8 image and names the float key that held the NaN."""
+    group = EnvGroup(PIXEL_GOAL, 2, obj_sets={"train": [{"make_kwargs": {"nan_at": 2}}], "test": [{}]})
+    assert group.checks._paths == [("position",)]  # the image costs nothing
+    group.reset(seed=0)
+    group.step(np.zeros(2, dtype=np.int64))
+    with pytest.raises(NumericalFault, match=r"observation\['position'\] value nan at index \(1,\)"):
+        for _ in range(3):
+            group.step(np.zeros(2, dtype=np.int64))
+    group.close()
+
+
+def test_obs_bound_clips_the_float_keys_only():
+    """Test that obs_bound in clip mode clips the float key and leaves the 0..255 image as it is."""
+    sets = {"train": [{"make_kwargs": {"position_scale": 10.0}}], "test": [{}]}
+    group = EnvGroup(PIXEL_GOAL, 4, obj_sets=sets, obs_bound=2.0, obs_bound_mode="clip")
+    obs = group.reset(seed=0)
+    assert obs["position"].max() <= 2.0 and obs["image"].max() == 255
+    group.close()

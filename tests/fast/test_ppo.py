@@ -267,3 +267,47 @@ def test_the_switch_turns_the_written_out_path_off():
         terms = minibatch_loss(policy, batch)
     assert not _written_out(terms) and fast.enabled()
     torch.testing.assert_close(terms.loss, minibatch_loss(policy, batch).loss, rtol=1e-6, atol=1e-7)
+
+
+def test_written_out_heads_on_a_shared_encoder_equal_autograd():
+    """Test that on image-and-vector observations the written-out heads pass the encoder its gradient.
+
+    The features need a gradient there (the shared encoder learns from both heads), so
+    accumulate_grads declines and autograd carries the written-out backward into the CNN.
+    """
+    space = gym.spaces.Dict(
+        {"image": gym.spaces.Box(0, 255, (6, 6, 2), np.uint8), "state": gym.spaces.Box(-np.inf, np.inf, (3,))}
+    )
+    torch.manual_seed(0)
+    encoder = {"cnn_channels": [4, 8], "cnn_kernels": [2, 2], "cnn_strides": [1, 1], "cnn_features": 16}
+    policy = ActorCritic(space, gym.spaces.Discrete(3), encoder=encoder)
+    g = torch.Generator().manual_seed(1)
+    n = 64
+    obs = {
+        "image": torch.randint(0, 256, (n, 6, 6, 2), dtype=torch.uint8, generator=g),
+        "state": torch.randn(n, 3, generator=g),
+    }
+    policy.update_normalizer(obs)
+    with torch.no_grad():
+        for p in policy.parameters():
+            p.add_(0.3 * torch.randn(p.shape, generator=g))
+        action, log_prob, value = policy.act(obs)
+    batch = {
+        "obs": obs,
+        "action": action,
+        "log_prob": log_prob + 0.3 * torch.randn(n, generator=g),
+        "value": value + 0.3 * torch.randn(n, generator=g),
+        "advantage": torch.randn(n, generator=g),
+        "return": value + torch.randn(n, generator=g),
+    }
+    coefs = dict(clip_coef=0.2, ent_coef=0.01, vf_coef=0.5, norm_adv=True, clip_vloss=True)
+    reference = _generic(policy, batch, **coefs)
+    expected = _grads(policy, reference)
+    terms = minibatch_loss(policy, batch, **coefs)
+    assert _written_out(terms)
+    assert not _ActorCriticObjective.accumulate_grads(terms.loss.grad_fn)
+    torch.testing.assert_close(terms.loss, reference.loss, rtol=1e-6, atol=1e-7)
+    got = _grads(policy, minibatch_loss(policy, batch, **coefs))
+    assert any(name.startswith("encoder.") for name in expected)
+    for name in expected:
+        torch.testing.assert_close(got[name], expected[name], rtol=1e-5, atol=1e-6, msg=name)

@@ -13,6 +13,7 @@ import yaml
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
+from rl_lightning.launch.app import build_model
 from rl_lightning.launch.cli import RLCLI, checkpoint_config, main
 from tests.launch.conftest import REPO, offline_env, run
 
@@ -101,11 +102,14 @@ def test_cli_configs_parse_and_match_the_hydra_experiments(name, tmp_path, monke
     cli = RLCLI(args=["--config", os.path.join(REPO, "conf", "cli", f"{name}.yaml")], run=False)
     with initialize_config_dir(config_dir=os.path.join(REPO, "conf"), version_base="1.3"):
         cfg = compose("config", overrides=[f"+experiment={name}", f"run_dir={tmp_path}"])
-    algo = OmegaConf.to_container(cfg.algo)
+    algo = build_model(cfg).hparams  # the settings the Hydra app's model keeps
     for key, value in cli.model.hparams.items():
         if key.startswith("_"):  # the CLI's own bookkeeping (_class_path, _instantiator)
             continue
-        assert algo[key] == (list(value) if isinstance(value, tuple) else value), key
+        expected = algo[key]
+        assert (list(expected) if isinstance(expected, tuple) else expected) == (
+            list(value) if isinstance(value, tuple) else value
+        ), key
     env = {("env" if k == "id" else k): v for k, v in OmegaConf.to_container(cfg.env).items()}
     expected = {**env, **OmegaConf.to_container(cfg.data), "seed": cfg.seed}
     for key, value in cli.datamodule.hparams.items():

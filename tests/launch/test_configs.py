@@ -42,9 +42,22 @@ def _params(cls) -> set[str]:
 
 @pytest.mark.parametrize("algo", _options("algo"))
 def test_algo_config_keys_equal_constructor_arguments(algo):
-    """Test that algo/<name>.yaml has one key per constructor argument of its class, and no other."""
-    cfg = OmegaConf.load(os.path.join(CONF, "algo", f"{algo}.yaml"))
+    """Test that algo/<name>.yaml (with the groups it composes, such as algo/encoder) has one key per
+    constructor argument of its class, and no other."""
+    cfg = _compose([f"algo={algo}"], "unused").algo
     assert set(cfg) - {"_target_"} == _params(ALGOS[algo])
+
+
+def test_every_encoder_setting_is_in_the_encoder_group():
+    """Test that conf/algo/encoder/default.yaml names every EncoderSettings field (all null: the defaults)."""
+    import dataclasses
+
+    from rl_lightning.nets.encoders import EncoderSettings
+
+    cfg = OmegaConf.load(os.path.join(CONF, "algo", "encoder", "default.yaml"))
+    assert set(cfg) == {field.name for field in dataclasses.fields(EncoderSettings)}
+    assert all(value is None for value in cfg.values())
+    assert _compose(["+experiment=ppo", "algo.encoder.cnn_keys=[rgb]"], "unused").algo.encoder.cnn_keys == ["rgb"]
 
 
 @pytest.mark.parametrize("data", _options("data"))
@@ -117,3 +130,23 @@ def test_the_no_object_sets_warning_speaks_hydra_in_train_py(tmp_path):
     (advice,) = [str(w.message) for w in caught if "No object sets are shipped for 'Acrobot-v1'" in str(w.message)]
     assert "Pass env.obj_sets='{train: [...], test: [...]}'" in advice and "obj_sets={" not in advice
     assert any(w.category is DeprecationWarning and "gamma" in str(w.message) for w in caught)
+
+
+def test_ones_own_encoder_plugs_in_by_target():
+    """Test that algo.encoder with a _target_ (and _partial_: true) is built with the observation space."""
+    import gymnasium as gym
+    import numpy as np
+
+    overrides = [
+        "+experiment=ppo",
+        "~algo.encoder",
+        "+algo.encoder._target_=rl_lightning.nets.encoders.MultiInputEncoder",
+        "+algo.encoder._partial_=true",
+        "+algo.encoder.normalize_obs=false",
+        "+algo.encoder.settings={cnn_kernels: [2], cnn_strides: [1], cnn_channels: [4]}",
+    ]
+    model = build_model(_compose(overrides, "unused"))
+    assert "encoder" not in model.hparams
+    space = gym.spaces.Dict({"image": gym.spaces.Box(0, 255, (5, 5, 1), np.uint8), "v": gym.spaces.Box(-1, 1, (2,))})
+    policy = model.build_policy(space, gym.spaces.Discrete(2))
+    assert policy.encoder.normalizer is None and policy.encoder.cnns[0].net[0].kernel_size == (2, 2)

@@ -47,7 +47,7 @@ def test_orthogonal_init_scales_policy_head():
 @pytest.mark.parametrize(
     "obs_space, act_space, match",
     [
-        (gym.spaces.Discrete(3), gym.spaces.Discrete(2), "Box observation space"),
+        (gym.spaces.Discrete(3), gym.spaces.Discrete(2), "Box or Dict observation space"),
         (BOX4, gym.spaces.MultiDiscrete([2, 2]), "Discrete or 1-D Box action"),
     ],
 )

@@ -1,0 +1,128 @@
+"""Observations that are an array or a dictionary of arrays: one set of helpers for both.
+
+A ``Box`` env gives one array per batch of envs; a ``Dict`` env gives a dict of arrays
+(gymnasium's vector envs batch each key), nested where the space is. The env group, the
+rollout, the replay stream and evaluation handle both through these functions, so the
+plain-array path stays what it was. Stored dtypes respect memory: float observations are
+kept as float32 (as before), integer ones (uint8 images, one-hot indices) in their own dtype.
+Dicts are walked by ``.keys()``: iterating a ``TensorDict`` walks its batch, not its keys.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import torch
+from tensordict import TensorDict
+
+#: An observation batch: an array, or a (nested) mapping of arrays. Tensors likewise.
+Obs = Any
+
+
+def map_obs(fn: Callable[..., Any], obs: Obs, *others: Obs) -> Obs:
+    """``fn`` applied leaf by leaf to ``obs`` (and the matching leaves of ``others``), keeping the dict structure."""
+    if isinstance(obs, Mapping):
+        return {key: map_obs(fn, obs[key], *(other[key] for other in others)) for key in obs.keys()}
+    return fn(obs, *others)
+
+
+def leaves(obs: Obs) -> list[Any]:
+    """The arrays (or tensors) of ``obs``, in key order."""
+    if isinstance(obs, Mapping):
+        return [leaf for key in obs.keys() for leaf in leaves(obs[key])]
+    return [obs]
+
+
+def storage_dtype(space: gym.Space) -> np.dtype:
+    """The dtype a leaf of ``space`` is stored in: float32 for floats, its own dtype otherwise (uint8 stays uint8)."""
+    dtype = np.dtype(space.dtype)
+    return np.dtype(np.float32) if np.issubdtype(dtype, np.floating) else dtype
+
+
+def empty_obs(space: gym.Space, batch_shape: tuple[int, ...]) -> Obs:
+    """Uninitialized storage for ``batch_shape`` observations of ``space`` (a dict of arrays for a ``Dict``)."""
+    if isinstance(space, gym.spaces.Dict):
+        return {key: empty_obs(sub, batch_shape) for key, sub in space.spaces.items()}
+    return np.empty((*batch_shape, *space.shape), dtype=storage_dtype(space))
+
+
+def write_obs(buffer: Obs, index: Any, obs: Obs) -> None:
+    """``buffer[index] = obs`` leaf by leaf (casting to the buffer's dtype)."""
+    if isinstance(buffer, Mapping):
+        for key in buffer.keys():
+            write_obs(buffer[key], index, obs[key])
+    else:
+        buffer[index] = obs
+
+
+def row(obs: Obs, i: int) -> Obs:
+    """A copy of env ``i``'s observation out of a batch."""
+    return map_obs(lambda x: x[i].copy(), obs)
+
+
+def stack_rows(rows: list[Obs], like: Obs) -> Obs:
+    """Single observations stacked into a batch (an empty batch of ``like``'s leaves for no rows)."""
+    return map_obs(lambda x, *xs: np.stack(xs) if xs else np.empty((0, *x.shape[1:]), x.dtype), like, *rows)
+
+
+def concat(*batches: Obs) -> Obs:
+    """Batches concatenated along the first axis."""
+    return map_obs(lambda *xs: np.concatenate(xs), *batches)
+
+
+def select_envs(mask: np.ndarray, new: Obs, old: Obs) -> Obs:
+    """``new`` where ``mask`` (one flag per env), ``old`` elsewhere."""
+    return map_obs(lambda n, o: np.where(mask.reshape(-1, *[1] * (o.ndim - 1)), n, o), new, old)
+
+
+def clip_floats(obs: Obs, bound: float) -> Obs:
+    """``obs`` with its float arrays clipped to ``[-bound, bound]`` (integer arrays, such as images, as they are)."""
+    return map_obs(lambda x: np.clip(x, -bound, bound) if np.issubdtype(np.asarray(x).dtype, np.floating) else x, obs)
+
+
+def _tensor(x: Any, device: torch.device | str | None) -> torch.Tensor:
+    t = torch.as_tensor(np.asarray(x), device=device)
+    return t.float() if t.is_floating_point() and t.dtype != torch.float32 else t
+
+
+def to_tensor(obs: Obs, device: torch.device | str | None = None, batch_dims: int | None = None) -> Obs:
+    """Tensors of numpy observations: floats as float32, integers (uint8 images) kept.
+
+    A dict becomes a ``TensorDict`` when ``batch_dims`` says how many leading dims are the
+    batch (storage, minibatch indexing), else a plain dict (one env step: cheaper).
+    """
+    if isinstance(obs, Mapping):
+        tensors = map_obs(lambda x: _tensor(x, device), obs)
+        if batch_dims is None:
+            return tensors
+        first = leaves(tensors)[0]
+        return TensorDict(tensors, batch_size=first.shape[:batch_dims], device=device)
+    return _tensor(obs, device)
+
+
+def step_view(tensors: Obs, t: int, device: torch.device | str | None) -> Obs:
+    """Step ``t`` of time-major tensor storage ``[T, N, ...]``, on ``device`` (a view where it already is)."""
+    return map_obs(lambda x: x[t].to(device), tensors)
+
+
+def single_to_batch(obs: Obs, space: gym.Space) -> tuple[Obs, bool]:
+    """``obs`` as a batch, and whether it was one observation (its leaves have the space's rank)."""
+    if isinstance(space, gym.spaces.Dict):
+        if not isinstance(obs, Mapping):
+            raise TypeError(
+                f"This policy was trained on Dict observations with keys {sorted(space.spaces)}; pass a dict of arrays "
+                f"(one entry per key), got {type(obs).__name__}."
+            )
+        missing = sorted(set(space.spaces) - set(obs))
+        if missing:
+            raise ValueError(f"The observation lacks the key(s) {missing}; this policy reads {sorted(space.spaces)}.")
+        key = next(iter(space.spaces))
+        single = np.ndim(obs[key]) == len(space.spaces[key].shape)
+    else:
+        single = np.ndim(obs) == len(space.shape)
+    if single:
+        obs = map_obs(lambda x: np.asarray(x)[None], obs)
+    return obs, single
