@@ -10,9 +10,14 @@ those of ``RLModule.predict`` (``tests/test_export.py`` compares them).
 
 Contract (also stored in the file as the JSON metadata ``rl_lightning``):
 
-- input ``obs``: float32 ``[batch, *observation_shape]``, raw observations as the env
-  returns them (a batch of one for a single observation);
-- output ``action``: int64 ``[batch]`` for a ``Discrete`` action space, float32
+- input ``obs``: ``[batch, *observation_shape]``, raw observations as the env returns them
+  (a batch of one for a single observation): float32, or uint8 for uint8 images (scaled
+  inside). A ``Dict`` observation space gives one input per key, named by the key, in the
+  space's key order (``inputs`` in the metadata lists them: name, dtype, shape); ``Discrete``
+  and ``MultiDiscrete`` keys are int64, ``MultiBinary`` keys int8. TorchScript takes them as
+  one tuple argument, ONNX Runtime by name;
+- output ``action``: int64 ``[batch]`` for a ``Discrete`` action space, int64 ``[batch, n]``
+  for ``MultiDiscrete`` / ``MultiBinary`` (the env's values: ``start`` added), float32
   ``[batch, action_dim]`` within the bounds for a ``Box`` one.
 """
 
@@ -34,6 +39,7 @@ from torch import nn
 
 from rl_lightning.algos.base import RLModule
 from rl_lightning.callbacks.checkpoint import plain_file_mode
+from rl_lightning.envs.obs import storage_dtype
 from rl_lightning.envs.spaces import space_to_dict
 from rl_lightning.nets.actor_critic import ActorCritic
 from rl_lightning.nets.dqn import QValueNetwork
@@ -74,37 +80,68 @@ class DeployedActor(nn.Module):
         self.greedy = isinstance(policy, QValueNetwork)  # its forward is Q-values, greedy() the action
         self.obs_bound = None if obs_bound is None else float(obs_bound)
         observation_space, action_space = model.spaces
-        self.observation_shape = tuple(int(n) for n in observation_space.shape)
-        self.discrete = isinstance(action_space, gym.spaces.Discrete)
-        if not self.discrete:
-            # Clipped like to_env_action (data/rollout.py) clips before env.step.
+        self.inputs = export_inputs(observation_space)
+        self.keys = None if isinstance(observation_space, gym.spaces.Box) else [i["name"] for i in self.inputs]
+        self._floats = [i["dtype"] == "float32" for i in self.inputs]
+        self.continuous = isinstance(action_space, gym.spaces.Box)
+        if self.continuous:
+            # Clipped like to_env_action (data/collection.py) clips before env.step.
             self.register_buffer("low", torch.as_tensor(action_space.low, dtype=torch.float32))
             self.register_buffer("high", torch.as_tensor(action_space.high, dtype=torch.float32))
+            shape = ["batch", int(action_space.shape[0])]
+        else:
+            start = getattr(action_space, "start", 0)  # to_env_action's shift (MultiBinary has none)
+            self.register_buffer("start", torch.as_tensor(start, dtype=torch.int64))
+            shape = (
+                ["batch"] if isinstance(action_space, gym.spaces.Discrete) else ["batch", int(action_space.shape[0])]
+            )
         self.metadata = {
-            "format_version": 1,
+            "format_version": 2,
             "algorithm": type(model).__name__,
-            "input": {"name": "obs", "dtype": "float32", "shape": ["batch", *self.observation_shape]},
-            "output": {
-                "name": "action",
-                "dtype": "int64" if self.discrete else "float32",
-                "shape": ["batch"] if self.discrete else ["batch", int(action_space.shape[0])],
-            },
+            "inputs": self.inputs,
+            "output": {"name": "action", "dtype": "float32" if self.continuous else "int64", "shape": shape},
             "obs_bound": self.obs_bound,
             "observation_space": space_to_dict(observation_space),
             "action_space": space_to_dict(action_space),
         }
+        if self.keys is None:
+            self.metadata["input"] = self.inputs[0]  # the single input, as format 1 named it
 
-    def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        """Deterministic env actions for raw observations ``[batch, *observation_shape]``."""
-        obs = obs.float()  # a float64 batch acts as predict() would act on it
-        if self.obs_bound is not None:
-            obs = obs.clamp(-self.obs_bound, self.obs_bound)
+    def forward(self, obs: torch.Tensor | tuple[torch.Tensor, ...]) -> torch.Tensor:
+        """Deterministic env actions for raw observations: a ``[batch, *observation_shape]`` tensor, or (a
+        ``Dict`` space) a tuple of one tensor per key, in the order of the contract's ``inputs``."""
+        parts = [obs] if self.keys is None else list(obs)
+        for i, is_float in enumerate(self._floats):
+            if is_float:
+                parts[i] = parts[i].float()  # a float64 batch acts as predict() would act on it
+                if self.obs_bound is not None:
+                    parts[i] = parts[i].clamp(-self.obs_bound, self.obs_bound)
+        x = parts[0] if self.keys is None else dict(zip(self.keys, parts, strict=True))
         if self.greedy:
-            return self.policy.greedy(obs).long()
-        action = self.policy(obs)
-        if self.discrete:
-            return action.long()
+            return self.policy.greedy(x).long() + self.start
+        action = self.policy(x)
+        if not self.continuous:
+            return action.long() + self.start
         return torch.clamp(action.float(), self.low, self.high)
+
+
+def export_inputs(observation_space: gym.Space) -> list[dict[str, Any]]:
+    """The exported file's inputs: ``obs`` for a ``Box``, one per key of a ``Dict`` (name, dtype, shape)."""
+    if isinstance(observation_space, gym.spaces.Box):
+        return [_input("obs", observation_space)]
+    if isinstance(observation_space, gym.spaces.Dict):
+        return [_input(key, sub) for key, sub in observation_space.spaces.items()]
+    raise TypeError(f"Only Box and Dict observation spaces can be exported, got {observation_space}.")
+
+
+def _input(name: str, space: gym.Space) -> dict[str, Any]:
+    if isinstance(space, gym.spaces.Box):
+        return {"name": name, "dtype": storage_dtype(space).name, "shape": ["batch", *(int(n) for n in space.shape)]}
+    if isinstance(space, (gym.spaces.Discrete, gym.spaces.MultiDiscrete)):
+        return {"name": name, "dtype": "int64", "shape": ["batch", *(int(n) for n in space.shape)]}
+    if isinstance(space, gym.spaces.MultiBinary):
+        return {"name": name, "dtype": "int8", "shape": ["batch", *(int(n) for n in space.shape)]}
+    raise TypeError(f"Observation key {name!r} ({space}) cannot be an input of an exported policy.")
 
 
 def metadata_json(metadata: Mapping[str, Any]) -> str:
@@ -126,9 +163,10 @@ def metadata_json(metadata: Mapping[str, Any]) -> str:
     return json.dumps(plain(metadata), allow_nan=False)
 
 
-def _example(actor: DeployedActor) -> torch.Tensor:
+def _example(actor: DeployedActor) -> torch.Tensor | tuple[torch.Tensor, ...]:
     # A batch of 2: export specializes sizes 0 and 1, so the batch axis stays dynamic from 2 up.
-    return torch.zeros(2, *actor.observation_shape)
+    parts = tuple(torch.zeros(2, *i["shape"][1:], dtype=getattr(torch, i["dtype"])) for i in actor.inputs)
+    return parts[0] if actor.keys is None else parts
 
 
 def _torchscript(actor: DeployedActor, path: str) -> None:
@@ -137,7 +175,7 @@ def _torchscript(actor: DeployedActor, path: str) -> None:
         # still load and run with torch.jit.load, which is what this format is for.
         warnings.filterwarnings("ignore", message=r".*torch\.jit.*deprecated", category=DeprecationWarning)
         warnings.filterwarnings("ignore", category=torch.jit.TracerWarning)
-        traced = torch.jit.trace(actor, _example(actor))
+        traced = torch.jit.trace(actor, (_example(actor),))
         torch.jit.save(traced, path, _extra_files={METADATA_KEY: metadata_json(actor.metadata)})
 
 
@@ -150,6 +188,7 @@ def _onnx(actor: DeployedActor, path: str) -> None:
             f"ONNX export needs the onnx and onnxscript packages ({err.name} is missing): "
             "pip install 'rl_lightning[export]', or export with --format torchscript."
         ) from None
+    batch = {0: torch.export.Dim("batch", min=1)}
     exporter_log = logging.getLogger("torch.onnx")
     level = exporter_log.level
     exporter_log.setLevel(logging.ERROR)  # its notes on optional torchvision ops are not ours
@@ -160,9 +199,9 @@ def _onnx(actor: DeployedActor, path: str) -> None:
                 actor,
                 (_example(actor),),
                 path,
-                input_names=["obs"],
+                input_names=[i["name"] for i in actor.inputs],
                 output_names=["action"],
-                dynamic_shapes={"obs": {0: torch.export.Dim("batch", min=1)}},
+                dynamic_shapes={"obs": batch if actor.keys is None else tuple(batch for _ in actor.inputs)},
                 opset_version=ONNX_OPSET,
                 dynamo=True,
                 external_data=False,  # one file, weights inside

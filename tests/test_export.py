@@ -212,3 +212,67 @@ def test_obs_bound_clipping_travels_with_the_actor(checkpoints, tmp_path):
         run_exported(path, "onnx", obs), model.predict(np.clip(obs, -2.0, 2.0)), rtol=1e-5, atol=1e-5
     )
     assert not np.allclose(run_exported(path, "onnx", obs), model.predict(obs), atol=1e-3)
+
+
+ONE_SET = {"train": [{}], "test": [{}]}  # the tests' envs ship no object sets
+
+
+def _fit_ppo(data, root, **model_kwargs):
+    pl.seed_everything(0, verbose=False)
+    trainer = quiet_trainer(root, max_epochs=2)
+    model = PPO(hidden_sizes=[16, 16], **model_kwargs)
+    trainer.fit(model, data)
+    return model
+
+
+@pytest.mark.parametrize("fmt", ["torchscript", "onnx"])
+def test_a_dict_policy_with_a_uint8_image_exports_one_input_per_key_and_acts_as_predict(fmt, tmp_path):
+    """Test the contract of a Dict policy (inputs named by key, the image as uint8) and its actions against predict."""
+    data = tiny_rollout_data(
+        env_id="tests.envs.pixel_goal:pixel_goal/PixelGoal-v0", obj_sets={"train": [{}], "test": [{}]}
+    )
+    encoder = {"cnn_channels": [4], "cnn_kernels": [2], "cnn_strides": [1], "cnn_features": 16}
+    model = _fit_ppo(data, tmp_path, encoder=encoder)
+    space = model.spaces[0]
+    space.seed(0)
+    samples = [space.sample() for _ in range(64)]
+    obs = {key: np.stack([s[key] for s in samples]) for key in space.spaces}
+    expected = model.predict(obs)
+    path = str(tmp_path / f"actor.{'pt' if fmt == 'torchscript' else 'onnx'}")
+    contract = export_policy(model, path, fmt)
+    assert contract["inputs"] == [
+        {"name": "image", "dtype": "uint8", "shape": ["batch", 5, 5, 1]},
+        {"name": "position", "dtype": "float32", "shape": ["batch", 2]},
+    ]
+    assert "input" not in contract
+    if fmt == "torchscript":
+        actions = torch.jit.load(path)(tuple(torch.from_numpy(obs[i["name"]]) for i in contract["inputs"])).numpy()
+        np.testing.assert_array_equal(actions, expected)
+    else:
+        session = onnxruntime.InferenceSession(path, providers=["CPUExecutionProvider"])
+        assert [(i.name, i.type) for i in session.get_inputs()] == [
+            ("image", "tensor(uint8)"),
+            ("position", "tensor(float)"),
+        ]
+        actions = session.run(["action"], obs)[0]
+        assert (actions == expected).mean() >= 0.95  # an argmax may flip where two logits tie to rounding
+    assert actions.dtype == np.int64 and actions.shape == (64,)
+    assert len(np.unique(expected)) > 1
+
+
+@pytest.mark.parametrize("fmt", ["torchscript", "onnx"])
+def test_multi_discrete_actions_export_as_int64_batch_by_n_with_the_spaces_start(fmt, tmp_path):
+    """Test that a MultiDiscrete policy exports int64 [batch, n] env actions (start added), equal to predict."""
+    data = tiny_rollout_data(
+        env_id="tests.envs.match_task:match_task/MultiDiscrete-v0", obj_sets={"train": [{}], "test": [{}]}
+    )
+    model = _fit_ppo(data, tmp_path)
+    obs = random_observations(model, 64)
+    expected = model.predict(obs)
+    assert expected.shape == (64, 3) and expected.min() < 0  # start=[1, 0, -2] shifts the env's values
+    path = str(tmp_path / f"actor.{'pt' if fmt == 'torchscript' else 'onnx'}")
+    contract = export_policy(model, path, fmt)
+    assert contract["output"] == {"name": "action", "dtype": "int64", "shape": ["batch", 3]}
+    actions = run_exported(path, fmt, obs)
+    assert actions.dtype == np.int64
+    assert (actions == expected).all(axis=1).mean() >= (1.0 if fmt == "torchscript" else 0.95)

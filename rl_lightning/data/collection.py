@@ -16,10 +16,20 @@ from rl_lightning.envs import EpisodeStats
 
 
 def to_env_action(action: torch.Tensor, action_space: gym.Space) -> np.ndarray:
-    """Convert policy actions to what ``env.step`` takes; Box actions are clipped to bounds."""
+    """Convert policy actions to what ``env.step`` takes.
+
+    Box actions are clipped to the bounds; ``Discrete`` and ``MultiDiscrete`` indices (from 0)
+    are shifted by the space's ``start``; ``MultiBinary`` actions take its dtype (int8).
+    """
     action = action.cpu().numpy()
     if isinstance(action_space, gym.spaces.Box):
         return np.clip(action, action_space.low, action_space.high)
+    if isinstance(action_space, gym.spaces.Discrete):  # (checked first and cheaply: this runs every env step)
+        return action + action_space.start if action_space.start else action
+    if isinstance(action_space, gym.spaces.MultiDiscrete):
+        return action + action_space.start if action_space.start.any() else action
+    if isinstance(action_space, gym.spaces.MultiBinary):
+        return action.astype(action_space.dtype)
     return action
 
 

@@ -216,6 +216,10 @@ class ReplayDataset(IterableDataset):
         self.reset_seed = reset_seed
         self.world_size = world_size
         self.random_actions = gym.vector.utils.batch_space(envs.action_space, envs.num_envs)
+        # Stored actions are the policy's indices (from 0): a Discrete space's ``start`` that
+        # to_env_action added for the env is taken off again (None: nothing to take off).
+        start = getattr(envs.action_space, "start", None)
+        self._action_start = start if isinstance(envs.action_space, gym.spaces.Discrete) and start else None
         self.random_actions.seed(action_seed)
         # Owed gradient steps, as an exact fraction: every rank computes the same count.
         self.gradient_credit = Fraction(0)
@@ -286,7 +290,7 @@ class ReplayDataset(IterableDataset):
         transitions = TensorDict(
             {
                 "obs": obs,
-                "action": torch.as_tensor(action),
+                "action": torch.as_tensor(action if self._action_start is None else action - self._action_start),
                 "reward": torch.as_tensor(step.reward, dtype=torch.float32),
                 "next_obs": next_obs,
                 "terminated": torch.as_tensor(step.terminated),

@@ -235,6 +235,7 @@ class RolloutDataset(IterableDataset):
         obs = envs.obs
         obs_buf = empty_obs(envs.observation_space, (T, N))  # float32, or a dict of arrays; uint8 images stay uint8
         obs_steps = map_obs(torch.from_numpy, obs_buf)  # the same memory as tensors
+        dict_obs = isinstance(obs_buf, dict)
         reward = np.empty((T, N), dtype=np.float32)
         terminated = np.empty((T, N), dtype=bool)
         truncated = np.empty((T, N), dtype=bool)
@@ -244,9 +245,14 @@ class RolloutDataset(IterableDataset):
             # A signal stops the rollout here; its steps are not counted, so a resumed run
             # spends the budget exactly once (callbacks/interrupt.py).
             interrupt_request.check()
-            write_obs(obs_buf, t, obs)
+            if dict_obs:
+                write_obs(obs_buf, t, obs)
+                step_obs = step_view(obs_steps, t, device)
+            else:  # the same for one array, without the per-key walk (this runs every env step)
+                obs_buf[t] = obs
+                step_obs = torch.from_numpy(obs_buf[t]).to(device)  # numpy's indexing is the cheaper
             t0 = clock()
-            action = policy.explore(step_view(obs_steps, t, device), self.counters.env_steps)
+            action = policy.explore(step_obs, self.counters.env_steps)
             t1 = clock()
             step = envs.step(to_env_action(action, envs.action_space))
             t2 = clock()

@@ -116,6 +116,7 @@ class ValueChecks:
     def __init__(self, num_envs: int, obs_bound: float | None, obs_bound_mode: str, observation_space: Any):
         self.obs_bound = None if obs_bound is None else float(obs_bound)
         self._paths = float_paths(observation_space)
+        self._whole = self._paths == [()]
         self.float_obs = bool(self._paths)
         self.reject = self.float_obs and obs_bound is not None and obs_bound_mode == "reject"
         self.clipping = self.float_obs and obs_bound is not None and obs_bound_mode == "clip"
@@ -126,12 +127,18 @@ class ValueChecks:
         ]
 
     def _floats(self, obs: Any) -> list[np.ndarray]:
+        if self._whole:  # a float Box: the array itself (this runs every env step)
+            return [obs]
         return [_at(obs, path) for path in self._paths]
 
     def clean(self, obs: Any, reward: np.ndarray) -> bool:
         """Whether every observation and reward of a step is finite (and, rejecting, within the bound)."""
         # float() first: adding two numpy scalars of different dtypes costs more than the dots.
         total = float(reward.dot(self._reward_zeros))
+        if self._whole:  # one float array (the common case, every env step): no walk over keys
+            if not math.isfinite(total + float(obs.ravel().dot(self._obs_zeros[0]))):
+                return False
+            return not (self.reject and np.abs(obs).max() > self.obs_bound)
         for x, zeros in zip(self._floats(obs), self._obs_zeros, strict=True):
             total += float(x.ravel().dot(zeros))
         if not math.isfinite(total):

@@ -302,10 +302,13 @@ def minibatch_loss(policy: nn.Module, batch: Mapping[str, torch.Tensor], coefs: 
 
     Returns:
         ``(loss, diagnostics)`` as the plain :func:`~rl_lightning.algos.ppo_loss.ppo_loss`
-        computes them, or ``None``: the switch is off, a network is not a default one or is
-        hooked (:func:`tanh_layers`), or autocast is on.
+        computes them, or ``None``: the switch is off, the actions are not Categorical or
+        Gaussian, a network is not a default one or is hooked (:func:`tanh_layers`), or
+        autocast is on.
     """
     if not (on_for("torch") and is_class(policy, ACTOR_CRITIC)):
+        return None
+    if policy.action_kind not in ("categorical", "gaussian"):  # written out for these two distributions only
         return None
     layers = tanh_layers(policy)
     if layers is None:

@@ -3,11 +3,12 @@
     rl-lightning export runs/<run>/checkpoints/last.ckpt --format onnx --out policy.onnx
     rl-lightning export runs/<run>/checkpoints/last.ckpt --format torchscript --out policy.pt
 
-The file maps a batch of raw observations (float32 ``[batch, *obs_shape]``, input ``obs``)
-to the deterministic env actions (output ``action``: int64 ``[batch]`` for discrete
-actions, float32 ``[batch, action_dim]`` within the bounds otherwise), observation
-normalization included; it runs with ``torch.jit.load`` or ONNX Runtime alone. See
-:mod:`rl_lightning.export`.
+The file maps a batch of raw observations (float32 or uint8 ``[batch, *obs_shape]``, input
+``obs``; one input per key of a ``Dict`` space) to the deterministic env actions (output
+``action``: int64 ``[batch]`` for discrete actions, int64 ``[batch, n]`` for multi-discrete
+and multi-binary ones, float32 ``[batch, action_dim]`` within the bounds otherwise),
+observation normalization included; it runs with ``torch.jit.load`` or ONNX Runtime alone.
+See :mod:`rl_lightning.export`.
 """
 
 from __future__ import annotations
@@ -61,10 +62,12 @@ def main(args: Sequence[str] | None = None) -> dict[str, Any]:
         fail(str(err))
     except OSError as err:
         fail(f"Cannot write {out}: {err} (--out)")
-    i, o = contract["input"], contract["output"]
+
+    def tensor(t: dict) -> str:
+        return f"{t['name']} {t['dtype']} [{', '.join(map(str, t['shape']))}]"
+
+    inputs = ", ".join(tensor(i) for i in contract["inputs"])
     print(
-        f"Wrote {out} ({ns.format}, {algorithm}{' on ' + env if env else ''}): "
-        f"{i['name']} {i['dtype']} [{', '.join(map(str, i['shape']))}] -> "
-        f"{o['name']} {o['dtype']} [{', '.join(map(str, o['shape']))}]"
+        f"Wrote {out} ({ns.format}, {algorithm}{' on ' + env if env else ''}): {inputs} -> {tensor(contract['output'])}"
     )
     return contract

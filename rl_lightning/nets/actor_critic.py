@@ -1,4 +1,4 @@
-"""Actor-critic for discrete (Categorical) and continuous (diagonal Gaussian) actions.
+"""Actor-critic for discrete (Categorical), multi-discrete, multi-binary and continuous (diagonal Gaussian) actions.
 
 A plain ``nn.Module``: usable without Lightning, e.g. after ``PPO.load_from_checkpoint``.
 Observations are normalized by a :class:`RunningNormalizer` inside the module, so raw
@@ -35,11 +35,33 @@ def check_spaces(observation_space: gym.Space, action_space: gym.Space) -> None:
             f"The actor-critic needs a Box or Dict observation space, got {observation_space}. Turn it into one with "
             "a gymnasium.ObservationWrapper (or gymnasium.wrappers.FlattenObservation)."
         )
+    action_kind(action_space)
+
+
+#: The action distributions of the actor-critic, by action space (see :func:`action_kind`).
+ACTION_KINDS = ("categorical", "multi_categorical", "bernoulli", "gaussian")
+
+
+def action_kind(action_space: gym.Space) -> str:
+    """The distribution an action space gets: ``Discrete`` a Categorical, ``MultiDiscrete`` independent
+    Categoricals, ``MultiBinary`` independent Bernoullis, a 1-D ``Box`` a diagonal Gaussian.
+
+    Raises:
+        TypeError: For any other action space, naming it and what is supported.
+    """
     if isinstance(action_space, gym.spaces.Discrete):
-        return
+        return "categorical"
+    if isinstance(action_space, gym.spaces.MultiDiscrete) and action_space.nvec.ndim == 1:
+        return "multi_categorical"
+    if isinstance(action_space, gym.spaces.MultiBinary) and np.ndim(action_space.n) == 0:
+        return "bernoulli"
     if isinstance(action_space, gym.spaces.Box) and len(action_space.shape) == 1:
-        return
-    raise TypeError(f"The actor-critic supports Discrete or 1-D Box action spaces, got {action_space}.")
+        return "gaussian"
+    raise TypeError(
+        f"The actor-critic supports Discrete, 1-D MultiDiscrete, 1-D MultiBinary and 1-D Box action spaces, got "
+        f"{action_space}. Map it onto one of them with a gymnasium.ActionWrapper (a Tuple of Discretes: one "
+        "MultiDiscrete)."
+    )
 
 
 class ActorCritic(nn.Module):
@@ -48,7 +70,8 @@ class ActorCritic(nn.Module):
     Args:
         observation_space: A ``Box`` (vectors are flattened; images go through the encoder)
             or a ``Dict`` of images and vectors (through the encoder).
-        action_space: ``Discrete`` (Categorical policy) or a 1-D ``Box`` (Gaussian policy
+        action_space: ``Discrete`` (Categorical policy), 1-D ``MultiDiscrete`` (one Categorical
+            per entry), 1-D ``MultiBinary`` (one Bernoulli per entry) or a 1-D ``Box`` (Gaussian policy
             with a state-independent log standard deviation, as in CleanRL's
             ``ppo_continuous_action.py``).
         hidden_sizes: Hidden widths of the default MLPs.
@@ -84,13 +107,22 @@ class ActorCritic(nn.Module):
             self.obs_dim = int(self.encoder.features_dim)  # the heads' input width
         else:
             self.obs_dim = int(np.prod(observation_space.shape))
-        self.discrete = isinstance(action_space, gym.spaces.Discrete)
-        act_dim = int(action_space.n) if self.discrete else int(action_space.shape[0])
+        self.action_kind = action_kind(action_space)
+        self.discrete = self.action_kind == "categorical"  # one Categorical (the fast path's discrete case)
+        #: Categories per action entry (``multi_categorical``), as a tuple for ``split``.
+        self.nvec = tuple(int(n) for n in action_space.nvec) if self.action_kind == "multi_categorical" else ()
+        if self.action_kind in ("categorical", "bernoulli"):
+            act_dim = int(action_space.n)
+        elif self.nvec:
+            act_dim = sum(self.nvec)  # the logits of every entry, side by side
+        else:
+            act_dim = int(action_space.shape[0])
         own_normalizer = normalize_obs and self.encoder is None  # an encoder normalizes its own vector part
         self.normalizer = RunningNormalizer((self.obs_dim,)) if own_normalizer else nn.Identity()
         self.actor = actor if actor is not None else mlp(self.obs_dim, hidden_sizes, act_dim, out_gain=0.01)
         self.critic = critic if critic is not None else mlp(self.obs_dim, hidden_sizes, 1, out_gain=1.0)
-        self.log_std = None if self.discrete else nn.Parameter(torch.full((act_dim,), float(init_log_std)))
+        gaussian = self.action_kind == "gaussian"
+        self.log_std = nn.Parameter(torch.full((act_dim,), float(init_log_std))) if gaussian else None
         self.normalize_obs = own_normalizer
         # A parameter whose dtype is the networks' (in a list, so it is not registered twice).
         # Casts and copies write the same Parameter objects (``.to()``, ActorCopy,
@@ -119,25 +151,59 @@ class ActorCritic(nn.Module):
     # costs more than the 64x64 networks themselves on CPU. Same formulas as
     # torch.distributions (tests/nets/test_actor_critic.py compares them).
     def sample(self, out: torch.Tensor) -> torch.Tensor:
-        """Actions drawn from the distribution the actor's output ``out`` parameterizes."""
-        if self.discrete:
+        """Actions drawn from the distribution the actor's output ``out`` parameterizes.
+
+        ``[B]`` (Categorical), ``[B, n]`` int64 (MultiDiscrete, MultiBinary) or ``[B, act_dim]`` (Gaussian).
+        """
+        if self.discrete or self.nvec:
             # Gumbel-max: argmax(logits + Gumbel noise) is a sample of Categorical(logits)
             # (Gumbel, 1954; Maddison et al., 2014), cheaper than torch.multinomial on softmax.
-            return (out.float() - torch.empty_like(out, dtype=torch.float32).exponential_().log()).argmax(-1)
+            noisy = out.float() - torch.empty_like(out, dtype=torch.float32).exponential_().log()
+            return noisy.argmax(-1) if self.discrete else self._per_entry_argmax(noisy)
+        if self.action_kind == "bernoulli":
+            return (torch.rand_like(out, dtype=torch.float32) < torch.sigmoid(out.float())).long()
         return torch.normal(out, self.log_std.exp().expand_as(out))
 
+    def _per_entry_argmax(self, out: torch.Tensor) -> torch.Tensor:
+        """The argmax of each entry's logits (``multi_categorical``), ``[B, n]``."""
+        return torch.stack([part.argmax(-1) for part in out.split(self.nvec, -1)], -1)
+
     def _mode(self, out: torch.Tensor) -> torch.Tensor:
-        return out.argmax(-1) if self.discrete else out
+        if self.discrete:
+            return out.argmax(-1)
+        if self.nvec:
+            return self._per_entry_argmax(out)
+        if self.action_kind == "bernoulli":
+            return (out > 0).long()  # p > 0.5
+        return out
+
+    @staticmethod
+    def _categorical(logits: torch.Tensor, action: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        log_p = torch.log_softmax(logits, -1)
+        log_prob = log_p.gather(-1, action.long().unsqueeze(-1)).squeeze(-1)
+        # Clamped like Categorical.logits (for the entropy only, so the policy gradient
+        # does not pass through the clamp), so a probability of 0 gives entropy 0, not nan.
+        log_p = log_p.clamp(min=torch.finfo(logits.dtype).min)
+        return log_prob, -(log_p.exp() * log_p).sum(-1)
 
     def _log_prob_entropy(self, out: torch.Tensor, action: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Log-probability of ``action`` and the entropy, per row, of the distribution ``out`` parameterizes."""
+        """Log-probability of ``action`` and the entropy, per row, of the distribution ``out`` parameterizes.
+
+        Independent entries (MultiDiscrete, MultiBinary): the sums over the entries, the
+        log-probability and entropy of the product distribution (as SB3's
+        ``MultiCategoricalDistribution`` and ``BernoulliDistribution`` sum them).
+        """
         if self.discrete:
-            log_p = torch.log_softmax(out, -1)
-            log_prob = log_p.gather(-1, action.long().unsqueeze(-1)).squeeze(-1)
-            # Clamped like Categorical.logits (for the entropy only, so the policy gradient
-            # does not pass through the clamp), so a probability of 0 gives entropy 0, not nan.
-            log_p = log_p.clamp(min=torch.finfo(out.dtype).min)
-            return log_prob, -(log_p.exp() * log_p).sum(-1)
+            return self._categorical(out, action)
+        if self.nvec:
+            terms = [self._categorical(part, action[:, i]) for i, part in enumerate(out.split(self.nvec, -1))]
+            return sum(t[0] for t in terms), sum(t[1] for t in terms)
+        if self.action_kind == "bernoulli":
+            # log p(a) = -BCE(logits, a); H = p softplus(-l) + (1 - p) softplus(l), p = sigmoid(l).
+            log_prob = -nn.functional.binary_cross_entropy_with_logits(out, action.to(out.dtype), reduction="none")
+            p = torch.sigmoid(out)
+            entropy = p * nn.functional.softplus(-out) + (1 - p) * nn.functional.softplus(out)
+            return log_prob.sum(-1), entropy.sum(-1)
         log_std = self.log_std.expand_as(out)
         log_prob = (-((action - out) ** 2) / (2 * (2 * log_std).exp()) - log_std - _HALF_LOG_2PI).sum(-1)
         return log_prob, (0.5 + _HALF_LOG_2PI + log_std).sum(-1)

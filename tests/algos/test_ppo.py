@@ -419,3 +419,31 @@ def test_an_image_too_small_for_the_cnn_is_refused_before_any_env_step():
     with pytest.raises(ValueError, match=r"'image' is an image of 5x5 pixels, too small.*cnn_kernels"):
         trainer(max_epochs=1).fit(tiny_ppo(total_timesteps=100), data)
     assert data.env_steps == 0
+
+
+@pytest.mark.parametrize("env_id", ["match_task/MultiDiscrete-v0", "match_task/MultiBinary-v0"])
+def test_multi_discrete_and_multi_binary_actions_learn_and_predict_env_values(env_id):
+    """Test that PPO learns the match task with independent Categoricals / Bernoullis, and predict returns the
+    env's values (MultiDiscrete's start added), which the env accepts."""
+    import gymnasium as gym
+
+    from tests.envs.match_task import MatchEnv
+
+    pl.seed_everything(0)
+    data = RolloutDataModule(
+        env_id=f"tests.envs.match_task:{env_id}", num_envs=4, rollout_steps=64, eval_episodes=4,
+        obj_sets={"train": [{}], "test": [{}]}, eval_interval=100,
+    )  # fmt: skip
+    model = PPO(total_timesteps=4096, lr=3e-3, update_epochs=4, num_minibatches=4, ent_coef=0.0)
+    trainer(max_epochs=-1).fit(model, data)
+    env = MatchEnv(binary="Binary" in env_id)
+    obs, _ = env.reset(seed=3)
+    returns = 0.0
+    for _ in range(8):
+        action = model.predict(obs)
+        assert env.action_space.contains(np.asarray(action, dtype=env.action_space.dtype))
+        obs, reward, _, _, _ = env.step(action)
+        returns += reward
+    random_return = 8 * float(np.mean(1 / env.nvec))
+    assert returns >= 7.5 > random_return + 2, (returns, random_return)
+    assert isinstance(model.spaces[1], (gym.spaces.MultiDiscrete, gym.spaces.MultiBinary))

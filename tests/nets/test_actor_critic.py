@@ -12,7 +12,12 @@ BOX4 = gym.spaces.Box(-np.inf, np.inf, (4,))
 
 @pytest.mark.parametrize(
     "action_space, action_shape",
-    [(gym.spaces.Discrete(3), (8,)), (gym.spaces.Box(-1, 1, (2,)), (8, 2))],
+    [
+        (gym.spaces.Discrete(3), (8,)),
+        (gym.spaces.Box(-1, 1, (2,)), (8, 2)),
+        (gym.spaces.MultiDiscrete([3, 2, 4]), (8, 3)),
+        (gym.spaces.MultiBinary(5), (8, 5)),
+    ],
 )
 def test_act_and_evaluate_shapes_agree(action_space, action_shape):
     """Test act/evaluate_actions shapes, and that they agree on log-probabilities and values."""
@@ -48,7 +53,8 @@ def test_orthogonal_init_scales_policy_head():
     "obs_space, act_space, match",
     [
         (gym.spaces.Discrete(3), gym.spaces.Discrete(2), "Box or Dict observation space"),
-        (BOX4, gym.spaces.MultiDiscrete([2, 2]), "Discrete or 1-D Box action"),
+        (BOX4, gym.spaces.MultiDiscrete([[2, 2], [3, 3]]), "1-D MultiDiscrete.*got MultiDiscrete"),
+        (BOX4, gym.spaces.Tuple([gym.spaces.Discrete(2)]), "1-D Box action spaces, got Tuple.*ActionWrapper"),
     ],
 )
 def test_unsupported_spaces_rejected(obs_space, act_space, match):
@@ -105,3 +111,59 @@ def test_discrete_samples_follow_the_policy_probabilities():
         counts = torch.bincount(policy.explore(obs), minlength=3).float() / obs.shape[0]
     torch.testing.assert_close(counts, probs, atol=0.01, rtol=0)
     assert probs.max() - probs.min() > 0.4  # the probabilities really differ
+
+
+MULTI = gym.spaces.MultiDiscrete([3, 2, 4])
+
+
+def test_multi_discrete_log_probabilities_and_entropies_are_those_of_a_product_of_categoricals():
+    """Test that MultiDiscrete actions get independent Categoricals: log-probabilities and entropies summed."""
+    torch.manual_seed(0)
+    policy = ActorCritic(BOX4, MULTI)
+    obs = torch.randn(64, 4) * 3
+    with torch.no_grad():
+        for p in policy.actor.parameters():
+            p.add_(torch.randn_like(p))  # probabilities away from uniform
+    out = policy.actor(policy.features(obs))
+    parts = [torch.distributions.Categorical(logits=part) for part in out.split([3, 2, 4], -1)]
+    action = policy.explore(obs)
+    assert action.dtype == torch.int64 and action.shape == (64, 3)
+    assert ((action >= 0) & (action < torch.tensor([3, 2, 4]))).all()
+    log_prob, entropy, _ = policy.evaluate_actions(obs, action)
+    torch.testing.assert_close(log_prob, sum(d.log_prob(action[:, i]) for i, d in enumerate(parts)))
+    torch.testing.assert_close(entropy, sum(d.entropy() for d in parts))
+    torch.testing.assert_close(policy(obs), torch.stack([d.probs.argmax(-1) for d in parts], -1))
+
+
+def test_multi_binary_log_probabilities_and_entropies_are_those_of_a_product_of_bernoullis():
+    """Test that MultiBinary actions get independent Bernoullis, sampled with their probabilities."""
+    torch.manual_seed(0)
+    policy = ActorCritic(BOX4, gym.spaces.MultiBinary(3), normalize_obs=False)
+    with torch.no_grad():
+        policy.actor[-1].bias.copy_(torch.tensor([2.0, 0.0, -1.0]))
+    obs = torch.randn(64, 4)
+    out = policy.actor(obs)
+    reference = torch.distributions.Bernoulli(logits=out)
+    action = policy.explore(obs)
+    log_prob, entropy, _ = policy.evaluate_actions(obs, action)
+    torch.testing.assert_close(log_prob, reference.log_prob(action.float()).sum(-1))
+    torch.testing.assert_close(entropy, reference.entropy().sum(-1))
+    torch.testing.assert_close(policy(obs), (reference.probs > 0.5).long())
+    zeros = torch.zeros(20_000, 4)
+    with torch.no_grad():
+        frequency = policy.explore(zeros).float().mean(0)
+        torch.testing.assert_close(frequency, torch.sigmoid(policy.actor(zeros[:1]))[0], atol=0.01, rtol=0)
+
+
+def test_multi_discrete_samples_follow_each_entrys_probabilities():
+    """Test that each entry's Gumbel-max draws occur with the softmax of its own logits."""
+    torch.manual_seed(0)
+    policy = ActorCritic(BOX4, MULTI, normalize_obs=False)
+    with torch.no_grad():
+        policy.actor[-1].bias.copy_(torch.tensor([1.0, 0.0, -1.0, 0.5, -0.5, 2.0, 0.0, 0.0, -2.0]))
+        obs = torch.zeros(20_000, 4)
+        logits = policy.actor(obs[:1])[0].split([3, 2, 4])
+        action = policy.explore(obs)
+    for i, part in enumerate(logits):
+        counts = torch.bincount(action[:, i], minlength=len(part)).float() / obs.shape[0]
+        torch.testing.assert_close(counts, torch.softmax(part, -1), atol=0.01, rtol=0)
