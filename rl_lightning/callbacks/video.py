@@ -149,6 +149,7 @@ class EvaluationVideo(pl.Callback):
                 datamodule.obj_sets,
                 datamodule.hparams.eval_max_episode_steps,
                 render_mode="rgb_array",
+                wrappers=datamodule.hparams.get("wrappers") or (),
             )
         return self._envs[obj_set]
 

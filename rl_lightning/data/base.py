@@ -29,6 +29,7 @@ from rl_lightning.envs import EnvGroup, check_env_id, make_env, resolve_obj_sets
 from rl_lightning.envs.checks import ON_NONFINITE, check_value_options
 from rl_lightning.envs.env_group import VECTORIZATION
 from rl_lightning.envs.restart import check_max_env_restarts
+from rl_lightning.envs.wrappers import check_wrappers
 
 # The data streams must run in the trainer's process, next to the policy they act with,
 # and their length is exact: Lightning's advice to add dataloader workers does not apply.
@@ -106,6 +107,10 @@ class EnvDataModule(pl.LightningDataModule):
         obs_bound_mode: ``"clip"``: clip observations to ``[-obs_bound, obs_bound]``
             (counted in ``rollout/obs_clipped``); ``"reject"``: treat a value outside the
             bound like a non-finite one (the algorithm's ``on_nonfinite`` decides).
+        wrappers: Gymnasium wrappers applied to every env of the run (training, evaluation,
+            videos, ``play``), after ``gymnasium.make``: import paths or mappings
+            ``{"wrapper": path, **arguments}`` (:mod:`rl_lightning.envs.wrappers`); kept in
+            checkpoints.
     """
 
     #: A subclass's constructor arguments kept out of its saved settings (deprecated ones, say).
@@ -129,8 +134,10 @@ class EnvDataModule(pl.LightningDataModule):
         max_env_restarts: int = 3,
         obs_bound: float | None = None,
         obs_bound_mode: str = "clip",
+        wrappers: Sequence[Any] | None = None,
     ):
         super().__init__()
+        wrappers = check_wrappers(wrappers)
         check_env_id(env_id)
         check_max_env_restarts(max_env_restarts)
         check_value_options(obs_bound, obs_bound_mode)
@@ -153,6 +160,7 @@ class EnvDataModule(pl.LightningDataModule):
         # Collects the subclass's constructor arguments too (Lightning walks the __init__ frames).
         self.save_hyperparameters(ignore=["obj_sets", *self.unsaved_args])
         self.hparams["eval_obj_sets"] = list(eval_obj_sets)
+        self.hparams["wrappers"] = wrappers  # plain specs (a Hydra ListConfig becomes a list)
         # Stored as plain dicts so checkpoints load with weights_only=True.
         self.hparams["obj_sets"] = {k: [dataclasses.asdict(v) for v in vs] for k, vs in self.obj_sets.items()}
         self.counters = DataCounters()
@@ -181,6 +189,7 @@ class EnvDataModule(pl.LightningDataModule):
             obs_bound=hp.get("obs_bound"),
             obs_bound_mode=hp.get("obs_bound_mode", "clip"),
             on_nonfinite=self._on_nonfinite(),
+            wrappers=hp.get("wrappers") or (),
         )
 
     def _on_nonfinite(self) -> str:
@@ -233,7 +242,10 @@ class EnvDataModule(pl.LightningDataModule):
         """
         if self.train_envs is not None or self.eval_envs:
             return self.observation_space, self.action_space
-        env = make_env(self.env_id, self.hparams.train_obj_set, self.obj_sets, self.hparams.max_episode_steps)
+        hp = self.hparams
+        env = make_env(
+            self.env_id, hp.train_obj_set, self.obj_sets, hp.max_episode_steps, wrappers=hp.get("wrappers") or ()
+        )
         try:
             return env.observation_space, env.action_space
         finally:

@@ -54,6 +54,8 @@ class RolloutDataModule(EnvDataModule):
             they are finite (the algorithm's ``on_nonfinite`` decides what a NaN does).
         obs_bound_mode: ``"clip"`` observations to the bound (counted), or ``"reject"`` them
             like non-finite ones.
+        wrappers: Gymnasium wrappers for every env of the run, as specs (``{"wrapper": path, **arguments}``;
+            :mod:`rl_lightning.envs.wrappers`; Hydra ``env.wrappers``).
         env: Deprecated name of ``env_id`` (warns, for one release).
         update_epochs, num_minibatches, gamma, gae_lambda: Deprecated: the algorithm's
             (``PPO(gamma=...)``). Given here, they warn and override the algorithm's for one
@@ -83,6 +85,7 @@ class RolloutDataModule(EnvDataModule):
         max_env_restarts: int = 3,
         obs_bound: float | None = None,
         obs_bound_mode: str = "clip",
+        wrappers: Sequence[Any] | None = None,
         update_epochs: int | None = None,
         num_minibatches: int | None = None,
         gamma: float | None = None,
@@ -123,6 +126,7 @@ class RolloutDataModule(EnvDataModule):
             max_env_restarts=max_env_restarts,
             obs_bound=obs_bound,
             obs_bound_mode=obs_bound_mode,
+            wrappers=wrappers,
         )
         self.generator = torch.Generator().manual_seed(seed)
         self._train_dataset: RolloutDataset | None = None

@@ -56,6 +56,8 @@ class ReplayDataModule(EnvDataModule):
             they are finite (the algorithm's ``on_nonfinite`` decides what a NaN does).
         obs_bound_mode: ``"clip"`` observations to the bound (counted), or ``"reject"`` them
             like non-finite ones.
+        wrappers: Gymnasium wrappers for every env of the run, as specs (``{"wrapper": path, **arguments}``;
+            :mod:`rl_lightning.envs.wrappers`; Hydra ``env.wrappers``).
         env: Deprecated name of ``env_id`` (warns, for one release).
     """
 
@@ -91,6 +93,7 @@ class ReplayDataModule(EnvDataModule):
         max_env_restarts: int = 3,
         obs_bound: float | None = None,
         obs_bound_mode: str = "clip",
+        wrappers: Sequence[Any] | None = None,
         env: str | None = None,
     ):
         env_id = renamed_env_argument("ReplayDataModule", env_id, env, default="Pendulum-v1")
@@ -129,6 +132,7 @@ class ReplayDataModule(EnvDataModule):
             max_env_restarts=max_env_restarts,
             obs_bound=obs_bound,
             obs_bound_mode=obs_bound_mode,
+            wrappers=wrappers,
         )
         self.buffer = make_replay_buffer(
             buffer_size, batch_size, storage, scratch_dir, prioritized, priority_alpha, priority_beta

@@ -29,6 +29,7 @@ from rl_lightning.envs.checks import ON_NONFINITE, ValueChecks, check_value_opti
 from rl_lightning.envs.object_sets import ObjectSetWrapper, ObjSets, Variation, resolve_obj_sets
 from rl_lightning.envs.obs import Obs, map_obs, row, select_envs
 from rl_lightning.envs.restart import ASYNC_CONTEXT, RebuildingVectorEnv, RestartingEnv, check_max_env_restarts
+from rl_lightning.envs.wrappers import WrapperSpec, check_wrappers
 from rl_lightning.faults import NumericalFault
 
 __all__ = ["ASYNC_CONTEXT", "VECTORIZATION", "EnvGroup", "EpisodeStats", "StepResult", "check_env_id", "make_env"]
@@ -85,6 +86,7 @@ def make_env(
     obj_sets: Mapping[str, Sequence[Variation | Mapping[str, Any]]] | ObjSets | None = None,
     max_episode_steps: int | None = None,
     render_mode: str | None = None,
+    wrappers: Sequence[WrapperSpec] = (),
 ) -> ObjectSetWrapper:
     """One env drawing its episodes from an object set (what videos and ``rl-lightning play`` step).
 
@@ -110,7 +112,9 @@ def make_env(
         # pygame (classic control) draws off-screen; without this SDL looks for a display and
         # prints "error: XDG_RUNTIME_DIR is invalid" (SDL's documented headless driver).
         os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
-    return ObjectSetWrapper(sets, obj_set, max_episode_steps=max_episode_steps, render_mode=render_mode)
+    return ObjectSetWrapper(
+        sets, obj_set, max_episode_steps=max_episode_steps, render_mode=render_mode, wrappers=check_wrappers(wrappers)
+    )
 
 
 @dataclasses.dataclass
@@ -192,6 +196,8 @@ class EnvGroup:
         on_nonfinite: A non-finite observation or reward: ``"stop"`` raises
             :class:`~rl_lightning.faults.NumericalFault` naming it; ``"skip"`` cuts that env's
             episode short (truncated at its last good observation, reward 0) and resets it.
+        wrappers: Gymnasium wrappers applied to each env after ``gymnasium.make``, as specs
+            (see :mod:`rl_lightning.envs.wrappers`).
     """
 
     def __init__(
@@ -208,8 +214,10 @@ class EnvGroup:
         obs_bound: float | None = None,
         obs_bound_mode: str = "clip",
         on_nonfinite: str = "stop",
+        wrappers: Sequence[WrapperSpec] = (),
     ):
         check_env_id(env_id)
+        wrappers = check_wrappers(wrappers)
         if not isinstance(num_envs, int) or isinstance(num_envs, bool) or num_envs <= 0:
             raise ValueError(f"num_envs must be a positive integer, got {num_envs!r}.")
         _check_max_episode_steps(max_episode_steps)
@@ -234,7 +242,9 @@ class EnvGroup:
 
         def make(i: int):
             def build():
-                return ObjectSetWrapper(sets, obj_set, max_episode_steps=limit, render_mode=render_mode)
+                return ObjectSetWrapper(
+                    sets, obj_set, max_episode_steps=limit, render_mode=render_mode, wrappers=wrappers
+                )
 
             label = self._label(i)  # a string, not the group, goes into the factory
             return lambda: RestartingEnv(build, max_env_restarts, label)

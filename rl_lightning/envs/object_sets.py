@@ -22,6 +22,8 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
+from rl_lightning.envs.wrappers import WrapperSpec, apply_wrappers
+
 # Special attribute keys that are not plain ``setattr`` on the unwrapped env.
 BODY_MASS_SCALE = "body_mass_scale"  # MuJoCo: {body name: factor on its default mass}
 
@@ -250,6 +252,7 @@ class ObjectSetWrapper(gym.Wrapper):
         obj_set: The active set's name.
         max_episode_steps: Passed to ``gymnasium.make`` (``None`` keeps the registered limit).
         render_mode: Passed to ``gymnasium.make``.
+        wrappers: Wrapper specs applied in order to each env made (see :mod:`rl_lightning.envs.wrappers`).
     """
 
     def __init__(
@@ -258,12 +261,14 @@ class ObjectSetWrapper(gym.Wrapper):
         obj_set: str,
         max_episode_steps: int | None = None,
         render_mode: str | None = None,
+        wrappers: Sequence[WrapperSpec] = (),
     ):
         if obj_set not in obj_sets:
             raise KeyError(f"Unknown object set '{obj_set}'; available: {sorted(obj_sets)}.")
         self.obj_sets = obj_sets
         self.obj_set = obj_set
         self._make_args = {"max_episode_steps": max_episode_steps, "render_mode": render_mode}
+        self._wrappers = list(wrappers)
         self._make_key: tuple | None = None
         self._rng = np.random.default_rng()
         self._seeded_once = False
@@ -272,7 +277,7 @@ class ObjectSetWrapper(gym.Wrapper):
 
     def _make(self, variation: Variation) -> gym.Env:
         kwargs = {k: v for k, v in self._make_args.items() if v is not None}
-        env = gym.make(variation.env_id, **kwargs, **variation.make_kwargs)
+        env = apply_wrappers(gym.make(variation.env_id, **kwargs, **variation.make_kwargs), self._wrappers)
         self._make_key = (variation.env_id, repr(sorted(variation.make_kwargs.items())))
         # Defaults of every attribute that any variation overrides, to restore between draws.
         self._defaults: dict[str, Any] = {}

@@ -88,6 +88,7 @@ def main(args: Sequence[str] | None = None) -> list[Episode]:
             sets,
             data.get("eval_max_episode_steps"),
             render_mode="rgb_array" if ns.video else None,
+            wrappers=data.get("wrappers") or (),
         )
         if ns.video:
             env.reset(seed=ns.seed)

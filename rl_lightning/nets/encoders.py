@@ -56,6 +56,9 @@ class EncoderSettings:
         cnn_kernels: Kernel size of each conv layer (Nature CNN: 8, 4, 3).
         cnn_strides: Stride of each conv layer (Nature CNN: 4, 2, 1).
         cnn_features: Width of the linear layer after the convolutions (Nature CNN: 512).
+        normalize_images: Divide uint8 images by 255 (pixels; SB3's ``normalize_images``).
+            ``False`` for images of small integer codes, such as MiniGrid's object, colour
+            and state indices (0-10), which 1/255 would squash towards 0.
     """
 
     cnn_keys: tuple[str, ...] | None = None
@@ -65,6 +68,7 @@ class EncoderSettings:
     cnn_kernels: tuple[int, ...] = (8, 4, 3)
     cnn_strides: tuple[int, ...] = (4, 2, 1)
     cnn_features: int = 512
+    normalize_images: bool = True
 
     def __post_init__(self):
         for name in ("cnn_keys", "mlp_keys", "cnn_channels", "cnn_kernels", "cnn_strides"):
@@ -84,6 +88,8 @@ class EncoderSettings:
         for name, values in sizes.items():
             if not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in values):
                 raise ValueError(f"{_SETTING}.{name} must hold positive integers, got {list(values)}.")
+        if not isinstance(self.normalize_images, bool):
+            raise TypeError(f"{_SETTING}.normalize_images must be true or false, got {self.normalize_images!r}.")
         if not isinstance(self.cnn_features, int) or self.cnn_features <= 0:
             raise ValueError(f"{_SETTING}.cnn_features must be a positive integer, got {self.cnn_features!r}.")
 
@@ -347,6 +353,7 @@ class MultiInputEncoder(nn.Module):
         self.box_dim = sum(v.width for v in self.vectors if v.kind == "box")
         self.normalizer = RunningNormalizer((self.box_dim,)) if normalize_obs and self.box_dim else None
         self.features_dim = sum(cnn.features_dim for cnn in self.cnns) + sum(v.width for v in self.vectors)
+        self.normalize_images = settings.normalize_images
         self._whole = isinstance(observation_space, gym.spaces.Box)
 
     def _get(self, obs: Any, key: str) -> torch.Tensor:
@@ -368,7 +375,7 @@ class MultiInputEncoder(nn.Module):
             if not image.channels_first:
                 x = x.permute(0, 3, 1, 2)
             # uint8 pixels scaled to [0, 1] inside the network (SB3's preprocess_obs, CleanRL's x / 255.0).
-            x = x.to(dtype) / 255.0 if image.uint8 else x.to(dtype)
+            x = x.to(dtype) / 255.0 if image.uint8 and self.normalize_images else x.to(dtype)
             features.append(cnn(x))
         box = self.box_part(obs)
         if box is not None:

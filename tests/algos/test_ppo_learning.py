@@ -79,3 +79,12 @@ def test_ppo_learns_a_dict_task_through_the_cnn_within_20k_steps():
     assert metrics["eval_ood/success_rate"] >= 0.95, metrics
     blind = _pixel_goal({"mlp_keys": ["position"]})
     assert blind["eval/success_rate"] < 0.8, blind
+
+
+@pytest.mark.slow
+def test_ppo_solves_minigrid_doorkey_5x5_within_500k_steps(tmp_path):
+    """Test that experiment=ppo_minigrid (Dict observations) reaches a train-set success rate >= 0.9 (seed 0),
+    and evaluates the held-out larger rooms."""
+    metrics = _train_and_test("ppo_minigrid", 0, tmp_path)
+    assert metrics["eval/success_rate"] >= 0.9, metrics
+    assert "eval_ood/success_rate" in metrics

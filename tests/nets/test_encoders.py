@@ -82,6 +82,13 @@ def test_uint8_pixels_are_scaled_by_1_over_255_inside_the_network():
     torch.testing.assert_close(floats(x.float() / 255.0), enc(x))
 
 
+def test_images_of_integer_codes_can_skip_the_1_over_255_scaling():
+    """Test that normalize_images=False feeds uint8 codes (MiniGrid's 0-10) to the CNN as they are."""
+    enc = MultiInputEncoder(gym.spaces.Box(0, 255, (3, 40, 40), np.uint8), {"normalize_images": False})
+    x = torch.randint(0, 11, (2, 3, 40, 40), dtype=torch.uint8)
+    torch.testing.assert_close(enc(x), enc.cnns[0](x.float()))
+
+
 def test_discrete_keys_become_one_hots_counted_from_their_start():
     enc = MultiInputEncoder(ROBOT, {"mlp_keys": ["mode"]})
     mode = torch.tensor([[1, 0], [2, 2]])
@@ -163,6 +170,7 @@ def test_the_settings_that_fix_the_refusals_work():
         ({"cnn_strides": [4, 0, 1]}, "positive integers"),
         ({"cnn_keys": "rgb"}, "must be a list"),
         ({"cnn_featres": 8}, r"Unknown encoder setting\(s\) \['cnn_featres'\]"),
+        ({"normalize_images": "no"}, "normalize_images must be true or false"),
     ],
 )
 def test_impossible_settings_are_refused(settings, message):

@@ -1,0 +1,117 @@
+"""Gymnasium wrappers named in a config, applied to every env a run makes; and the few wrappers the library ships.
+
+A run's ``wrappers`` (Hydra ``env.wrappers``, ``RolloutDataModule(wrappers=...)``) is a
+list of specs, each a wrapper's import path or a mapping of it and its arguments::
+
+    wrappers:
+      - {wrapper: gymnasium.wrappers.FilterObservation, filter_keys: [image, direction]}
+      - rl_lightning.envs.wrappers.SuccessFromReward
+
+Specs are plain strings and numbers, so checkpoints keep them (``play``, ``export`` and a
+resume rebuild the same envs) and async workers receive them by pickling. They are checked
+when the data module is built (importable, callable, arguments its signature takes), and
+applied in order right after ``gymnasium.make`` of each variation, under the object-set
+wrapper: the policy sees the wrapped observations, the object sets still override the
+raw env's attributes.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import gymnasium as gym
+
+#: The key of a spec mapping that names the wrapper (the other keys are its arguments).
+WRAPPER_KEY = "wrapper"
+
+WrapperSpec = str | Mapping[str, Any]
+
+
+def _split(spec: Any) -> tuple[str, dict[str, Any]]:
+    if isinstance(spec, str):
+        return spec, {}
+    if isinstance(spec, Mapping) and isinstance(spec.get(WRAPPER_KEY), str):
+        return spec[WRAPPER_KEY], {k: v for k, v in spec.items() if k != WRAPPER_KEY}
+    raise TypeError(
+        f"A wrapper spec is an import path or a mapping with a '{WRAPPER_KEY}' key and the wrapper's arguments, got "
+        f"{spec!r}. Write e.g. {{'{WRAPPER_KEY}': 'gymnasium.wrappers.FrameStackObservation', 'stack_size': 4}} "
+        "(Hydra: env.wrappers=[...])."
+    )
+
+
+def _import(path: str) -> Callable[..., gym.Env]:
+    module, _, name = path.rpartition(".")
+    try:
+        target = getattr(importlib.import_module(module), name) if module else None
+    except ImportError as err:
+        raise ValueError(
+            f"Wrapper '{path}' cannot be imported ({err}). Install the package that holds it, or check the path "
+            "(e.g. gymnasium.wrappers.FrameStackObservation)."
+        ) from None
+    except AttributeError:
+        target = None
+    if not callable(target):
+        raise ValueError(
+            f"Wrapper '{path}' is not a callable in an importable module; name a wrapper class or a function "
+            "env -> env by its full import path (e.g. gymnasium.wrappers.FrameStackObservation)."
+        )
+    return target
+
+
+def check_wrappers(specs: Sequence[WrapperSpec] | None) -> list[WrapperSpec]:
+    """Check every spec (importable, callable, arguments it takes) and return them as plain values.
+
+    Raises:
+        TypeError: A spec that is neither a path nor a mapping with ``wrapper``, or a list that is not a list.
+        ValueError: A wrapper that cannot be imported, or arguments its signature does not take, naming it.
+    """
+    if specs is None:
+        return []
+    if isinstance(specs, (str, Mapping)) or not isinstance(specs, Sequence):
+        raise TypeError(f"wrappers must be a list of wrapper specs, got {specs!r}.")
+    plain = []
+    for spec in specs:
+        path, kwargs = _split(spec)
+        target = _import(path)
+        try:
+            inspect.signature(target).bind(None, **kwargs)
+        except TypeError as err:
+            raise ValueError(f"Wrapper '{path}' does not take the arguments {sorted(kwargs)}: {err}.") from None
+        except ValueError:  # no signature to read (a builtin): let the call tell
+            pass
+        plain.append(path if not kwargs else {WRAPPER_KEY: path, **kwargs})
+    return plain
+
+
+def apply_wrappers(env: gym.Env, specs: Sequence[WrapperSpec]) -> gym.Env:
+    """``env`` wrapped by each spec in order (specs checked by :func:`check_wrappers`)."""
+    for spec in specs:
+        path, kwargs = _split(spec)
+        env = _import(path)(env, **kwargs)
+    return env
+
+
+class SuccessFromReward(gym.Wrapper):
+    """Reports ``info["is_success"]`` at the end of each episode: terminated with a reward above ``threshold``.
+
+    For tasks that pay only on success and say nothing about it (MiniGrid pays
+    ``1 - 0.9 * steps / max_steps`` on reaching the goal, 0 otherwise), so evaluation's
+    ``eval/success_rate`` is defined. A truncated episode did not succeed.
+
+    Args:
+        env: The env to wrap.
+        threshold: The final reward must exceed it.
+    """
+
+    def __init__(self, env: gym.Env, threshold: float = 0.0):
+        super().__init__(env)
+        self.threshold = float(threshold)
+
+    def step(self, action):
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        if terminated or truncated:
+            info = {**info, "is_success": bool(terminated and reward > self.threshold)}
+        return obs, reward, terminated, truncated, info

@@ -1,0 +1,96 @@
+"""Wrappers named in a config: checked up front, applied to every env of a run, kept in checkpoints."""
+
+import gymnasium as gym
+import pytest
+
+from rl_lightning.envs import EnvGroup, make_env
+from rl_lightning.envs.wrappers import SuccessFromReward, apply_wrappers, check_wrappers
+
+PIXEL_GOAL = "tests.envs.pixel_goal:pixel_goal/PixelGoal-v0"
+ONE_SET = {"train": [{}], "test": [{}]}
+STACK = "gymnasium.wrappers.FrameStackObservation"
+FILTER = {"wrapper": "gymnasium.wrappers.FilterObservation", "filter_keys": ["image"]}
+
+
+def test_specs_are_checked_and_kept_as_plain_values():
+    assert check_wrappers(None) == []
+    assert check_wrappers(["gymnasium.wrappers.FlattenObservation", FILTER]) == [
+        "gymnasium.wrappers.FlattenObservation",
+        FILTER,
+    ]
+
+
+@pytest.mark.parametrize(
+    ("specs", "error", "match"),
+    [
+        ("gymnasium.wrappers.FlattenObservation", TypeError, "must be a list"),
+        ([42], TypeError, r"an import path or a mapping with a 'wrapper' key"),
+        (["nopkg.Wrapper"], ValueError, r"'nopkg.Wrapper' cannot be imported.*Install"),
+        (["gymnasium.wrappers.NoSuchWrapper"], ValueError, r"'gymnasium.wrappers.NoSuchWrapper' is not a callable"),
+        (
+            [{"wrapper": "gymnasium.wrappers.FrameStackObservation", "stack": 4}],
+            ValueError,
+            r"does not take.*\['stack'\]",
+        ),
+    ],
+)
+def test_bad_specs_are_refused_naming_the_wrapper(specs, error, match):
+    with pytest.raises(error, match=match):
+        check_wrappers(specs)
+
+
+@pytest.mark.parametrize("vectorization", ["sync", "async"])
+def test_an_env_group_applies_the_wrappers_in_every_process(vectorization):
+    """Test that the group's envs (async workers too) see the wrapped observations."""
+    group = EnvGroup(PIXEL_GOAL, 2, obj_sets=ONE_SET, vectorization=vectorization, wrappers=[FILTER])
+    try:
+        assert set(group.observation_space.spaces) == {"image"}
+        assert set(group.reset(seed=0)) == {"image"}
+    finally:
+        group.close()
+    stacked = make_env(PIXEL_GOAL, "train", ONE_SET, wrappers=[FILTER, "gymnasium.wrappers.FlattenObservation"])
+    assert stacked.observation_space.shape == (25,)
+
+
+def test_success_from_reward_reports_success_at_the_end_of_episodes_only():
+    env = apply_wrappers(gym.make("FrozenLake-v1", is_slippery=False), ["rl_lightning.envs.wrappers.SuccessFromReward"])
+    assert isinstance(env, SuccessFromReward)
+    env.reset(seed=0)
+    infos = [env.step(a)[4] for a in (2, 2, 1, 1, 1)]  # right, right, down, down, down
+    assert all("is_success" not in info for info in infos[:-1])
+    _, reward, terminated, _, info = env.step(2)  # onto the goal
+    assert reward == 1.0 and terminated and info["is_success"] is True
+    env.reset(seed=0)
+    env.step(1)  # down
+    _, reward, terminated, _, info = env.step(2)  # right, into the hole at (1, 1)
+    assert terminated and reward == 0.0 and info["is_success"] is False
+
+
+def test_a_data_module_keeps_its_wrappers_in_its_settings():
+    from rl_lightning import RolloutDataModule
+
+    data = RolloutDataModule(env_id=PIXEL_GOAL, obj_sets=ONE_SET, wrappers=[FILTER])
+    assert data.hparams.wrappers == [FILTER]
+    assert set(data.env_spaces()[0].spaces) == {"image"}
+
+
+def test_play_rebuilds_a_checkpoints_wrapped_envs(tmp_path, capsys):
+    """Test that a checkpoint keeps the run's wrappers: play acts on the same (image-only) observations."""
+    import lightning.pytorch as pl
+
+    from rl_lightning import PPO, RolloutDataModule
+    from rl_lightning.launch import play
+    from tests.helpers import quiet_trainer
+
+    pl.seed_everything(0)
+    data = RolloutDataModule(
+        env_id=PIXEL_GOAL, obj_sets=ONE_SET, wrappers=[FILTER], num_envs=2, rollout_steps=16, eval_episodes=1
+    )
+    encoder = {"cnn_channels": [4], "cnn_kernels": [2], "cnn_strides": [1], "cnn_features": 8}
+    trainer = quiet_trainer(tmp_path, max_epochs=1)
+    trainer.fit(PPO(encoder=encoder, update_epochs=1, num_minibatches=2), data)
+    path = str(tmp_path / "wrapped.ckpt")
+    trainer.save_checkpoint(path)
+    episodes = play.main([path, "--episodes", "2"])
+    assert len(episodes) == 2 and all(1 <= e.length <= 20 for e in episodes)
+    assert "object set 'train'" in capsys.readouterr().out
