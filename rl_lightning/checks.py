@@ -57,11 +57,14 @@ def check_unit_interval(open_low: bool = False, **values: Any) -> None:
             raise ValueError(f"{name} must be a number in {'(0, 1]' if open_low else '[0, 1]'}, got {value!r}.")
 
 
-def check_hidden_sizes(hidden_sizes: Any) -> None:
-    """Raise a ``ValueError`` unless ``hidden_sizes`` is a non-empty sequence of positive integers."""
+def check_hidden_sizes(hidden_sizes: Any, allow_empty: bool = False) -> None:
+    """Raise a ``ValueError`` unless ``hidden_sizes`` is a sequence of positive integers (non-empty unless
+    ``allow_empty``: PPO's heads may be single linear layers, as on CleanRL's Atari CNN)."""
     if (
         not isinstance(hidden_sizes, Sequence)
-        or not hidden_sizes
+        or isinstance(hidden_sizes, str)
+        or (not hidden_sizes and not allow_empty)
         or any(not _is_int(h) or h <= 0 for h in hidden_sizes)
     ):
-        raise ValueError(f"hidden_sizes must be a non-empty list of positive integers, got {hidden_sizes!r}.")
+        kind = "list" if allow_empty else "non-empty list"
+        raise ValueError(f"hidden_sizes must be a {kind} of positive integers, got {hidden_sizes!r}.")

@@ -41,3 +41,8 @@ def test_good_values_pass_numpy_scalars_included():
         check_positive_int(keep_last=0, none="None (keep all)")
     with pytest.raises(ValueError, match="hidden_sizes must be a non-empty list"):
         check_hidden_sizes([64, 0])
+    with pytest.raises(ValueError, match="hidden_sizes must be a non-empty list"):
+        check_hidden_sizes([])  # SAC's and DQN's networks need a hidden layer
+    check_hidden_sizes([], allow_empty=True)  # PPO's linear heads on an encoder
+    with pytest.raises(ValueError, match="hidden_sizes must be a list of positive integers, got '64'"):
+        check_hidden_sizes("64", allow_empty=True)

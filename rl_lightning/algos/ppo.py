@@ -54,7 +54,8 @@ class PPO(RLModule):
             ``clip_gradients``); ``None`` disables it. The Trainer's ``gradient_clip_val`` does
             not apply (PPO optimizes manually): set this instead.
         norm_adv: Normalize advantages per minibatch.
-        hidden_sizes: Hidden widths of the default actor and critic MLPs.
+        hidden_sizes: Hidden widths of the default actor and critic MLPs (``[]``: linear heads, as on
+            CleanRL's Atari CNN).
         normalize_obs: Running observation normalization inside the policy.
         init_log_std: Initial log standard deviation for continuous actions.
         total_timesteps: Environment-step budget over all ranks.
@@ -106,7 +107,7 @@ class PPO(RLModule):
         check_non_negative(ent_coef=ent_coef, vf_coef=vf_coef)
         if max_grad_norm is not None:
             check_positive(max_grad_norm=max_grad_norm)
-        check_hidden_sizes(hidden_sizes)
+        check_hidden_sizes(hidden_sizes, allow_empty=True)
         #: GAE's and the minibatch plan's settings, which the rollout stream reads (``OnPolicyLearner``).
         self.update_plan = UpdatePlan(gamma, gae_lambda, update_epochs, num_minibatches)
         own_encoder = encoder is not None and not isinstance(encoder, Mapping)

@@ -21,7 +21,7 @@ from torch.utils.data import IterableDataset
 from rl_lightning.data.collection import to_env_action
 from rl_lightning.data.protocol import RolloutPolicy
 from rl_lightning.envs import EnvGroup, EpisodeStats
-from rl_lightning.envs.obs import map_obs, to_tensor
+from rl_lightning.envs.obs import clip_floats, map_obs, to_tensor
 from rl_lightning.faults import interrupt_request
 from rl_lightning.video import VideoWriter
 
@@ -132,9 +132,7 @@ def play_episode(
             return Episode(total, length, math.nan, variation, ended=False)
         interrupt_request.check()  # a signal stops the episode between steps (callbacks/interrupt.py)
         if obs_bound is not None:  # the float arrays only, as the env group clips them
-            obs = map_obs(
-                lambda x: np.clip(x, -obs_bound, obs_bound) if np.issubdtype(x.dtype, np.floating) else x, obs
-            )
+            obs = clip_floats(obs, obs_bound)
         obs_t = to_tensor(map_obs(lambda x: np.asarray(x)[None], obs), device)
         action = to_env_action(policy.act(obs_t, deterministic)[0], env.action_space)[0]
         obs, reward, terminated, truncated, info = env.step(action)
@@ -144,6 +142,8 @@ def play_episode(
             video.add(env.render())
         if terminated or truncated:
             success = info.get("is_success", info.get("success"))
+            score = info.get("episode", {}).get("r")  # RecordEpisodeStatistics before reward shaping (EnvGroup too)
+            total = total if score is None else float(np.asarray(score).reshape(-1)[0])
             return Episode(total, length, math.nan if success is None else float(success), variation)
 
 

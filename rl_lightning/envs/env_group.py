@@ -438,10 +438,16 @@ class EnvGroup:
         final_info = info.get("final_info", {})
         success = final_info.get("is_success", final_info.get("success"))
         success_mask = final_info.get("_is_success", final_info.get("_success"))
+        # The env's own score where gymnasium's RecordEpisodeStatistics sits before reward shaping
+        # (Atari: before ClipReward, as CleanRL places it), else the sum of the rewards the policy saw.
+        episode = final_info.get("episode")
+        scored = episode.get("r") if isinstance(episode, dict) else None
+        scored_mask = final_info.get("_episode")
         for i in np.flatnonzero(ended):
             if cut is not None and cut[i]:
                 continue
-            self.stats.returns.append(float(self._ep_return[i]))
+            own_score = scored is not None and (scored_mask is None or scored_mask[i])
+            self.stats.returns.append(float(scored[i]) if own_score else float(self._ep_return[i]))
             self.stats.lengths.append(int(self._ep_length[i]))
             self.stats.envs.append(int(i))
             reported = success is not None and (success_mask is None or success_mask[i])

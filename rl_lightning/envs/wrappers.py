@@ -94,6 +94,38 @@ def apply_wrappers(env: gym.Env, specs: Sequence[WrapperSpec]) -> gym.Env:
     return env
 
 
+class FireReset(gym.Wrapper):
+    """Presses FIRE after each reset, for Atari games that wait for it to start (Breakout launches the ball).
+
+    CleanRL's ``FireResetEnv`` (from OpenAI Baselines' ``atari_wrappers.py``): FIRE, then
+    action 2, resetting again should either end the episode. Place it after
+    ``AtariPreprocessing``, which owns the no-op starts.
+
+    Args:
+        env: An ALE env whose action 1 is FIRE.
+
+    Raises:
+        ValueError: The env's action 1 is not FIRE (the game needs no FIRE to start: drop the wrapper).
+    """
+
+    def __init__(self, env: gym.Env):
+        super().__init__(env)
+        meanings = env.unwrapped.get_action_meanings() if hasattr(env.unwrapped, "get_action_meanings") else []
+        if len(meanings) < 3 or meanings[1] != "FIRE":
+            raise ValueError(
+                f"FireReset needs an Atari env whose action 1 is FIRE; {env.spec.id if env.spec else env} has "
+                f"{meanings or 'no action meanings'}. Leave the wrapper out for this game."
+            )
+
+    def reset(self, **kwargs):
+        self.env.reset(**kwargs)
+        for action in (1, 2):
+            obs, _, terminated, truncated, info = self.env.step(action)
+            if terminated or truncated:
+                obs, info = self.env.reset()
+        return obs, info
+
+
 class SuccessFromReward(gym.Wrapper):
     """Reports ``info["is_success"]`` at the end of each episode: terminated with a reward above ``threshold``.
 

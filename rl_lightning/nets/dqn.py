@@ -21,7 +21,10 @@ from rl_lightning.nets.mlp import mlp, weight_dtype
 def check_discrete_spaces(observation_space: gym.Space, action_space: gym.Space) -> None:
     """Raise a clear error for spaces DQN cannot handle."""
     if not isinstance(observation_space, gym.spaces.Box) or len(observation_space.shape) != 1:
-        raise TypeError(f"DQN needs a 1-D Box observation space, got {observation_space}.")
+        raise TypeError(
+            f"DQN needs a 1-D Box observation space, got {observation_space}. Image and Dict observations are "
+            "PPO's so far (algo=ppo); or flatten them: env.wrappers=[gymnasium.wrappers.FlattenObservation]."
+        )
     if not isinstance(action_space, gym.spaces.Discrete):
         raise TypeError(
             f"DQN picks one of finitely many actions and needs a Discrete action space, got {action_space}. "

@@ -32,7 +32,10 @@ with warnings.catch_warnings():
 def check_continuous_spaces(observation_space: gym.Space, action_space: gym.Space) -> None:
     """Raise a clear error for spaces SAC cannot handle."""
     if not isinstance(observation_space, gym.spaces.Box) or len(observation_space.shape) != 1:
-        raise TypeError(f"SAC needs a 1-D Box observation space, got {observation_space}.")
+        raise TypeError(
+            f"SAC needs a 1-D Box observation space, got {observation_space}. Image and Dict observations are "
+            "PPO's so far (algo=ppo); or flatten them: env.wrappers=[gymnasium.wrappers.FlattenObservation]."
+        )
     if not isinstance(action_space, gym.spaces.Box) or len(action_space.shape) != 1:
         raise TypeError(f"SAC acts in a 1-D Box action space, got {action_space}. For discrete actions use PPO.")
     if not (np.isfinite(action_space.low).all() and np.isfinite(action_space.high).all()):

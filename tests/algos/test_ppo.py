@@ -212,7 +212,7 @@ def test_bad_data_input_fails_before_work(kwargs, match):
         ({"total_timesteps": 0}, "total_timesteps must be a positive integer"),
         ({"lr": -1.0}, "lr must be a positive number"),
         ({"ent_coef": -0.1}, "ent_coef must be a non-negative number"),
-        ({"hidden_sizes": []}, "hidden_sizes must be a non-empty list"),
+        ({"hidden_sizes": [64, 0]}, "hidden_sizes must be a list of positive integers"),
         ({"save_interval": 0}, "save_interval must be a positive integer"),
         ({"update_epochs": 1.5}, "update_epochs must be a positive integer"),
         ({"num_minibatches": 0}, "num_minibatches must be a positive integer"),

@@ -1,6 +1,7 @@
 """Wrappers named in a config: checked up front, applied to every env of a run, kept in checkpoints."""
 
 import gymnasium as gym
+import numpy as np
 import pytest
 
 from rl_lightning.envs import EnvGroup, make_env
@@ -94,3 +95,45 @@ def test_play_rebuilds_a_checkpoints_wrapped_envs(tmp_path, capsys):
     episodes = play.main([path, "--episodes", "2"])
     assert len(episodes) == 2 and all(1 <= e.length <= 20 for e in episodes)
     assert "object set 'train'" in capsys.readouterr().out
+
+
+def test_episode_statistics_report_the_score_recorded_before_reward_shaping():
+    """Test that RecordEpisodeStatistics placed before ClipReward makes the group report the env's own score."""
+    record = "gymnasium.wrappers.RecordEpisodeStatistics"
+    clip = {"wrapper": "gymnasium.wrappers.ClipReward", "min_reward": -0.001, "max_reward": 0.001}
+    stats = {}
+    for name, wrappers in {"plain": [], "recorded then clipped": [record, clip], "clipped": [clip]}.items():
+        group = EnvGroup(PIXEL_GOAL, 2, obj_sets=ONE_SET, wrappers=wrappers)
+        group.reset(seed=0)
+        rng = np.random.default_rng(0)
+        for _ in range(200):
+            group.step(rng.integers(0, 4, 2))
+        stats[name] = group.pop_stats().returns
+        group.close()
+    assert len(stats["plain"]) > 5
+    np.testing.assert_allclose(stats["recorded then clipped"], stats["plain"], rtol=1e-6)
+    assert max(abs(r) for r in stats["clipped"]) < 0.1  # without the record: the clipped rewards
+
+
+def test_fire_reset_presses_fire_and_refuses_games_without_it():
+    from rl_lightning.envs.wrappers import FireReset
+
+    gym.register_envs(__import__("ale_py"))
+    env = FireReset(gym.make("ALE/Breakout-v5", frameskip=1))
+    obs, _ = env.reset(seed=0)
+    assert obs.shape == (210, 160, 3)
+    env.close()
+    with pytest.raises(ValueError, match=r"action 1 is FIRE.*MsPacman.*Leave the wrapper out"):
+        FireReset(gym.make("ALE/MsPacman-v5"))
+    with pytest.raises(ValueError, match="no action meanings"):
+        FireReset(gym.make("CartPole-v1"))
+
+
+@pytest.mark.parametrize("algo", ["SAC", "DQN"])
+def test_off_policy_algorithms_refuse_image_and_dict_observations_naming_the_way_out(algo):
+    import rl_lightning
+
+    action = gym.spaces.Box(-1, 1, (2,)) if algo == "SAC" else gym.spaces.Discrete(2)
+    obs = gym.spaces.Dict({"image": gym.spaces.Box(0, 255, (4, 84, 84), np.uint8)})
+    with pytest.raises(TypeError, match=r"needs a 1-D Box.*algo=ppo.*FlattenObservation"):
+        getattr(rl_lightning, algo)().build_policy(obs, action)

@@ -69,12 +69,17 @@ def _minibatch(spaces, n=96, seed=0, normalize_obs=True, **policy_kwargs):
     if normalize_obs:
         policy.update_normalizer(torch.randn(200, dim, generator=g) * 3 + 1)
     obs = torch.randn(n, dim, generator=g) * 2
+    return policy, _perturbed_batch(policy, obs, n, g)
+
+
+def _perturbed_batch(policy, obs, n, g):
+    """Move the networks off their initial (near-zero-logit) point, so probabilities differ, and build a
+    minibatch of ``obs`` whose ratios and value steps cross the clip range."""
     with torch.no_grad():
-        # Move the networks off their initial (near-zero-logit) point, so probabilities differ.
         for p in policy.parameters():
             p.add_(0.3 * torch.randn(p.shape, generator=g))
         action, log_prob, value = policy.act(obs)
-    batch = {
+    return {
         "obs": obs,
         "action": action,
         "log_prob": log_prob + 0.3 * torch.randn(n, generator=g),
@@ -82,7 +87,6 @@ def _minibatch(spaces, n=96, seed=0, normalize_obs=True, **policy_kwargs):
         "advantage": torch.randn(n, generator=g) * 2 + 0.3,
         "return": value + torch.randn(n, generator=g),
     }
-    return policy, batch
 
 
 def _generic(policy, batch, **coefs):
@@ -269,7 +273,8 @@ def test_the_switch_turns_the_written_out_path_off():
     torch.testing.assert_close(terms.loss, minibatch_loss(policy, batch).loss, rtol=1e-6, atol=1e-7)
 
 
-def test_written_out_heads_on_a_shared_encoder_equal_autograd():
+@pytest.mark.parametrize("hidden_sizes", [(64, 64), ()], ids=["mlp-heads", "linear-heads"])
+def test_written_out_heads_on_a_shared_encoder_equal_autograd(hidden_sizes):
     """Test that on image-and-vector observations the written-out heads pass the encoder its gradient.
 
     The features need a gradient there (the shared encoder learns from both heads), so
@@ -280,7 +285,7 @@ def test_written_out_heads_on_a_shared_encoder_equal_autograd():
     )
     torch.manual_seed(0)
     encoder = {"cnn_channels": [4, 8], "cnn_kernels": [2, 2], "cnn_strides": [1, 1], "cnn_features": 16}
-    policy = ActorCritic(space, gym.spaces.Discrete(3), encoder=encoder)
+    policy = ActorCritic(space, gym.spaces.Discrete(3), hidden_sizes=hidden_sizes, encoder=encoder)
     g = torch.Generator().manual_seed(1)
     n = 64
     obs = {
@@ -288,18 +293,7 @@ def test_written_out_heads_on_a_shared_encoder_equal_autograd():
         "state": torch.randn(n, 3, generator=g),
     }
     policy.update_normalizer(obs)
-    with torch.no_grad():
-        for p in policy.parameters():
-            p.add_(0.3 * torch.randn(p.shape, generator=g))
-        action, log_prob, value = policy.act(obs)
-    batch = {
-        "obs": obs,
-        "action": action,
-        "log_prob": log_prob + 0.3 * torch.randn(n, generator=g),
-        "value": value + 0.3 * torch.randn(n, generator=g),
-        "advantage": torch.randn(n, generator=g),
-        "return": value + torch.randn(n, generator=g),
-    }
+    batch = _perturbed_batch(policy, obs, n, g)
     coefs = dict(clip_coef=0.2, ent_coef=0.01, vf_coef=0.5, norm_adv=True, clip_vloss=True)
     reference = _generic(policy, batch, **coefs)
     expected = _grads(policy, reference)

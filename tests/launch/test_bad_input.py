@@ -59,7 +59,8 @@ class Ctx:
 ROWS = [
     # ------------------------------------------------------------------ Python API
     ("api", "ppo-negative-lr", lambda c: PPO(lr=-1.0), ["lr must be a positive number", "-1.0"]),
-    ("api", "ppo-empty-hidden-sizes", lambda c: PPO(hidden_sizes=[]), ["hidden_sizes", "non-empty list"]),
+    ("api", "ppo-zero-hidden-size", lambda c: PPO(hidden_sizes=[64, 0]), ["hidden_sizes", "list of positive integers"]),
+    ("api", "sac-empty-hidden-sizes", lambda c: SAC(hidden_sizes=[]), ["hidden_sizes", "non-empty list"]),
     ("api", "ppo-zero-budget", lambda c: PPO(total_timesteps=0), ["total_timesteps", "positive integer"]),
     ("api", "sac-tau-above-one", lambda c: SAC(tau=2.0), ["tau must be a number in (0, 1]", "2.0"]),
     ("api", "dqn-unknown-loss", lambda c: DQN(loss_function="mse"), ["loss_function", "'huber'", "'mse'"]),

@@ -6,6 +6,7 @@ import inspect
 import os
 
 import lightning.pytorch as pl
+import numpy as np
 import pytest
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
@@ -150,3 +151,32 @@ def test_ones_own_encoder_plugs_in_by_target():
     space = gym.spaces.Dict({"image": gym.spaces.Box(0, 255, (5, 5, 1), np.uint8), "v": gym.spaces.Box(-1, 1, (2,))})
     policy = model.build_policy(space, gym.spaces.Discrete(2))
     assert policy.encoder.normalizer is None and policy.encoder.cnns[0].net[0].kernel_size == (2, 2)
+
+
+def test_the_atari_experiment_trains_evaluates_and_checkpoints_end_to_end(tmp_path):
+    """Test that +experiment=ppo_atari (ale-py Breakout, the CleanRL wrapper stack, uint8 frame stacks through the
+    Nature CNN) fits, evaluates both object sets on the game's own score and keeps its wrappers in the checkpoint."""
+    overrides = [
+        "+experiment=ppo_atari",
+        "algo.total_timesteps=256",
+        "env.num_envs=2",
+        "data.rollout_steps=64",
+        "env.vectorization=sync",
+        "env.eval_interval=2",
+        "env.eval_episodes=1",
+        "env.eval_max_episode_steps=50",
+    ]
+    cfg = _compose(overrides, str(tmp_path))
+    pl.seed_everything(0)
+    model, data = build_model(cfg, save_interval=None), build_data(cfg)
+    trainer = pl.Trainer(max_epochs=-1, logger=False, enable_progress_bar=False, enable_model_summary=False,
+                         default_root_dir=str(tmp_path))  # fmt: skip
+    trainer.fit(model, data)
+    assert data.env_steps == 256
+    assert data.observation_space.shape == (4, 84, 84) and data.observation_space.dtype == np.uint8
+    assert model.policy.encoder.images[0].channels_first
+    results = {k: v for r in trainer.test(model, data, verbose=False) for k, v in r.items()}
+    assert "eval/return_mean" in results and "eval_ood/return_mean" in results
+    assert [w if isinstance(w, str) else w["wrapper"] for w in data.hparams.wrappers][-1].endswith(
+        "FrameStackObservation"
+    )

@@ -23,7 +23,8 @@ def test_sweeps_are_checked_by_their_first_value():
 
 def test_unknown_experiment_lists_the_choices():
     """Test that an unknown experiment names the close match and every option."""
-    with pytest.raises(ConfigError, match="Unknown experiment 'ppo_contnuous'.*'ppo_continuous'.*ppo, ppo_continuous"):
+    expected = "Unknown experiment 'ppo_contnuous'.*'ppo_continuous'.*Choose one of: .*ppo, .*ppo_continuous, "
+    with pytest.raises(ConfigError, match=expected):
         check_overrides(CONF, "config", ["+experiment=ppo_contnuous"])
 
 
