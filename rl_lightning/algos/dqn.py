@@ -11,11 +11,13 @@ See ``docs/algos/dqn.md``.
 from __future__ import annotations
 
 import copy
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import gymnasium as gym
 import torch
 from tensordict import TensorDict
+from torch import nn
 
 from rl_lightning.algos.base import RLModule
 from rl_lightning.algos.dqn_loss import LOSS_FUNCTIONS, dqn_loss
@@ -23,6 +25,7 @@ from rl_lightning.algos.update import adam
 from rl_lightning.checks import check_hidden_sizes, check_positive, check_positive_int, check_unit_interval
 from rl_lightning.data import ReplayDataModule
 from rl_lightning.nets.dqn import LinearSchedule, QValueNetwork
+from rl_lightning.nets.encoders import build_encoder, check_encoder_argument
 
 _TRAIN_METRICS = ("loss", "q_value", "td_error")
 
@@ -50,6 +53,12 @@ class DQN(RLModule):
         save_interval: Epochs between checkpoints (``None``: the Trainer decides).
         keep_last: Interval checkpoints kept on disk (``None``: all).
         on_nonfinite: ``"stop"`` or ``"skip"`` on a NaN or inf (see :class:`~rl_lightning.algos.RLModule`).
+        encoder: How image and ``Dict`` observations become the Q-network's input: settings of
+            the default :class:`~rl_lightning.nets.encoders.MultiInputEncoder` (Hydra:
+            ``algo.encoder.cnn_keys=[rgb]``; ``None``: chosen from the space), or one's own
+            encoder, a module or a callable that builds it from the observation space (not
+            saved in the hyperparameters; pass it again to ``load_from_checkpoint``). The
+            target network is a copy, encoder included. Vector observations do not use it.
     """
 
     datamodule_class = ReplayDataModule
@@ -72,6 +81,7 @@ class DQN(RLModule):
         save_interval: int | None = None,
         keep_last: int | None = 5,
         on_nonfinite: str = "stop",
+        encoder: dict[str, Any] | nn.Module | Callable[[gym.Space], nn.Module] | None = None,
     ):
         super().__init__(total_timesteps, save_interval, keep_last, on_nonfinite, max_grad_norm)
         check_positive(lr=lr)
@@ -83,8 +93,10 @@ class DQN(RLModule):
             raise ValueError(f"loss_function must be one of {sorted(LOSS_FUNCTIONS)}, got {loss_function!r}.")
         if max_grad_norm is not None:
             check_positive(max_grad_norm=max_grad_norm)
-        check_hidden_sizes(hidden_sizes)
-        self.save_hyperparameters()
+        check_hidden_sizes(hidden_sizes, allow_empty=True)  # []: one linear layer (on an encoder's features)
+        encoder, own_encoder = check_encoder_argument(encoder)  # checked now, before any env is made
+        self.save_hyperparameters(ignore=["encoder"] if own_encoder else None)
+        self._encoder = encoder
         self.target_net: QValueNetwork | None = None
 
     @property
@@ -97,7 +109,12 @@ class DQN(RLModule):
 
     def build_policy(self, observation_space: gym.Space, action_space: gym.Space) -> QValueNetwork:
         """The online Q-network (it acts) and its target copy (it is saved in checkpoints too)."""
-        policy = QValueNetwork(observation_space, action_space, tuple(self.hparams.hidden_sizes), self.epsilon_schedule)
+        encoder = self._encoder
+        if callable(encoder) and not isinstance(encoder, nn.Module):
+            encoder = build_encoder(encoder, observation_space, normalize_obs=False)
+        policy = QValueNetwork(
+            observation_space, action_space, tuple(self.hparams.hidden_sizes), self.epsilon_schedule, encoder
+        )
         self.target_net = copy.deepcopy(policy).requires_grad_(False)
         return policy
 

@@ -9,7 +9,7 @@ clipped loss (``rl_lightning/algos/ppo_loss.py``), backward, gradient clipping
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import gymnasium as gym
@@ -24,7 +24,7 @@ from rl_lightning.checks import check_hidden_sizes, check_non_negative, check_po
 from rl_lightning.data import RolloutDataModule, UpdatePlan
 from rl_lightning.faults import interrupt_request
 from rl_lightning.nets import ActorCritic
-from rl_lightning.nets.encoders import EncoderSettings, given_settings
+from rl_lightning.nets.encoders import build_encoder, check_encoder_argument
 
 _TRAIN_METRICS = ("policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction")
 ROLLOUT_KEYS = ("obs", "action", "log_prob", "value", "advantage", "return")
@@ -110,15 +110,7 @@ class PPO(RLModule):
         check_hidden_sizes(hidden_sizes, allow_empty=True)
         #: GAE's and the minibatch plan's settings, which the rollout stream reads (``OnPolicyLearner``).
         self.update_plan = UpdatePlan(gamma, gae_lambda, update_epochs, num_minibatches)
-        own_encoder = encoder is not None and not isinstance(encoder, Mapping)
-        if own_encoder and not callable(encoder):
-            raise TypeError(
-                f"encoder must be a mapping of encoder settings, a module or a callable that builds one from the "
-                f"observation space, got {encoder!r}."
-            )
-        if not own_encoder and encoder is not None:  # checked now, before any env is made; kept as given
-            EncoderSettings.of(encoder)
-            encoder = given_settings(encoder) or None
+        encoder, own_encoder = check_encoder_argument(encoder)  # checked now, before any env is made
         self.save_hyperparameters(ignore=["actor", "critic", *(["encoder"] if own_encoder else [])])
         self._actor, self._critic, self._encoder = actor, critic, encoder
 
@@ -134,7 +126,7 @@ class PPO(RLModule):
         hp = self.hparams
         encoder = self._encoder
         if callable(encoder) and not isinstance(encoder, nn.Module):
-            encoder = encoder(observation_space)
+            encoder = build_encoder(encoder, observation_space, hp.normalize_obs)
         return ActorCritic(observation_space, action_space, tuple(hp.hidden_sizes), self._actor, self._critic,
                            normalize_obs=hp.normalize_obs, init_log_std=hp.init_log_std, encoder=encoder)  # fmt: skip
 

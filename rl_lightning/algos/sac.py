@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import copy
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import gymnasium as gym
@@ -26,6 +26,7 @@ from rl_lightning.algos.sac_loss import SACLossTerms, sac_loss
 from rl_lightning.algos.update import adam, clear_grads
 from rl_lightning.checks import check_hidden_sizes, check_positive, check_unit_interval
 from rl_lightning.data import ReplayDataModule
+from rl_lightning.nets.encoders import build_encoder, check_encoder_argument
 from rl_lightning.nets.sac import QEnsemble, SquashedGaussianActor
 
 _TRAIN_METRICS = SACLossTerms._fields  # loss_actor, loss_qvalue, loss_alpha, alpha, entropy
@@ -48,6 +49,12 @@ class SAC(RLModule):
         save_interval: Epochs between checkpoints (``None``: the Trainer decides).
         keep_last: Interval checkpoints kept on disk (``None``: all).
         on_nonfinite: ``"stop"`` or ``"skip"`` on a NaN or inf (see :class:`~rl_lightning.algos.RLModule`).
+        encoder: How image and ``Dict`` observations become features: settings of the default
+            :class:`~rl_lightning.nets.encoders.MultiInputEncoder` (Hydra: ``algo.encoder.cnn_keys=[rgb]``;
+            ``None``: chosen from the space), or one's own encoder, a module or a callable that
+            builds it from the observation space (not saved in the hyperparameters). The actor
+            and the critics each get their own encoder (per network, as SB3's SAC by default);
+            the target critics a copy of the critics'. Vector observations do not use it.
     """
 
     datamodule_class = ReplayDataModule
@@ -67,6 +74,7 @@ class SAC(RLModule):
         save_interval: int | None = None,
         keep_last: int | None = 5,
         on_nonfinite: str = "stop",
+        encoder: dict[str, Any] | nn.Module | Callable[[gym.Space], nn.Module] | None = None,
     ):
         super().__init__(total_timesteps, save_interval, keep_last, on_nonfinite, max_grad_norm)
         check_positive(actor_lr=actor_lr, critic_lr=critic_lr, alpha_lr=alpha_lr, init_alpha=init_alpha)
@@ -74,7 +82,9 @@ class SAC(RLModule):
         if max_grad_norm is not None:
             check_positive(max_grad_norm=max_grad_norm)
         check_hidden_sizes(hidden_sizes)
-        self.save_hyperparameters()
+        encoder, own_encoder = check_encoder_argument(encoder)  # checked now, before any env is made
+        self.save_hyperparameters(ignore=["encoder"] if own_encoder else None)
+        self._encoder = encoder
         # Stepped by hand: one backward for the three losses, per-group clipping, Polyak targets.
         self.automatic_optimization = False
         # Built with the policy (they need the env's dimensions); module attributes, so they
@@ -87,8 +97,15 @@ class SAC(RLModule):
     def build_policy(self, observation_space: gym.Space, action_space: gym.Space) -> SquashedGaussianActor:
         """The acting policy; also builds the twin critics and their target copies."""
         hp = self.hparams
-        policy = SquashedGaussianActor(observation_space, action_space, tuple(hp.hidden_sizes))
-        self.critics = QEnsemble(policy.obs_dim, policy.act_dim, tuple(hp.hidden_sizes), num_nets=2)
+        actor_encoder = build_encoder(self._encoder, observation_space, normalize_obs=False)
+        # The critics' own encoder: built again from the settings or the callable; a module is copied.
+        own_module = isinstance(self._encoder, nn.Module)
+        critic_encoder = (
+            copy.deepcopy(actor_encoder) if own_module else build_encoder(self._encoder, observation_space, False)
+        )
+        policy = SquashedGaussianActor(observation_space, action_space, tuple(hp.hidden_sizes), actor_encoder)
+        critic_dim = policy.obs_dim if critic_encoder is None else int(critic_encoder.features_dim)
+        self.critics = QEnsemble(critic_dim, policy.act_dim, tuple(hp.hidden_sizes), 2, critic_encoder)
         self.target_critics = copy.deepcopy(self.critics).requires_grad_(False)
         self.target_entropy = -float(policy.act_dim) if hp.target_entropy is None else float(hp.target_entropy)
         return policy

@@ -13,8 +13,10 @@ at most one gradient step behind the learner (``tests/data/test_replay.py`` chec
 
 from __future__ import annotations
 
+import copy
 import time
 import warnings
+from collections import OrderedDict
 from collections.abc import Callable
 from fractions import Fraction
 from typing import Any
@@ -27,8 +29,10 @@ from torch.utils.data import IterableDataset
 
 from rl_lightning import fast
 from rl_lightning.data.collection import CollectionMetrics, DataCounters, to_env_action
+from rl_lightning.data.compact_replay import CompactReplayBuffer
 from rl_lightning.data.protocol import ExplorationPolicy
 from rl_lightning.envs import EnvGroup
+from rl_lightning.envs.obs import Obs, empty_obs, leaves, map_obs, storage_dtype, write_obs
 from rl_lightning.faults import interrupt_request
 
 with warnings.catch_warnings():
@@ -47,8 +51,10 @@ def make_replay_buffer(
     prioritized: bool = False,
     priority_alpha: float = 0.6,
     priority_beta: float = 0.4,
-) -> TensorDictReplayBuffer:
-    """A torchrl ``TensorDictReplayBuffer`` of ``buffer_size`` transitions.
+    optimize_memory_usage: bool = False,
+    num_envs: int = 1,
+) -> TensorDictReplayBuffer | CompactReplayBuffer:
+    """A torchrl ``TensorDictReplayBuffer`` of ``buffer_size`` transitions (or a :class:`CompactReplayBuffer` on one).
 
     Args:
         buffer_size: Capacity in transitions (per rank); the oldest are overwritten.
@@ -59,13 +65,21 @@ def make_replay_buffer(
         prioritized: Sample by priority (``PrioritizedSampler``, Schaul et al., 2016).
         priority_alpha: Prioritization exponent.
         priority_beta: Importance-sampling exponent.
+        optimize_memory_usage: Store each observation once, reading ``next_obs`` from the env's
+            next row (:mod:`rl_lightning.data.compact_replay`; SB3's spelling): half the memory of
+            image replay. Uniform sampling only.
+        num_envs: Envs writing one row each per vector step (``optimize_memory_usage``'s stride).
 
     Raises:
-        ValueError: Unknown storage.
+        ValueError: Unknown storage; prioritized replay with ``optimize_memory_usage``.
         RuntimeError: Prioritized replay where torchrl's compiled extension does not load.
     """
     if storage not in STORAGES:
         raise ValueError(f"storage must be one of {STORAGES}, got {storage!r}.")
+    if optimize_memory_usage and prioritized:
+        raise ValueError(
+            "optimize_memory_usage=true samples uniformly and cannot be combined with prioritized=true; choose one."
+        )
     store = (
         LazyTensorStorage(buffer_size)
         if storage == "memory"
@@ -82,12 +96,20 @@ def make_replay_buffer(
                 f"with this install (torch {torch.__version__}): {reason}. Install the torchrl build made for "
                 "your torch, or set prioritized=False for uniform sampling."
             ) from None
-    return TensorDictReplayBuffer(storage=store, sampler=sampler, batch_size=batch_size)
+    buffer = TensorDictReplayBuffer(storage=store, sampler=sampler, batch_size=batch_size)
+    return CompactReplayBuffer(buffer, num_envs) if optimize_memory_usage else buffer
 
 
 def _map_tensors(tree: dict[str, Any], fn: Callable[[torch.Tensor], torch.Tensor]) -> dict[str, Any]:
-    """``fn`` applied to every tensor of a nested dict (other values kept)."""
-    out = {}
+    """``fn`` applied to every tensor of a nested dict (other values kept).
+
+    A TensorDict's state (an ``OrderedDict`` of flattened keys such as ``obs.image``) keeps
+    its ``_metadata``, the batch size of each nested level, without which loading it would
+    leave the keys flat.
+    """
+    out = OrderedDict() if isinstance(tree, OrderedDict) else {}
+    if hasattr(tree, "_metadata"):
+        out._metadata = copy.deepcopy(tree._metadata)
     for key, value in tree.items():
         if isinstance(value, dict):
             value = _map_tensors(value, fn)
@@ -95,14 +117,17 @@ def _map_tensors(tree: dict[str, Any], fn: Callable[[torch.Tensor], torch.Tensor
     return out
 
 
-def buffer_state(buffer: TensorDictReplayBuffer) -> dict[str, Any]:
+def buffer_state(buffer: TensorDictReplayBuffer | CompactReplayBuffer) -> dict[str, Any]:
     """``buffer.state_dict()`` with its storage cut to the stored transitions.
 
     torchrl's state holds the storage's whole capacity: a checkpoint of a run that stored
     20k transitions in a 1M buffer carried 1M rows. Cut, it grows with what is stored
     (the README gives the bytes per transition); :func:`load_buffer_state`
-    puts the rows back into a storage of full capacity.
+    puts the rows back into a storage of full capacity. A :class:`CompactReplayBuffer` saves its rows so,
+    and what it keeps besides under ``"compact"``.
     """
+    if isinstance(buffer, CompactReplayBuffer):
+        return {**buffer_state(buffer.rows), _COMPACT: buffer.extra_state()}
     state = buffer.state_dict()
     storage = state.get("_storage")
     if isinstance(storage, dict) and isinstance(storage.get("_storage"), dict) and isinstance(storage.get("_len"), int):
@@ -112,8 +137,24 @@ def buffer_state(buffer: TensorDictReplayBuffer) -> dict[str, Any]:
     return state
 
 
-def load_buffer_state(buffer: TensorDictReplayBuffer, state: dict[str, Any]) -> None:
-    """Restore :func:`buffer_state`'s output (or a whole ``state_dict()``, as earlier versions saved it)."""
+def load_buffer_state(buffer: TensorDictReplayBuffer | CompactReplayBuffer, state: dict[str, Any]) -> None:
+    """Restore :func:`buffer_state`'s output (or a whole ``state_dict()``, as earlier versions saved it).
+
+    Raises:
+        ValueError: The state is of the other kind of buffer (``optimize_memory_usage`` changed).
+    """
+    compact = isinstance(buffer, CompactReplayBuffer)
+    if compact != (_COMPACT in state):
+        saved, now = ("true", "false") if _COMPACT in state else ("false", "true")
+        raise ValueError(
+            f"The checkpoint's replay buffer was saved with optimize_memory_usage={saved}, and this run has {now}: "
+            "the two store transitions differently. Resume with the setting the run had, or with "
+            "save_replay_buffer=false to refill the buffer."
+        )
+    if compact:
+        load_buffer_state(buffer.rows, {k: v for k, v in state.items() if k != _COMPACT})
+        buffer.load_extra_state(state[_COMPACT])
+        return
     storage = state.get("_storage")
     if isinstance(storage, dict) and _ROWS_SAVED in storage:
         capacity = buffer.storage.max_size
@@ -135,10 +176,14 @@ def load_buffer_state(buffer: TensorDictReplayBuffer, state: dict[str, Any]) -> 
 
 #: Marks a storage state cut to its stored rows (``buffer_state``).
 _ROWS_SAVED = "rl_lightning_rows_saved"
+#: The extra state of a CompactReplayBuffer in ``buffer_state``.
+_COMPACT = "compact"
 
 
-def sample_batch(buffer: TensorDictReplayBuffer) -> TensorDict:
+def sample_batch(buffer: TensorDictReplayBuffer | CompactReplayBuffer) -> TensorDict:
     """``buffer.sample()``: one batch of ``buffer.batch_size`` transitions (the fast path reads that draw itself)."""
+    if isinstance(buffer, CompactReplayBuffer):
+        return buffer.sample()
     batch = fast.sample_batch(buffer)
     return batch if batch is not None else buffer.sample()
 
@@ -147,6 +192,34 @@ def store_transitions(buffer: TensorDictReplayBuffer, transitions: TensorDict) -
     """``buffer.extend(transitions)`` (the fast path writes through the buffer's writer, to the same state)."""
     if not fast.store_transitions(buffer, transitions):
         buffer.extend(transitions)
+
+
+def stored_obs(obs: Obs) -> Obs:
+    """A copy of numpy observations as tensors in their stored dtypes: floats float32, integers (uint8 images) kept.
+
+    A copy, so the env's next step cannot write into what was stored (``to_tensor`` shares memory).
+    """
+    if isinstance(obs, np.ndarray) and obs.dtype == np.float32:  # the vector case, first
+        return torch.tensor(obs)
+    return map_obs(lambda x: torch.tensor(np.asarray(x, dtype=storage_dtype(np.asarray(x)))), obs)
+
+
+def transition_bytes(observation_space: gym.Space, action_space: gym.Space, optimize_memory_usage: bool = False) -> int:
+    """Bytes one stored transition takes: ``obs`` and ``next_obs`` in their stored dtypes, action, reward, flag.
+
+    With ``optimize_memory_usage`` the observation is stored once (plus one final observation
+    per episode end, not counted here, and one byte of bookkeeping).
+
+    uint8 images stay uint8 (an Atari frame stack of 4x84x84 is 28,224 bytes per observation),
+    float observations are float32; actions are stored as the env gives them (int64 indices,
+    float32 vectors), the reward as float32, ``terminated`` as one bool, and torchrl's row index.
+    """
+    obs = sum(int(np.prod(leaf.shape)) * leaf.dtype.itemsize for leaf in leaves(empty_obs(observation_space, (1,))))
+    action = np.asarray(gym.vector.utils.batch_space(action_space, 1).sample())
+    action_bytes = action.size * (8 if np.issubdtype(action.dtype, np.integer) else 4)
+    # + the int64 "index" column torchrl's TensorDictReplayBuffer keeps for each row.
+    rest = action_bytes + 4 + 1 + 8
+    return obs + rest + 1 if optimize_memory_usage else 2 * obs + rest
 
 
 def to_torchrl_batch(batch: TensorDict) -> TensorDict:
@@ -269,7 +342,9 @@ class ReplayDataset(IterableDataset):
         envs = self.envs
         if envs.obs is None:
             envs.reset(seed=self.reset_seed)
-        obs = torch.tensor(envs.obs, dtype=torch.float32)
+            if isinstance(self.buffer, CompactReplayBuffer):
+                self.buffer.restart()  # the step stored last (before a resume) has no next row
+        obs = stored_obs(envs.obs)
         if self._maybe_sync is not None:  # an acting copy pulls the learner's weights when due
             start = time.perf_counter()
             self._maybe_sync()
@@ -279,31 +354,35 @@ class ReplayDataset(IterableDataset):
             action = np.asarray(self.random_actions.sample())
         else:
             device = next(self.policy.parameters()).device
-            action = to_env_action(self.policy.explore(obs.to(device), self.counters.env_steps), envs.action_space)
+            policy_obs = obs.to(device) if torch.is_tensor(obs) else map_obs(lambda x: x.to(device), obs)
+            action = to_env_action(self.policy.explore(policy_obs, self.counters.env_steps), envs.action_space)
         t1 = time.perf_counter()
         step = envs.step(action)
         self._inference_seconds += t1 - t0
         self._env_seconds += time.perf_counter() - t1
-        next_obs = torch.tensor(step.obs, dtype=torch.float32)
-        for i, final in step.final_obs.items():
-            next_obs[i] = torch.as_tensor(final, dtype=torch.float32)
-        transitions = TensorDict(
-            {
-                "obs": obs,
-                "action": torch.as_tensor(action if self._action_start is None else action - self._action_start),
-                "reward": torch.as_tensor(step.reward, dtype=torch.float32),
-                "next_obs": next_obs,
-                "terminated": torch.as_tensor(step.terminated),
-            },
-            batch_size=[envs.num_envs],
-            # On the storage's device already: the buffer's write skips a device cast of the
-            # whole TensorDict (python -m benchmarks.sac_loss measures it).
-            device=self.buffer.storage.device,
-        )
-        if step.cut is not None:
-            # An episode cut short by an env fault or a skipped non-finite value has no true
-            # transition for this step (its reward and next observation are stand-ins): not stored.
-            transitions = transitions[torch.from_numpy(~step.cut)]
-        if transitions.shape[0]:
-            store_transitions(self.buffer, transitions)
+        fields = {
+            "obs": obs,
+            "action": torch.as_tensor(action if self._action_start is None else action - self._action_start),
+            "reward": torch.as_tensor(step.reward, dtype=torch.float32),
+            "terminated": torch.as_tensor(step.terminated),
+        }
+        finals = {i: stored_obs(final) for i, final in step.final_obs.items()}
+        compact = isinstance(self.buffer, CompactReplayBuffer)  # next_obs: the next row's obs, or the final one
+        if not compact:
+            fields["next_obs"] = next_obs = stored_obs(step.obs)
+            for i, final in finals.items():
+                write_obs(next_obs, i, final)
+        # On the storage's device already: the buffer's write skips a device cast of the
+        # whole TensorDict (python -m benchmarks.sac_loss measures it).
+        transitions = TensorDict(fields, batch_size=[envs.num_envs], device=self.buffer.storage.device)
+        # An episode cut short by an env fault or a skipped non-finite value has no true
+        # transition for this step (its reward and next observation are stand-ins): not stored.
+        valid = None if step.cut is None else torch.from_numpy(~step.cut)
+        if compact:
+            self.buffer.extend(transitions, finals, valid)  # cut rows are kept, marked never to be sampled
+        else:
+            if valid is not None:
+                transitions = transitions[valid]
+            if transitions.shape[0]:
+                store_transitions(self.buffer, transitions)
         self.counters.env_steps += envs.num_envs * self.world_size

@@ -2,17 +2,43 @@
 
 from __future__ import annotations
 
+import os
 import warnings
 from collections.abc import Mapping, Sequence
 from fractions import Fraction
 from typing import Any
 
 from lightning.pytorch.trainer.states import TrainerFn
+from lightning.pytorch.utilities import rank_zero_info
 from torch.utils.data import DataLoader
 
 from rl_lightning.checks import check_positive_int
 from rl_lightning.data.base import EnvDataModule, identity_collate, renamed_env_argument
-from rl_lightning.data.replay import STORAGES, ReplayDataset, buffer_state, load_buffer_state, make_replay_buffer
+from rl_lightning.data.replay import (
+    STORAGES,
+    ReplayDataset,
+    buffer_state,
+    load_buffer_state,
+    make_replay_buffer,
+    transition_bytes,
+)
+
+
+def machine_memory() -> tuple[int, int]:
+    """``(physical, available)`` bytes of memory on this machine (0 where the system does not say)."""
+    try:
+        physical = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        physical = 0
+    available = 0
+    try:
+        with open("/proc/meminfo") as meminfo:  # Linux: MemAvailable counts reclaimable caches too
+            for line in meminfo:
+                if line.startswith("MemAvailable:"):
+                    available = int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return physical, available
 
 
 class ReplayDataModule(EnvDataModule):
@@ -38,6 +64,10 @@ class ReplayDataModule(EnvDataModule):
         priority_beta: Importance-sampling exponent.
         save_replay_buffer: Put the buffer's contents in checkpoints, so a resumed run goes
             on without refilling (checkpoints grow by the buffer's size).
+        optimize_memory_usage: Store each observation once: a transition's next observation is
+            read from its env's next stored step, an episode end's from a copy kept aside
+            (:mod:`rl_lightning.data.compact_replay`; SB3's spelling). Half the memory of image
+            replay; uniform sampling only.
         obj_sets: Object sets (name -> list of variations); ``None`` takes the shipped ones.
         train_obj_set: The set training episodes are drawn from.
         eval_obj_sets: Sets evaluated at validation and test time.
@@ -79,6 +109,7 @@ class ReplayDataModule(EnvDataModule):
         priority_alpha: float = 0.6,
         priority_beta: float = 0.4,
         save_replay_buffer: bool = False,
+        optimize_memory_usage: bool = False,
         obj_sets: Mapping[str, Sequence[Any]] | None = None,
         train_obj_set: str = "train",
         eval_obj_sets: Sequence[str] = ("train", "test"),
@@ -134,8 +165,18 @@ class ReplayDataModule(EnvDataModule):
             obs_bound_mode=obs_bound_mode,
             wrappers=wrappers,
         )
+        if not isinstance(optimize_memory_usage, bool):
+            raise TypeError(f"optimize_memory_usage must be true or false, got {optimize_memory_usage!r}.")
         self.buffer = make_replay_buffer(
-            buffer_size, batch_size, storage, scratch_dir, prioritized, priority_alpha, priority_beta
+            buffer_size,
+            batch_size,
+            storage,
+            scratch_dir,
+            prioritized,
+            priority_alpha,
+            priority_beta,
+            optimize_memory_usage,
+            num_envs,
         )
         self._train_dataset: ReplayDataset | None = None
         self._restored: dict[str, Any] = {}
@@ -149,6 +190,7 @@ class ReplayDataModule(EnvDataModule):
         """The replay stream: ``steps_per_epoch`` env steps and their gradient-step batches per epoch."""
         hp = self.hparams
         if self._train_dataset is None:
+            self.check_buffer_memory()
             self._train_dataset = ReplayDataset(
                 self.train_envs,
                 self._policy(),
@@ -168,6 +210,49 @@ class ReplayDataModule(EnvDataModule):
         else:  # a later fit with this data module: act with what the algorithm acts with now
             self._train_dataset.set_policy(self._policy())
         return DataLoader(self._train_dataset, batch_size=None, collate_fn=identity_collate)
+
+    @property
+    def transition_bytes(self) -> int:
+        """Bytes one stored transition takes with the training envs' spaces (see ``data.replay.transition_bytes``)."""
+        envs = self.train_envs
+        return transition_bytes(envs.observation_space, envs.action_space, self.hparams.optimize_memory_usage)
+
+    def check_buffer_memory(self) -> None:
+        """Report what the full buffer will take; refuse, before any env step, an in-memory one larger than RAM.
+
+        The storage is allocated at the first write for the whole capacity (torchrl's lazy
+        storages), so a buffer that cannot fit would otherwise fail, or be killed, mid-run.
+
+        Raises:
+            MemoryError: ``buffer_size`` transitions in memory exceed this machine's memory.
+        """
+        hp = self.hparams
+        per_transition = self.transition_bytes
+        total = per_transition * hp.buffer_size
+        rank_zero_info(
+            f"Replay buffer ({hp.storage}): {hp.buffer_size:,} transitions x {per_transition:,} bytes = "
+            f"{total / 1e9:.2f} GB per rank."
+        )
+        if hp.storage != "memory":
+            return
+        physical, available = machine_memory()
+        fix = (
+            f"lower data.buffer_size (it fits about {int(available // per_transition):,}), or set data.storage=memmap "
+            "to keep the buffer in memory-mapped files (data.scratch_dir on a large disk)"
+        )
+        if not hp.optimize_memory_usage:
+            fix += ", or set data.optimize_memory_usage=true to store each observation once"
+        if physical and total > physical:
+            raise MemoryError(
+                f"The replay buffer needs {total / 1e9:.1f} GB ({hp.buffer_size:,} transitions x {per_transition:,} "
+                f"bytes), more than this machine's {physical / 1e9:.1f} GB of memory. Fix: {fix}."
+            )
+        if available and total > available:
+            warnings.warn(
+                f"The replay buffer will take {total / 1e9:.1f} GB once full, more than the {available / 1e9:.1f} GB "
+                f"of memory available now. If the run is killed for memory: {fix}.",
+                stacklevel=2,
+            )
 
     # ---------------------------------------------------------------- checkpointing
     def rank_state_dict(self) -> dict[str, Any]:

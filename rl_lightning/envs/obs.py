@@ -36,8 +36,9 @@ def leaves(obs: Obs) -> list[Any]:
     return [obs]
 
 
-def storage_dtype(space: gym.Space) -> np.dtype:
-    """The dtype a leaf of ``space`` is stored in: float32 for floats, its own dtype otherwise (uint8 stays uint8)."""
+def storage_dtype(space: gym.Space | np.ndarray) -> np.dtype:
+    """The dtype a leaf of ``space`` (or an array) is stored in: float32 for floats, its own dtype otherwise
+    (uint8 stays uint8)."""
     dtype = np.dtype(space.dtype)
     return np.dtype(np.float32) if np.issubdtype(dtype, np.floating) else dtype
 

@@ -396,3 +396,47 @@ class MultiInputEncoder(nn.Module):
         """Merge raw observations into the statistics of the ``Box`` vector keys (images and one-hots have none)."""
         if self.normalizer is not None:
             self.normalizer.update(self.box_part(obs))
+
+
+#: What an algorithm's ``encoder`` argument may be: settings, a module, or a callable building one from the space.
+EncoderArgument = Any
+
+
+def check_encoder_argument(encoder: EncoderArgument) -> tuple[EncoderArgument, bool]:
+    """An algorithm's ``encoder`` argument, checked before any env is made: ``(value to keep, is one's own)``.
+
+    Settings (a mapping) are checked and kept as the given entries (``None`` when none is
+    given), so hyperparameters list what the user set; one's own encoder (a module, or a
+    callable that builds one from the observation space) is kept as it is and not saved
+    with the hyperparameters.
+
+    Raises:
+        TypeError: Neither a mapping, a module nor a callable.
+        ValueError: Unknown or impossible settings.
+    """
+    own = encoder is not None and not isinstance(encoder, Mapping)
+    if own and not callable(encoder):
+        raise TypeError(
+            f"encoder must be a mapping of encoder settings, a module or a callable that builds one from the "
+            f"observation space, got {encoder!r}."
+        )
+    if not own and encoder is not None:
+        EncoderSettings.of(encoder)
+        encoder = given_settings(encoder) or None
+    return encoder, own
+
+
+def build_encoder(encoder: EncoderArgument, observation_space: gym.Space, normalize_obs: bool) -> nn.Module | None:
+    """The encoder a network reads raw observations through, or ``None`` for the flat vector path.
+
+    One's own encoder is built by calling it with the space (a module is used as it is);
+    settings (or ``None``) give a :class:`MultiInputEncoder` where the space needs one
+    (:func:`needs_encoder`: images, ``Dict``), else ``None``.
+    """
+    if isinstance(encoder, nn.Module):
+        return encoder
+    if callable(encoder):
+        return encoder(observation_space)
+    if needs_encoder(observation_space):
+        return MultiInputEncoder(observation_space, encoder, normalize_obs)
+    return None

@@ -22,6 +22,8 @@ from torch import nn
 from torch.nn import functional as F
 
 from rl_lightning import fast
+from rl_lightning.envs.obs import Obs
+from rl_lightning.nets.encoders import EncoderSettings, build_encoder
 from rl_lightning.nets.mlp import mlp, weight_dtype
 
 with warnings.catch_warnings():
@@ -31,10 +33,10 @@ with warnings.catch_warnings():
 
 def check_continuous_spaces(observation_space: gym.Space, action_space: gym.Space) -> None:
     """Raise a clear error for spaces SAC cannot handle."""
-    if not isinstance(observation_space, gym.spaces.Box) or len(observation_space.shape) != 1:
+    if not isinstance(observation_space, (gym.spaces.Box, gym.spaces.Dict)):
         raise TypeError(
-            f"SAC needs a 1-D Box observation space, got {observation_space}. Image and Dict observations are "
-            "PPO's so far (algo=ppo); or flatten them: env.wrappers=[gymnasium.wrappers.FlattenObservation]."
+            f"SAC needs a Box (vectors, images) or Dict observation space, got {observation_space}. Turn it into one "
+            "with a gymnasium.ObservationWrapper (or env.wrappers=[gymnasium.wrappers.FlattenObservation])."
         )
     if not isinstance(action_space, gym.spaces.Box) or len(action_space.shape) != 1:
         raise TypeError(f"SAC acts in a 1-D Box action space, got {action_space}. For discrete actions use PPO.")
@@ -120,30 +122,46 @@ class QEnsemble(nn.Module):
     path calls the layers. Initialized from ``num_nets`` independently initialized
     :class:`QNetwork` s.
 
+    Images and ``Dict`` observations go through the critics' own ``encoder`` first (one,
+    shared by the twin critics, separate from the actor's: SB3's SAC with
+    ``share_features_extractor=False``); the critics' loss trains it.
+
     Args:
-        obs_dim: Observation width.
+        obs_dim: Observation width (the encoder's ``features_dim`` where there is one).
         act_dim: Action width.
         hidden_sizes: Hidden widths (ReLU between layers).
         num_nets: Number of critics.
+        encoder: Maps raw observations to features ``[B, obs_dim]``; ``None``: vectors go in as they are.
     """
 
-    def __init__(self, obs_dim: int, act_dim: int, hidden_sizes: Sequence[int], num_nets: int = 2):
+    def __init__(
+        self,
+        obs_dim: int,
+        act_dim: int,
+        hidden_sizes: Sequence[int],
+        num_nets: int = 2,
+        encoder: nn.Module | None = None,
+    ):
         super().__init__()
         nets = [QNetwork(obs_dim, act_dim, hidden_sizes) for _ in range(num_nets)]
         linears = [[m for m in net.net if isinstance(m, nn.Linear)] for net in nets]
         self.layers = nn.ModuleList(StackedLinear([net[i] for net in linears]) for i in range(len(linears[0])))
         self.num_nets = num_nets
+        self.encoder = encoder
 
-    def forward(self, obs: torch.Tensor, action: torch.Tensor, detach_params: bool = False) -> torch.Tensor:
+    def forward(
+        self, obs: Obs, action: torch.Tensor, detach_params: bool = False, encoded: bool = False
+    ) -> torch.Tensor:
         """Q-values ``[num_nets, B]`` for observations ``[B, obs_dim]`` and actions ``[B, act_dim]``.
 
         Args:
-            obs: Observations ``[B, obs_dim]``.
+            obs: Observations ``[B, obs_dim]`` (raw images or a mapping where there is an encoder).
             action: Actions ``[B, act_dim]``.
             detach_params: Use detached weights, so gradients reach the inputs only (SAC's
                 actor loss, where the critics are held fixed).
+            encoded: ``obs`` are the encoder's features already.
         """
-        x = self._input(obs, action)
+        x = self._input(obs, action, encoded)
         out = fast.ensemble_forward(self.layers, x, detach_params)
         if out is None:
             *hidden, last = self.layers
@@ -158,11 +176,21 @@ class QEnsemble(nn.Module):
         The fast path's backward runs each critic over the rows where it gave the minimum
         only (:func:`rl_lightning.fast.ensemble_min`; the same values and gradients).
         """
-        out = fast.ensemble_min(self.layers, self._input(obs, action))
-        return out if out is not None else self(obs, action, detach_params=True).min(0).values
+        if self.encoder is not None:
+            with torch.no_grad():  # the critics, their encoder included, are held fixed
+                obs = self.encoder(obs)
+        out = fast.ensemble_min(self.layers, self._input(obs, action, encoded=True))
+        if out is not None:
+            return out
+        return self(obs, action, detach_params=True, encoded=True).min(0).values
 
-    def _input(self, obs: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
-        """``[obs, action]`` for every critic: ``[num_nets, B, obs_dim + act_dim]`` (one copy, expanded)."""
+    def _input(self, obs: Obs, action: torch.Tensor, encoded: bool = False) -> torch.Tensor:
+        """``[features, action]`` for every critic: ``[num_nets, B, obs_dim + act_dim]`` (one copy, expanded).
+
+        ``encoded``: ``obs`` are the encoder's features already.
+        """
+        if self.encoder is not None and not encoded:
+            obs = self.encoder(obs)
         return torch.cat([obs, action], dim=-1).expand(self.num_nets, -1, -1)
 
 
@@ -170,31 +198,47 @@ class SquashedGaussianActor(nn.Module):
     """SAC's policy: a Gaussian squashed by tanh into the action bounds.
 
     Args:
-        observation_space: A 1-D ``Box``.
+        observation_space: A ``Box`` (vectors are flattened; images go through the encoder) or a ``Dict``.
         action_space: A 1-D ``Box`` with finite bounds (actions are squashed into them).
         hidden_sizes: Hidden widths (ReLU, as in the SAC paper).
+        encoder: For image and ``Dict`` observations: settings of the default
+            :class:`~rl_lightning.nets.encoders.MultiInputEncoder` (``None``: chosen from the
+            space) or one's own module (:func:`~rl_lightning.nets.encoders.build_encoder`). The
+            actor's own: the critics have theirs (:class:`QEnsemble`).
     """
 
-    def __init__(self, observation_space: gym.Space, action_space: gym.Space, hidden_sizes: Sequence[int] = (256, 256)):
+    def __init__(
+        self,
+        observation_space: gym.Space,
+        action_space: gym.Space,
+        hidden_sizes: Sequence[int] = (256, 256),
+        encoder: EncoderSettings | dict | nn.Module | None = None,
+    ):
         super().__init__()
         check_continuous_spaces(observation_space, action_space)
-        obs_dim, act_dim = observation_space.shape[0], action_space.shape[0]
+        self.encoder = build_encoder(encoder, observation_space, normalize_obs=False)
+        obs_dim = int(np.prod(observation_space.shape)) if self.encoder is None else int(self.encoder.features_dim)
+        act_dim = action_space.shape[0]
         self.obs_dim, self.act_dim = obs_dim, act_dim
         self.net = nn.Sequential(mlp(obs_dim, hidden_sizes, 2 * act_dim, activation=nn.ReLU), NormalParamExtractor())
         self.register_buffer("low", torch.as_tensor(action_space.low, dtype=torch.float32))
         self.register_buffer("high", torch.as_tensor(action_space.high, dtype=torch.float32))
 
-    def _loc_scale(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def _loc_scale(self, obs: Obs) -> tuple[torch.Tensor, torch.Tensor]:
         # In the weights' dtype (bf16 in a reduced-precision acting copy), out in float32.
-        loc, scale = self.net(obs.to(weight_dtype(self)))
+        if self.encoder is not None:
+            x = self.encoder(obs)
+        else:
+            x = obs.reshape(obs.shape[0], self.obs_dim).to(weight_dtype(self))
+        loc, scale = self.net(x)
         return loc.float(), scale.float()
 
-    def distribution(self, obs: torch.Tensor) -> TanhNormal:
+    def distribution(self, obs: Obs) -> TanhNormal:
         """The policy's action distribution for observations ``[B, obs_dim]``."""
         loc, scale = self._loc_scale(obs)
         return TanhNormal(loc, scale, low=self.low, high=self.high)
 
-    def rsample(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def rsample(self, obs: Obs) -> tuple[torch.Tensor, torch.Tensor]:
         """Reparameterized actions ``[B, act_dim]`` and their log-probabilities ``[B]`` (the loss's draws).
 
         The noise is one ``normal_`` draw of ``[B, act_dim]``, the draw torchrl's
@@ -203,7 +247,7 @@ class SquashedGaussianActor(nn.Module):
         loc, scale = self._loc_scale(obs)
         return squashed_gaussian_sample(loc, scale, torch.empty_like(loc).normal_(), self.low, self.high)
 
-    def explore(self, obs: torch.Tensor, env_steps: int = 0) -> torch.Tensor:
+    def explore(self, obs: Obs, env_steps: int = 0) -> torch.Tensor:
         """Sampled actions ``[B, act_dim]`` within the bounds (exploration while collecting; no schedule)."""
         # The squashed sample on tensors, the same draw as TanhNormal(loc, scale).sample()
         # (torch.normal(loc, scale), then tanh into the bounds): building torchrl's TanhNormal
@@ -211,7 +255,7 @@ class SquashedGaussianActor(nn.Module):
         loc, scale = self._loc_scale(obs)
         return _squash(torch.normal(loc, scale), self.low, self.high)
 
-    def act(self, obs: torch.Tensor, deterministic: bool = True) -> tuple[torch.Tensor, None, None]:
+    def act(self, obs: Obs, deterministic: bool = True) -> tuple[torch.Tensor, None, None]:
         """Actions for evaluation and deployment: the squashed mean, or a sample.
 
         Returns ``(action, None, None)``: the evaluation protocol's log-prob and value slots
@@ -222,6 +266,6 @@ class SquashedGaussianActor(nn.Module):
         loc, _ = self._loc_scale(obs)
         return self.low + (torch.tanh(loc) + 1) * (self.high - self.low) / 2, None, None
 
-    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+    def forward(self, obs: Obs) -> torch.Tensor:
         """Deterministic actions for observations ``[B, obs_dim]``."""
         return self.act(obs)[0]

@@ -229,3 +229,44 @@ def test_gradient_accumulation_is_refused():
     trainer = quiet_trainer(accumulate_grad_batches=2, max_epochs=1)
     with pytest.raises(ValueError, match="accumulate_grad_batches=2"):
         trainer.fit(DQN(hidden_sizes=[16, 16], total_timesteps=1000), small_data())
+
+
+PIXEL_SETS = {"train": [{"seeds": [0, 1000]}], "test": [{"seeds": [1000, 2000]}]}
+SMALL_CNN = {"cnn_channels": [4], "cnn_kernels": [2], "cnn_strides": [1], "cnn_features": 8}
+
+
+@pytest.mark.parametrize("optimize_memory_usage", [False, True])
+def test_dqn_on_dict_images_resumes_its_uint8_replay_buffer_and_predicts_dicts(optimize_memory_usage, tmp_path):
+    """Test that DQN fits a Dict task with a uint8 image through the encoder, that a resume restores the image
+    replay buffer (uint8, per key) and the target network, encoder included, and that the loaded checkpoint
+    predicts from a dict of arrays."""
+    from tests.envs.pixel_goal import ENV_ID
+
+    data_kwargs = {
+        "env_id": f"tests.envs.pixel_goal:{ENV_ID}", "obj_sets": PIXEL_SETS, "save_replay_buffer": True,
+        "optimize_memory_usage": optimize_memory_usage, "num_envs": 2,
+    }  # fmt: skip
+    kwargs = {"model_kwargs": {"save_interval": 1, "encoder": SMALL_CNN}, "data_kwargs": data_kwargs}
+    model, data, trainer = fit(tmp_path, max_epochs=2, **kwargs)
+    assert model.policy.encoder is not None and model.target_net.encoder is not model.policy.encoder
+    stored = data.buffer.storage[:]["obs"]
+    assert stored["image"].dtype == torch.uint8 and stored["position"].dtype == torch.float32
+    assert ("next_obs" in data.buffer.storage[:].keys()) != optimize_memory_usage
+    saved_target = [p.detach().clone() for p in model.target_net.encoder.parameters()]
+    spy = _ResumeSpy()
+    ckpt = os.path.join(tmp_path, "checkpoints", "last.ckpt")
+    fit(tmp_path, max_epochs=3, ckpt_path=ckpt, callbacks=[spy], **kwargs)
+    torch.testing.assert_close(spy.buffer["obs"]["image"], stored["image"][: len(spy.buffer)])
+    assert spy.buffer["obs"]["image"].dtype == torch.uint8
+    restored_target = spy.target[: len(saved_target)]
+    for restored, saved in zip(restored_target, saved_target, strict=True):
+        torch.testing.assert_close(restored, saved)
+    loaded = DQN.load_from_checkpoint(ckpt)
+    rng = np.random.default_rng(0)
+    obs = {
+        "image": rng.integers(0, 256, (6, 5, 5, 1), dtype=np.uint8),
+        "position": rng.random((6, 2), dtype=np.float32),
+    }
+    expected = model.policy({k: torch.as_tensor(v) for k, v in obs.items()}).argmax(-1).numpy()
+    np.testing.assert_array_equal(loaded.predict(obs), expected)
+    data.close()

@@ -1,6 +1,7 @@
-"""Learning test: DQN reaches the off-policy issue's threshold on CartPole-v1 (slow; not in CI).
+"""Learning tests: DQN reaches the off-policy issue's threshold on CartPole-v1 (slow; not in CI), and learns a Dict
+image task (slow; in CI).
 
-About 7 minutes on a 2-core CPU machine: run with ``pytest -m slow``. It runs the ``dqn``
+The CartPole test takes about 7 minutes on a 2-core CPU machine: run with ``pytest -m slow``. It runs the ``dqn``
 experiment as ``train.py`` does (``launch.app.train``): the final test evaluates
 ``best.ckpt``, chosen by the train set's evaluations, on episodes other than those.
 """
@@ -26,3 +27,41 @@ def test_dqn_reaches_475_on_cartpole_within_100k_steps(tmp_path):
     assert summary.tested_checkpoint == os.path.join(str(tmp_path), "checkpoints", "best.ckpt")
     assert summary.eval_return >= 475, summary
     assert summary.eval_ood_return is not None
+
+
+def _pixel_goal(encoder: dict) -> dict[str, float]:
+    """DQN on the tests' Dict task (a 5x5 goal image and a position vector) for 20,000 env steps."""
+    import lightning.pytorch as pl
+
+    from rl_lightning import DQN, ReplayDataModule
+    from tests.envs.pixel_goal import ENV_ID
+
+    pl.seed_everything(0)
+    model = DQN(
+        lr=5e-4, gamma=0.95, total_timesteps=20_000, encoder=encoder, hidden_sizes=[64], target_update_interval=250,
+        exploration_fraction=0.3, exploration_final_eps=0.02,
+    )  # fmt: skip
+    data = ReplayDataModule(
+        env_id=f"tests.envs.pixel_goal:{ENV_ID}", num_envs=4, steps_per_epoch=1000, learning_starts=1000,
+        utd_ratio=0.25, batch_size=64, buffer_size=20_000, optimize_memory_usage=True, seed=0,
+        obj_sets={"train": [{"seeds": [0, 1000]}], "test": [{"seeds": [1000, 2000]}]}, eval_interval=5,
+        eval_episodes=20,
+    )  # fmt: skip
+    trainer = pl.Trainer(
+        max_epochs=-1, logger=False, enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False
+    )
+    trainer.fit(model, data)
+    return {k: float(v) for r in trainer.test(model, data, verbose=False) for k, v in r.items()}
+
+
+@pytest.mark.slow
+@pytest.mark.ci
+def test_dqn_learns_a_dict_task_through_the_cnn_within_20k_steps():
+    """Test that DQN with a CNN on the image key (the compact replay buffer) solves PixelGoal (success >= 0.95 on
+    both sets), and that without the image it cannot (so the image, through the CNN, is what it learned from)."""
+    cnn = {"cnn_channels": [16, 32], "cnn_kernels": [2, 2], "cnn_strides": [1, 1], "cnn_features": 64}
+    metrics = _pixel_goal(cnn)
+    assert metrics["eval/success_rate"] >= 0.95, metrics
+    assert metrics["eval_ood/success_rate"] >= 0.95, metrics
+    blind = _pixel_goal({"mlp_keys": ["position"]})
+    assert blind["eval/success_rate"] < 0.8, blind

@@ -24,12 +24,21 @@ class PixelGoalEnv(gym.Env):
         size: Grid side (the image is ``size x size x 1``).
         nan_at: Episode step whose position is NaN (the tests of the NaN checks); ``None``: never.
         position_scale: Factor on the position vector (the tests of ``obs_bound``).
+        continuous: Actions are a ``Box(-1, 1, (2,))`` (SAC's tests): each entry beyond 1/3 in
+            size moves the agent one cell along its axis, so a diagonal step is one action.
     """
 
     metadata = {"render_modes": ["rgb_array"], "render_fps": 10}
 
-    def __init__(self, size: int = 5, nan_at: int | None = None, position_scale: float = 1.0, render_mode=None):
-        self.size = size
+    def __init__(
+        self,
+        size: int = 5,
+        nan_at: int | None = None,
+        position_scale: float = 1.0,
+        continuous: bool = False,
+        render_mode=None,
+    ):
+        self.size, self.continuous = size, continuous
         self.nan_at, self.position_scale = nan_at, position_scale
         self._t = 0
         self.render_mode = render_mode
@@ -39,7 +48,7 @@ class PixelGoalEnv(gym.Env):
                 "position": gym.spaces.Box(0.0, position_scale, (2,), np.float32),
             }
         )
-        self.action_space = gym.spaces.Discrete(4)
+        self.action_space = gym.spaces.Box(-1.0, 1.0, (2,), np.float32) if continuous else gym.spaces.Discrete(4)
 
     def _obs(self):
         image = np.zeros((self.size, self.size, 1), np.uint8)
@@ -60,7 +69,11 @@ class PixelGoalEnv(gym.Env):
 
     def step(self, action):
         self._t += 1
-        self._agent = np.clip(self._agent + _MOVES[int(action)], 0, self.size - 1)
+        if self.continuous:
+            move = np.sign(action) * (np.abs(action) > 1 / 3)
+        else:
+            move = _MOVES[int(action)]
+        self._agent = np.clip(self._agent + move.astype(int), 0, self.size - 1)
         reached = bool((self._agent == self._goal).all())
         return self._obs(), (1.0 if reached else -0.01), reached, False, {"is_success": reached}
 

@@ -130,10 +130,10 @@ def test_fire_reset_presses_fire_and_refuses_games_without_it():
 
 
 @pytest.mark.parametrize("algo", ["SAC", "DQN"])
-def test_off_policy_algorithms_refuse_image_and_dict_observations_naming_the_way_out(algo):
+def test_off_policy_algorithms_refuse_tuple_observations_naming_the_way_out(algo):
     import rl_lightning
 
     action = gym.spaces.Box(-1, 1, (2,)) if algo == "SAC" else gym.spaces.Discrete(2)
-    obs = gym.spaces.Dict({"image": gym.spaces.Box(0, 255, (4, 84, 84), np.uint8)})
-    with pytest.raises(TypeError, match=r"needs a 1-D Box.*algo=ppo.*FlattenObservation"):
+    obs = gym.spaces.Tuple([gym.spaces.Box(0, 255, (4, 84, 84), np.uint8)])
+    with pytest.raises(TypeError, match=r"needs a Box \(vectors, images\) or Dict.*FlattenObservation"):
         getattr(rl_lightning, algo)().build_policy(obs, action)

@@ -8,6 +8,7 @@ import os
 import lightning.pytorch as pl
 import numpy as np
 import pytest
+import torch
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
@@ -180,3 +181,33 @@ def test_the_atari_experiment_trains_evaluates_and_checkpoints_end_to_end(tmp_pa
     assert [w if isinstance(w, str) else w["wrapper"] for w in data.hparams.wrappers][-1].endswith(
         "FrameStackObservation"
     )
+
+
+def test_the_atari_dqn_experiment_trains_on_uint8_frames_in_a_compact_buffer(tmp_path):
+    """Test that +experiment=dqn_atari (RL-Zoo's Atari settings) learns from the Nature CNN over uint8 frame stacks
+    stored once each (optimize_memory_usage), and reports a 100k buffer well under 4 GB."""
+    overrides = [
+        "+experiment=dqn_atari",
+        "algo.total_timesteps=300",
+        "data.steps_per_epoch=100",
+        "data.learning_starts=100",
+        "data.buffer_size=1000",
+        "env.eval_interval=3",
+        "env.eval_episodes=1",
+        "env.eval_max_episode_steps=30",
+    ]
+    cfg = _compose(overrides, str(tmp_path))
+    pl.seed_everything(0)
+    model, data = build_model(cfg, save_interval=None), build_data(cfg)
+    trainer = pl.Trainer(max_epochs=-1, logger=False, enable_progress_bar=False, enable_model_summary=False,
+                         default_root_dir=str(tmp_path))  # fmt: skip
+    trainer.fit(model, data)
+    assert data.env_steps == 300 and trainer.global_step == 200 // 4
+    storage = data.buffer.storage[:300]
+    assert storage["obs"].dtype == torch.uint8 and storage["obs"].shape[1:] == (4, 84, 84)
+    assert "next_obs" not in storage.keys()
+    assert [type(m).__name__ for m in model.policy.net] == ["Linear"]
+    full_buffer = 100_000 * data.transition_bytes
+    assert 2.8e9 < full_buffer < 2.9e9  # frames once: 4 x 84 x 84 bytes + 22 per transition
+    results = {k: v for r in trainer.test(model, data, verbose=False) for k, v in r.items()}
+    assert "eval/return_mean" in results and "eval_ood/return_mean" in results
