@@ -4,7 +4,8 @@ Written in the single-file style of CleanRL's ``ppo.py`` (the structure most RL 
 would write by hand): per-step numpy <-> torch conversions, a preallocated rollout buffer,
 GAE in a Python loop over time, shuffled minibatches, Adam with ``eps=1e-5``, linear
 learning-rate annealing, advantage normalization, clipped value loss, global gradient
-clipping. Orthogonal initialization as in CleanRL's ``layer_init``. No Lightning, no
+clipping. Orthogonal initialization as in CleanRL's ``layer_init``. On image observations it
+is CleanRL's ``ppo_atari.py`` (:class:`AtariAgent`; ``benchmarks/atari.py``). No Lightning, no
 torchrl, no logging. ``benchmarks/run.py`` times it against rl_lightning and
 Stable-Baselines3 at identical hyperparameters; it is not part of the package.
 """
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from collections.abc import Callable
 
 import gymnasium as gym
 import numpy as np
@@ -66,15 +68,62 @@ class Agent(nn.Module):
         return action, dist.log_prob(action), dist.entropy(), self.critic(x)
 
 
-def train(settings: PPOSettings, total_timesteps: int, seed: int) -> dict[str, float]:
-    """Train for ``total_timesteps`` env steps; returns env steps, seconds and env-steps/s."""
+class AtariAgent(nn.Module):
+    """CleanRL's ``ppo_atari.py`` agent: the Nature CNN (Mnih et al., 2015) on frames scaled by 1/255,
+    shared by a linear actor and a linear critic."""
+
+    def __init__(self, n_actions: int, channels: int = 4):
+        super().__init__()
+        self.network = nn.Sequential(
+            layer_conv(channels, 32, 8, 4),
+            nn.ReLU(),
+            layer_conv(32, 64, 4, 2),
+            nn.ReLU(),
+            layer_conv(64, 64, 3, 1),
+            nn.ReLU(),
+            nn.Flatten(),
+            layer(64 * 7 * 7, 512),
+            nn.ReLU(),
+        )
+        self.actor = layer(512, n_actions, 0.01)
+        self.critic = layer(512, 1, 1.0)
+
+    def value(self, x: torch.Tensor) -> torch.Tensor:
+        return self.critic(self.network(x / 255.0))
+
+    def act(self, x: torch.Tensor, action: torch.Tensor | None = None):
+        hidden = self.network(x / 255.0)
+        dist = Categorical(logits=self.actor(hidden))
+        if action is None:
+            action = dist.sample()
+        return action, dist.log_prob(action), dist.entropy(), self.critic(hidden)
+
+
+def layer_conv(in_channels: int, out_channels: int, kernel: int, stride: int) -> nn.Conv2d:
+    """Convolution with orthogonal weights (gain sqrt 2) and zero bias, as CleanRL's ``layer_init``."""
+    conv = nn.Conv2d(in_channels, out_channels, kernel, stride)
+    nn.init.orthogonal_(conv.weight, np.sqrt(2))
+    nn.init.zeros_(conv.bias)
+    return conv
+
+
+def train(
+    settings: PPOSettings, total_timesteps: int, seed: int, make_env: Callable[[], gym.Env] | None = None
+) -> dict[str, float]:
+    """Train for ``total_timesteps`` env steps; returns env steps, seconds and env-steps/s.
+
+    ``make_env`` builds one env (default: ``gym.make(settings.env_id)`` with episode statistics); image observations
+    (rank 3) get :class:`AtariAgent`, vectors :class:`Agent`.
+    """
     s = settings
     torch.manual_seed(seed)
     np.random.seed(seed)
-    envs = gym.vector.SyncVectorEnv(
-        [lambda: gym.wrappers.RecordEpisodeStatistics(gym.make(s.env_id)) for _ in range(s.num_envs)]
-    )
-    agent = Agent(int(np.prod(envs.single_observation_space.shape)), int(envs.single_action_space.n))
+    if make_env is None:
+        make_env = lambda: gym.wrappers.RecordEpisodeStatistics(gym.make(s.env_id))  # noqa: E731
+    envs = gym.vector.SyncVectorEnv([make_env] * s.num_envs)
+    obs_shape = envs.single_observation_space.shape
+    n_actions = int(envs.single_action_space.n)
+    agent = AtariAgent(n_actions, obs_shape[0]) if len(obs_shape) == 3 else Agent(int(np.prod(obs_shape)), n_actions)
     optimizer = torch.optim.Adam(agent.parameters(), lr=s.lr, eps=1e-5)
     T, N = s.rollout_steps, s.num_envs
     batch_size = T * N
@@ -114,7 +163,7 @@ def train(settings: PPOSettings, total_timesteps: int, seed: int) -> dict[str, f
                 delta = rewards[t] + s.gamma * following * not_done - values[t]
                 advantages[t] = last = delta + s.gamma * s.gae_lambda * not_done * last
             returns = advantages + values
-        b_obs = obs.reshape(batch_size, -1)
+        b_obs = obs.reshape(batch_size, *obs_shape)
         b_actions, b_log_probs = actions.reshape(-1), log_probs.reshape(-1)
         b_advantages, b_returns, b_values = advantages.reshape(-1), returns.reshape(-1), values.reshape(-1)
         for _ in range(s.update_epochs):

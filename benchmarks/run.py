@@ -1,7 +1,7 @@
 """The benchmark runner: rl_lightning against Stable-Baselines3, a plain PyTorch loop and the env ceiling.
 
     pip install -e ".[bench]"
-    python -m benchmarks.run [--quick] [--suites ppo,solve,offpolicy,ceiling,scaling] [--repeats 3] [--out DIR]
+    python -m benchmarks.run [--quick] [--suites ppo,solve,offpolicy,ceiling,scaling,atari] [--repeats 3] [--out DIR]
 
 Suites (all in one invocation, contenders alternating within every repeat so a shared
 machine's noise falls on all of them alike; medians, ranges and ratios reported):
@@ -17,6 +17,9 @@ machine's noise falls on all of them alike; medians, ranges and ratios reported)
   sync): the most any training loop could reach; the PPO figures are reported as a share of it.
 - ``scaling``: env-steps/s as ``num_envs`` grows, sync and async, CartPole and HalfCheetah
   (``benchmarks/env_scaling.py``), drawn to ``DIR/env_scaling.png``.
+- ``atari`` (not in the default set: it needs ``pip install -e ".[envs]"`` and 5 minutes):
+  PPO on Breakout at CleanRL's ``ppo_atari.py`` settings against Stable-Baselines3's
+  ``CnnPolicy`` and CleanRL's loop (``benchmarks/atari.py``).
 
 Writes ``DIR/results.json`` (every measurement, thread counts, machine and versions) and
 ``DIR/results.md`` (the tables); prints the tables. The full run takes about 15 minutes on
@@ -48,6 +51,7 @@ SIZES = {
     "dqn_env_steps": (6_000, 2_000),
     "sac_env_steps": (2_100, 600),
     "solve_seeds": (3, 1),
+    "atari_env_steps": (4_096, 1_024),
 }
 
 
@@ -223,6 +227,26 @@ def suite_offpolicy(quick: bool, repeats: int, report: dict) -> list[str]:
     return lines
 
 
+def suite_atari(quick: bool, repeats: int, report: dict) -> list[str]:
+    from benchmarks import atari
+
+    steps = SIZES["atari_env_steps"][quick]
+    print(f"atari: PPO Breakout, CleanRL's ppo_atari.py settings, {steps} env steps per run", flush=True)
+    atari.warm_up()
+    results = alternate(
+        {name: (lambda seed, run=run: run(steps, seed)) for name, run in atari.CONTENDERS.items()}, repeats
+    )
+    summary = summarize(results, "env_steps_per_second")
+    report["atari"] = {"env_steps": steps, "runs": results, "env_steps_per_second": summary}
+    return [
+        f"### PPO, ALE/Breakout-v5, CleanRL's ppo_atari.py settings ({steps} env steps per run, {repeats} repeats)",
+        table("PPO", summary, "env-steps/s", ["stable_baselines3", "cleanrl_style"]),
+        "",
+        paired(results, "env_steps_per_second", "rl_lightning", "stable_baselines3"),
+        paired(results, "env_steps_per_second", "rl_lightning", "cleanrl_style"),
+    ]
+
+
 def suite_ceiling(quick: bool, repeats: int, report: dict) -> list[str]:
     from benchmarks.env_scaling import library_env_steps_per_second, raw_env_steps_per_second
 
@@ -285,13 +309,17 @@ def suite_scaling(quick: bool, repeats: int, report: dict, out: str) -> list[str
     return lines
 
 
-SUITES = ("ppo", "solve", "offpolicy", "ceiling", "scaling")
+SUITES = ("ppo", "solve", "offpolicy", "ceiling", "scaling", "atari")
+#: What runs without --suites (atari needs the envs extra and minutes more).
+DEFAULT_SUITES = ("ppo", "solve", "offpolicy", "ceiling", "scaling")
 
 
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="short runs, fewer seeds (under 3 minutes)")
-    parser.add_argument("--suites", default=",".join(SUITES), help=f"comma-separated subset of {','.join(SUITES)}")
+    parser.add_argument(
+        "--suites", default=",".join(DEFAULT_SUITES), help=f"comma-separated subset of {','.join(SUITES)}"
+    )
     parser.add_argument("--repeats", type=int, default=3, help="alternating repeats per throughput suite")
     parser.add_argument("--out", default="bench_results", help="directory for results.json, results.md, plots")
     args = parser.parse_args(argv)

@@ -15,7 +15,8 @@ class RolloutPolicy(Protocol):
     """What rollouts and evaluation need from a policy (e.g. ``ActorCritic``).
 
     A rollout calls ``explore`` once per env step and ``evaluate_actions`` once for the whole
-    rollout; evaluation calls ``act``.
+    rollout, or, where the policy's ``evaluates_per_step`` is true (optional; a shared image
+    encoder), ``act`` once per env step; evaluation calls ``act``.
     """
 
     def act(self, obs: torch.Tensor, deterministic: bool = False) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

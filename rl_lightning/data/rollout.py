@@ -240,6 +240,10 @@ class RolloutDataset(IterableDataset):
         terminated = np.empty((T, N), dtype=bool)
         truncated = np.empty((T, N), dtype=bool)
         actions = []
+        # A shared encoder: action, log-probability and value from one forward per step
+        # (ActorCritic.evaluates_per_step); else one batched pass after the loop.
+        per_step = bool(getattr(policy, "evaluates_per_step", False))
+        step_log_prob, step_value = [], []
         final_steps, final_obs = [], []  # where episodes were truncated, and their final observations
         for t in range(T):
             # A signal stops the rollout here; its steps are not counted, so a resumed run
@@ -252,7 +256,12 @@ class RolloutDataset(IterableDataset):
                 obs_buf[t] = obs
                 step_obs = torch.from_numpy(obs_buf[t]).to(device)  # numpy's indexing is the cheaper
             t0 = clock()
-            action = policy.explore(step_obs, self.counters.env_steps)
+            if per_step:
+                action, lp, v = policy.act(step_obs)
+                step_log_prob.append(lp)
+                step_value.append(v)
+            else:
+                action = policy.explore(step_obs, self.counters.env_steps)
             t1 = clock()
             step = envs.step(to_env_action(action, envs.action_space))
             t2 = clock()
@@ -272,8 +281,11 @@ class RolloutDataset(IterableDataset):
         obs_t = TensorDict(obs_steps, batch_size=[T, N]) if isinstance(obs_steps, dict) else obs_steps
         flat_obs = obs_t.flatten(0, 1)
         flat_actions = torch.stack(actions).reshape(T * N, *actions[0].shape[1:])
-        log_prob, value = self._evaluate(policy, flat_obs, flat_actions, device)
-        log_prob, value = log_prob.view(T, N), value.view(T, N)
+        if per_step:
+            log_prob, value = torch.stack(step_log_prob).float().cpu(), torch.stack(step_value).float().cpu()
+        else:
+            log_prob, value = self._evaluate(policy, flat_obs, flat_actions, device)
+            log_prob, value = log_prob.view(T, N), value.view(T, N)
         # V(s_T) of the last observations, and V(final obs) where the time limit cut an
         # episode: the return bootstraps from the true final observation, never from the
         # first observation of the next episode.
@@ -293,7 +305,9 @@ class RolloutDataset(IterableDataset):
             reward, value, next_value, terminated, truncated, self.plan.gamma, self.plan.gae_lambda
         )
         advantage_seconds = clock() - t1
-        self.pending_obs = flat_obs
+        # What the next rollout's normalizer update reads (an encoder's vector keys: no images).
+        select = getattr(policy, "normalizer_input", None)
+        self.pending_obs = select(flat_obs) if select is not None else flat_obs
         steps = T * N * self.world_size
         self.counters.env_steps += steps
         self.counters.iterations += 1

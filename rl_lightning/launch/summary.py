@@ -28,6 +28,8 @@ class RunSummary:
         run_dir: The run directory.
         seed: The run's seed.
         resumed_from_env_steps: The env steps of the checkpoint this fit resumed from (0: a fresh run).
+        eval_success_rate: Final ``eval/success_rate`` where the env reports success (``info["is_success"]``).
+        eval_ood_success_rate: Final ``eval_ood/success_rate``, likewise.
     """
 
     eval_return: float | None
@@ -41,6 +43,8 @@ class RunSummary:
     tested_checkpoint: str | None = None
     seed: int | None = None
     resumed_from_env_steps: int = 0
+    eval_success_rate: float | None = None
+    eval_ood_success_rate: float | None = None
 
     @classmethod
     def from_metrics(cls, metrics: dict[str, Any], **fields: Any) -> RunSummary:
@@ -54,6 +58,8 @@ class RunSummary:
             eval_return=get("eval/return_mean"),
             eval_ood_return=get("eval_ood/return_mean"),
             generalization_gap=get("eval_ood/generalization_gap"),
+            eval_success_rate=get("eval/success_rate"),
+            eval_ood_success_rate=get("eval_ood/success_rate"),
             **fields,
         )
 
@@ -78,6 +84,14 @@ class RunSummary:
             ("eval/return_mean (train set)", num(self.eval_return)),
             ("eval_ood/return_mean (test set)", num(self.eval_ood_return)),
             ("generalization gap", num(self.generalization_gap)),
+            *[
+                (f"{name} ({objects} set)", f"{rate:.2f}")
+                for name, objects, rate in (
+                    ("eval/success_rate", "train", self.eval_success_rate),
+                    ("eval_ood/success_rate", "test", self.eval_ood_success_rate),
+                )
+                if rate is not None  # only where the env reports success
+            ],
             ("env steps", f"{self.env_steps:,}"),
             ("wall time", f"{self.wall_seconds:.1f} s"),
             ("env steps/s", f"{self.env_steps_per_second:,.0f}" + self._since_resume()),

@@ -166,6 +166,16 @@ class ActorCopy:
         """The copy's exploration actions (off-policy collection)."""
         return self._out(self.module.explore(self._obs(obs), env_steps))
 
+    @property
+    def evaluates_per_step(self) -> bool:
+        """The copied policy's choice (``ActorCritic.evaluates_per_step``)."""
+        return bool(getattr(self.module, "evaluates_per_step", False))
+
+    def normalizer_input(self, obs):
+        """What the learner's normalizer reads of ``obs`` (``ActorCritic.normalizer_input``)."""
+        select = getattr(self.learner, "normalizer_input", None)
+        return select(obs) if select is not None else obs
+
     def update_normalizer(self, obs: torch.Tensor) -> None:
         """Observation statistics belong to the learner: update them there, then pull them in."""
         self.learner.update_normalizer(obs)

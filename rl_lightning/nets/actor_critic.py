@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
@@ -229,6 +230,18 @@ class ActorCritic(nn.Module):
         action = self._mode(out) if deterministic else self.sample(out)
         return action, self._log_prob_entropy(out, action)[0], self.critic(x).squeeze(-1)
 
+    @property
+    def evaluates_per_step(self) -> bool:
+        """Whether a rollout should take log-probabilities and values at each env step (:meth:`act`).
+
+        With an encoder, actor and critic share its features: one forward per step gives the
+        action, its log-probability and the value (CleanRL's ``ppo_atari.py``, SB3), while a
+        second pass over the rollout would run the CNN over every frame again (as many frames as one
+        update epoch's forward passes). Flat MLPs keep the rollout-wide pass of
+        :meth:`explore` then :meth:`evaluate_actions`, which saves the critic on every step.
+        """
+        return self.encoder is not None
+
     def explore(self, obs: torch.Tensor, env_steps: int = 0) -> torch.Tensor:
         """Sampled actions only: what a rollout needs per env step.
 
@@ -256,6 +269,17 @@ class ActorCritic(nn.Module):
         x = self.features(obs)
         log_prob, entropy = self._log_prob_entropy(self.actor(x), action)
         return log_prob, entropy, self.critic(x).squeeze(-1)
+
+    def normalizer_input(self, obs: Any) -> Any:
+        """The part of a batch of raw observations :meth:`update_normalizer` needs (``None``: nothing).
+
+        Flat MLPs: the observations themselves. An encoder's own choice where it has one
+        (:meth:`MultiInputEncoder.normalizer_input`: its vector keys); else all of them.
+        """
+        if self.encoder is None:
+            return obs
+        select = getattr(self.encoder, "normalizer_input", None)
+        return select(obs) if select is not None else obs
 
     def update_normalizer(self, obs: torch.Tensor) -> None:
         """Merge raw observations ``[B, *obs_shape]`` into the normalizer's statistics."""

@@ -16,6 +16,7 @@ from rl_lightning.video import count_frames, read_frames
 from tests.helpers import quiet_trainer, tiny_ppo, tiny_rollout_data
 
 STEPS_PER_EPOCH = 32  # tiny_rollout_data: 2 envs x 16 steps
+CONF = os.path.join(os.path.dirname(__file__), os.pardir, os.pardir, "conf")
 
 
 def videos(root) -> dict[str, list[str]]:
@@ -147,3 +148,36 @@ def test_video_obj_sets_must_be_evaluated_sets(tmp_path):
 def test_impossible_settings_are_refused(kwargs, match):
     with pytest.raises(ValueError, match=match):
         EvaluationVideo(**kwargs)
+
+
+@pytest.mark.parametrize(
+    ("env_config", "experiment", "frame_shapes"),
+    # MiniGrid renders 32 pixels per cell: the test set's 6x6 and 8x8 rooms.
+    [
+        ("atari_breakout", "ppo_atari", {(210, 160, 3)}),
+        ("minigrid_doorkey", "ppo_minigrid", {(192, 192, 3), (256, 256, 3)}),
+    ],
+)
+def test_atari_and_minigrid_videos_film_the_game_screen_while_the_policy_reads_its_image_observations(
+    env_config, experiment, frame_shapes, tmp_path
+):
+    """Test that a filmed episode of the shipped Atari and MiniGrid envs (their wrappers and test object sets) has
+    one frame per step plus the reset's, of the game screen, while the image policy acts on frame stacks / views."""
+    from omegaconf import OmegaConf
+
+    from rl_lightning.nets import ActorCritic
+    from rl_lightning.video import VideoWriter
+
+    conf = OmegaConf.to_container(OmegaConf.load(os.path.join(CONF, "env", f"{env_config}.yaml")))
+    encoder = OmegaConf.to_container(OmegaConf.load(os.path.join(CONF, "experiment", f"{experiment}.yaml")))[
+        "algo"
+    ].get("encoder")
+    env = make_env(conf["env_id"], "test", conf["obj_sets"], render_mode="rgb_array", wrappers=conf["wrappers"])
+    policy = ActorCritic(env.observation_space, env.action_space, encoder=encoder)
+    path = str(tmp_path / "episode.mp4")
+    with VideoWriter(path, fps=30) as video:
+        episode = play_episode(policy, env, seed=0, video=video, max_frames=40)
+    env.close()
+    frames = read_frames(path)
+    assert count_frames(path) == len(frames) == min(episode.length + 1, 40)
+    assert frames[0].shape in frame_shapes  # the screen, not the 84x84 grey stack or 7x7 codes the policy reads

@@ -158,3 +158,87 @@ def test_a_dict_rollout_stores_each_key_in_its_own_dtype_and_bootstraps_from_dic
     next(iter(dataset))
     assert policy.encoder.normalizer.count > 16
     envs.close()
+
+
+def test_a_shared_encoder_takes_log_probabilities_and_values_at_each_step_and_an_mlp_after_the_rollout(monkeypatch):
+    """Test that a policy with an encoder acts through ``act`` (one forward per step, no second pass over the
+    rollout), that its stored log-probabilities and values equal ``evaluate_actions`` on the stored batch, and
+    that a flat MLP policy explores per step and evaluates the rollout once."""
+    from rl_lightning.nets import ActorCritic
+
+    envs = EnvGroup("tests.envs.pixel_goal:pixel_goal/PixelGoal-v0", 2, obj_sets={"train": [{}], "test": [{}]})
+    torch.manual_seed(0)
+    small_cnn = {"cnn_channels": [4], "cnn_kernels": [2], "cnn_strides": [1], "cnn_features": 8}
+    policy = ActorCritic(envs.observation_space, envs.action_space, encoder=small_cnn)
+    assert policy.evaluates_per_step
+    calls = {"act": 0}
+    act = policy.act
+
+    def counted_act(obs, deterministic=False):
+        calls["act"] += 1
+        return act(obs, deterministic)
+
+    def refused(*args, **kwargs):
+        raise AssertionError("a second pass over the rollout")
+
+    monkeypatch.setattr(policy, "act", counted_act)
+    monkeypatch.setattr(policy, "evaluate_actions", refused)
+    dataset = RolloutDataset(
+        envs, policy, 8, UpdatePlan(0.9, 0.95, 1, 2), DataCounters(), torch.Generator().manual_seed(0), reset_seed=0
+    )
+    rollout = dataset.collect()
+    assert calls["act"] == 8
+    monkeypatch.undo()
+    log_prob, _, value = policy.evaluate_actions(rollout["obs"], rollout["action"])
+    torch.testing.assert_close(log_prob, rollout["log_prob"], rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(value, rollout["value"], rtol=1e-5, atol=1e-5)
+    envs.close()
+
+    vector_envs = EnvGroup(SCRIPTED_ID, 2, obj_sets=SCRIPTED_SETS)
+    flat = ActorCritic(vector_envs.observation_space, vector_envs.action_space)
+    assert not flat.evaluates_per_step
+
+    def refused_act(*args, **kwargs):
+        raise AssertionError("per-step act for a flat MLP")
+
+    monkeypatch.setattr(flat, "act", refused_act)
+    dataset = RolloutDataset(
+        vector_envs,
+        flat,
+        6,
+        UpdatePlan(0.9, 0.95, 1, 2),
+        DataCounters(),
+        torch.Generator().manual_seed(0),
+        reset_seed=0,
+    )
+    rollout = dataset.collect()
+    log_prob, _, value = flat.evaluate_actions(rollout["obs"], rollout["action"])
+    torch.testing.assert_close(value, rollout["value"])
+    vector_envs.close()
+
+
+def test_a_rollout_keeps_for_the_normalizer_only_the_vector_keys_and_nothing_of_an_image_only_space():
+    """Test that the observations kept for the next normalizer update (and saved in checkpoints) hold the Dict's
+    vector key but not its image, and nothing at all for an image Box (its encoder has no normalizer)."""
+    import gymnasium as gym
+    import numpy as np
+
+    from rl_lightning.nets import ActorCritic
+
+    small_cnn = {"cnn_channels": [4], "cnn_kernels": [2], "cnn_strides": [1], "cnn_features": 8}
+    envs = EnvGroup("tests.envs.pixel_goal:pixel_goal/PixelGoal-v0", 2, obj_sets={"train": [{}], "test": [{}]})
+    policy = ActorCritic(envs.observation_space, envs.action_space, encoder=small_cnn)
+    dataset = RolloutDataset(
+        envs, policy, 4, UpdatePlan(0.9, 0.95, 1, 2), DataCounters(), torch.Generator().manual_seed(0), reset_seed=0
+    )
+    dataset.collect()
+    assert set(dataset.pending_obs.keys()) == {"position"} and dataset.pending_obs.shape == (8,)
+    count = float(policy.encoder.normalizer.count)
+    dataset.collect()  # the kept vector key reaches the normalizer
+    assert policy.encoder.normalizer.count > count
+    envs.close()
+
+    image_only = ActorCritic(
+        gym.spaces.Box(0, 255, (5, 5, 1), np.uint8), envs.action_space, encoder={**small_cnn, "channels_first": False}
+    )
+    assert image_only.normalizer_input(torch.zeros(3, 5, 5, 1, dtype=torch.uint8)) is None

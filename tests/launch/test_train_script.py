@@ -249,3 +249,64 @@ def test_a_custom_env_from_a_users_module_trains_from_both_front_doors(vectoriza
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert glob.glob(str(tmp_path / "cli" / "**" / "last.ckpt"), recursive=True)
+
+
+#: The tests' Dict task (a uint8 image and a position) with a CNN small enough for its 5x5 frames.
+PIXEL = [
+    "env.env_id=tests.envs.pixel_goal:pixel_goal/PixelGoal-v0",
+    "env.num_envs=2",
+    "algo.encoder.cnn_channels=[4]",
+    "algo.encoder.cnn_kernels=[2]",
+    "algo.encoder.cnn_strides=[1]",
+    "algo.encoder.cnn_features=8",
+]
+
+
+def test_ppo_on_image_and_dict_observations_runs_under_ddp_with_debug(tmp_path):
+    """Test that two DDP ranks with debug=true train PPO on a Dict of image and vector, evaluate both sets with
+    success rates in the summary, and checkpoint both ranks' states."""
+    proc = run_train(
+        [*TINY, *PIXEL, "trainer=ddp", "trainer.devices=2", "debug=true", "hydra.run.dir=runs/p"], tmp_path
+    )
+    assert "Warm-up passed" in proc.stdout and "Starting with 2 processes" in proc.stdout + proc.stderr
+    summary = read_summary(tmp_path / "runs" / "p")
+    assert summary["env_steps"] == 512
+    assert summary["eval_success_rate"] is not None and summary["eval_ood_success_rate"] is not None
+    ckpt = torch.load(summary["checkpoint"], weights_only=True)
+    assert ckpt["RolloutDataModule"]["world_size"] == 2
+    assert ckpt["hyper_parameters"]["encoder"]["cnn_features"] == 8
+
+
+def test_dqn_on_image_observations_under_ddp_saves_and_resumes_its_compact_image_replay(tmp_path):
+    """Test that two DDP ranks with debug=true train DQN on the Dict task with a compact replay buffer, save each
+    rank's shard with the image key as uint8, and resume from it to the larger budget."""
+    overrides = [
+        "+experiment=dqn",
+        *PIXEL,
+        "trainer=ddp",
+        "trainer.devices=2",
+        "algo.hidden_sizes=[16]",
+        "algo.save_interval=1",
+        "data.steps_per_epoch=100",
+        "data.learning_starts=50",
+        "data.batch_size=16",
+        "data.optimize_memory_usage=true",
+        "data.save_replay_buffer=true",
+        "env.eval_episodes=2",
+        "env.eval_interval=1",
+        "logger=csv",
+        "hydra.run.dir=runs/d",
+    ]
+    proc = run_train([*overrides, "debug=true", "algo.total_timesteps=400"], tmp_path)
+    assert "Warm-up passed" in proc.stdout
+    assert "Replay buffer (memory): 100,000 transitions x 55 bytes" in proc.stdout + proc.stderr
+    ckpt_path = tmp_path / "runs" / "d" / "checkpoints" / "last.ckpt"
+    state = torch.load(ckpt_path, weights_only=True)["ReplayDataModule"]
+    assert state["world_size"] == 2 and state["env_steps"] == 400
+    for rank in state["ranks"]:
+        rows = rank["replay_buffer"]["_storage"]["_storage"]
+        assert rows["obs.image"].dtype == torch.uint8 and rows["obs.image"].shape == (200, 5, 5, 1)
+        assert "next_obs.image" not in rows  # stored once: next observations come from the next row
+        assert rank["replay_buffer"]["compact"]["sampleable"].sum() > 150
+    run_train([*overrides, "algo.total_timesteps=600", "ckpt_path=last"], tmp_path)
+    assert read_summary(tmp_path / "runs" / "d")["env_steps"] == 600
