@@ -28,7 +28,7 @@ from omegaconf import OmegaConf
 
 from benchmarks.plain_ppo import PPOSettings
 from benchmarks.plain_ppo import train as plain_ppo_train
-from benchmarks.throughput import bare_trainer, timed_fit, timed_learn
+from benchmarks.throughput import bare_trainer, ppo_model, sb3_ppo_model, timed_fit, timed_learn
 
 ENV_ID = "ale_py:ALE/Breakout-v5"
 MAKE_KWARGS = {"frameskip": 1}  # AtariPreprocessing does the frame skip (conf/env/atari_breakout.yaml)
@@ -51,7 +51,7 @@ def make_env() -> gym.Env:
 
 def ours(env_steps: int, seed: int) -> dict[str, float]:
     """rl_lightning's PPO through the Python API, its default encoder (the Nature CNN) and linear heads."""
-    from rl_lightning import PPO, RolloutDataModule
+    from rl_lightning import RolloutDataModule
 
     s = SETTINGS
     pl.seed_everything(seed, verbose=False)
@@ -67,51 +67,18 @@ def ours(env_steps: int, seed: int) -> dict[str, float]:
         seed=seed,
     )
     data.setup("fit")  # envs built before the clock starts, as for the other contenders
-    model = PPO(
-        lr=s.lr,
-        anneal_lr=s.anneal_lr,
-        gamma=s.gamma,
-        gae_lambda=s.gae_lambda,
-        update_epochs=s.update_epochs,
-        num_minibatches=s.num_minibatches,
-        clip_coef=s.clip_coef,
-        clip_vloss=True,
-        ent_coef=s.ent_coef,
-        vf_coef=s.vf_coef,
-        max_grad_norm=s.max_grad_norm,
-        hidden_sizes=[],
-        total_timesteps=env_steps,
-    )
-    return timed_fit(bare_trainer(), model, data)
+    return timed_fit(bare_trainer(), ppo_model(s, env_steps, hidden_sizes=[]), data)
 
 
 def sb3(env_steps: int, seed: int) -> dict[str, float]:
     """Stable-Baselines3's PPO with ``CnnPolicy`` (its NatureCNN, linear heads, shared extractor), same settings."""
-    from stable_baselines3 import PPO as SB3PPO
     from stable_baselines3.common.vec_env import DummyVecEnv
 
     s = SETTINGS
     warnings.filterwarnings("ignore")
     envs = DummyVecEnv([make_env] * s.num_envs)
     envs.seed(seed)
-    model = SB3PPO(
-        "CnnPolicy",
-        envs,
-        n_steps=s.rollout_steps,
-        batch_size=s.rollout_steps * s.num_envs // s.num_minibatches,
-        n_epochs=s.update_epochs,
-        learning_rate=lambda remaining: s.lr * remaining,
-        gamma=s.gamma,
-        gae_lambda=s.gae_lambda,
-        clip_range=s.clip_coef,
-        clip_range_vf=s.clip_coef,
-        ent_coef=s.ent_coef,
-        vf_coef=s.vf_coef,
-        max_grad_norm=s.max_grad_norm,
-        seed=seed,
-        device="cpu",
-        verbose=0,
-    )
+    model = sb3_ppo_model("CnnPolicy", envs, s, seed)
     result = timed_learn(model, env_steps)
     envs.close()
     return result

@@ -86,7 +86,7 @@ def ppo_ours(env_steps: int, seed: int, fast_path: bool = True) -> dict[str, flo
     if not fast_path:
         with fast.disabled():
             return ppo_ours(env_steps, seed)
-    from rl_lightning import PPO, RolloutDataModule
+    from rl_lightning import RolloutDataModule
 
     s = PPO_SETTINGS
     pl.seed_everything(seed, verbose=False)
@@ -100,7 +100,14 @@ def ppo_ours(env_steps: int, seed: int, fast_path: bool = True) -> dict[str, flo
         seed=seed,
     )
     data.setup("fit")  # envs built before the clock starts, as for the other contenders
-    model = PPO(
+    return timed_fit(bare_trainer(), ppo_model(s, env_steps, normalize_obs=False), data)
+
+
+def ppo_model(s: PPOSettings, env_steps: int, **extra):
+    """rl_lightning's ``PPO`` at the settings ``s`` (CleanRL's clipped value loss), plus ``extra`` arguments."""
+    from rl_lightning import PPO
+
+    return PPO(
         lr=s.lr,
         anneal_lr=s.anneal_lr,
         gamma=s.gamma,
@@ -112,22 +119,29 @@ def ppo_ours(env_steps: int, seed: int, fast_path: bool = True) -> dict[str, flo
         ent_coef=s.ent_coef,
         vf_coef=s.vf_coef,
         max_grad_norm=s.max_grad_norm,
-        normalize_obs=False,
         total_timesteps=env_steps,
+        **extra,
     )
-    return timed_fit(bare_trainer(), model, data)
 
 
 def ppo_sb3(env_steps: int, seed: int) -> dict[str, float]:
     """Stable-Baselines3's PPO with the same settings (``clip_range_vf`` = CleanRL's clipped value loss)."""
-    from stable_baselines3 import PPO as SB3PPO
     from stable_baselines3.common.env_util import make_vec_env
 
-    s = PPO_SETTINGS
     warnings.filterwarnings("ignore")
-    envs = make_vec_env(s.env_id, n_envs=s.num_envs, seed=seed)
-    model = SB3PPO(
-        "MlpPolicy",
+    envs = make_vec_env(PPO_SETTINGS.env_id, n_envs=PPO_SETTINGS.num_envs, seed=seed)
+    model = sb3_ppo_model("MlpPolicy", envs, PPO_SETTINGS, seed, policy_kwargs={"net_arch": [64, 64]})
+    result = timed_learn(model, env_steps)
+    envs.close()
+    return result
+
+
+def sb3_ppo_model(policy: str, envs, s: PPOSettings, seed: int, **extra):
+    """Stable-Baselines3's ``PPO`` at the settings ``s`` (``clip_range_vf``: CleanRL's clipped value loss)."""
+    from stable_baselines3 import PPO as SB3PPO
+
+    return SB3PPO(
+        policy,
         envs,
         n_steps=s.rollout_steps,
         batch_size=s.rollout_steps * s.num_envs // s.num_minibatches,
@@ -140,14 +154,11 @@ def ppo_sb3(env_steps: int, seed: int) -> dict[str, float]:
         ent_coef=s.ent_coef,
         vf_coef=s.vf_coef,
         max_grad_norm=s.max_grad_norm,
-        policy_kwargs={"net_arch": [64, 64]},
         seed=seed,
         device="cpu",
         verbose=0,
+        **extra,
     )
-    result = timed_learn(model, env_steps)
-    envs.close()
-    return result
 
 
 def ppo_plain(env_steps: int, seed: int) -> dict[str, float]:

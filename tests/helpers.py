@@ -58,3 +58,17 @@ def tiny_rollout_data(**kwargs) -> RolloutDataModule:
         **kwargs,
     }
     return RolloutDataModule(**kwargs)
+
+
+#: The tests' PixelGoal Dict task with its train and test seeds (tests/envs/pixel_goal.py).
+PIXEL_GOAL = {
+    "env_id": "tests.envs.pixel_goal:pixel_goal/PixelGoal-v0",
+    "obj_sets": {"train": [{"seeds": [0, 1000]}], "test": [{"seeds": [1000, 2000]}]},
+}
+
+
+def fit_and_test(model: pl.LightningModule, data) -> dict[str, float]:
+    """Train ``model`` on ``data`` to its budget (quiet, no checkpoints), then the final test's metrics as floats."""
+    trainer = quiet_trainer(max_epochs=-1)
+    trainer.fit(model, data)
+    return {k: float(v) for r in trainer.test(model, data, verbose=False) for k, v in r.items()}

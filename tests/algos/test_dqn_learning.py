@@ -34,7 +34,7 @@ def _pixel_goal(encoder: dict) -> dict[str, float]:
     import lightning.pytorch as pl
 
     from rl_lightning import DQN, ReplayDataModule
-    from tests.envs.pixel_goal import ENV_ID
+    from tests.helpers import PIXEL_GOAL, fit_and_test
 
     pl.seed_everything(0)
     model = DQN(
@@ -42,16 +42,11 @@ def _pixel_goal(encoder: dict) -> dict[str, float]:
         exploration_fraction=0.3, exploration_final_eps=0.02,
     )  # fmt: skip
     data = ReplayDataModule(
-        env_id=f"tests.envs.pixel_goal:{ENV_ID}", num_envs=4, steps_per_epoch=1000, learning_starts=1000,
-        utd_ratio=0.25, batch_size=64, buffer_size=20_000, optimize_memory_usage=True, seed=0,
-        obj_sets={"train": [{"seeds": [0, 1000]}], "test": [{"seeds": [1000, 2000]}]}, eval_interval=5,
+        **PIXEL_GOAL, num_envs=4, steps_per_epoch=1000, learning_starts=1000,
+        utd_ratio=0.25, batch_size=64, buffer_size=20_000, optimize_memory_usage=True, seed=0, eval_interval=5,
         eval_episodes=20,
     )  # fmt: skip
-    trainer = pl.Trainer(
-        max_epochs=-1, logger=False, enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False
-    )
-    trainer.fit(model, data)
-    return {k: float(v) for r in trainer.test(model, data, verbose=False) for k, v in r.items()}
+    return fit_and_test(model, data)
 
 
 @pytest.mark.slow

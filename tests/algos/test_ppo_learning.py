@@ -52,20 +52,14 @@ def test_ppo_solves_inverted_pendulum_within_200k_steps(tmp_path):
 def _pixel_goal(encoder: dict, seed: int = 0) -> dict[str, float]:
     """PPO on the tests' Dict task (a 5x5 goal image and a position vector) for 20,480 env steps."""
     from rl_lightning import PPO, RolloutDataModule
-    from tests.envs.pixel_goal import ENV_ID
+    from tests.helpers import PIXEL_GOAL, fit_and_test
 
     pl.seed_everything(seed)
     model = PPO(lr=1e-3, gamma=0.95, total_timesteps=20_480, encoder=encoder)
     data = RolloutDataModule(
-        env_id=f"tests.envs.pixel_goal:{ENV_ID}", num_envs=8, rollout_steps=64, seed=seed,
-        obj_sets={"train": [{"seeds": [0, 1000]}], "test": [{"seeds": [1000, 2000]}]}, eval_interval=10,
-        eval_episodes=20,
+        **PIXEL_GOAL, num_envs=8, rollout_steps=64, seed=seed, eval_interval=10, eval_episodes=20,
     )  # fmt: skip
-    trainer = pl.Trainer(
-        max_epochs=-1, logger=False, enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False
-    )
-    trainer.fit(model, data)
-    return {k: float(v) for r in trainer.test(model, data, verbose=False) for k, v in r.items()}
+    return fit_and_test(model, data)
 
 
 @pytest.mark.slow
