@@ -154,6 +154,17 @@ def test_ones_own_encoder_plugs_in_by_target():
     assert policy.encoder.normalizer is None and policy.encoder.cnns[0].net[0].kernel_size == (2, 2)
 
 
+def _fit_experiment(overrides: list[str], tmp_path):
+    """Compose ``overrides``, build the experiment's model and data as train.py does, and fit to the budget."""
+    cfg = _compose(overrides, str(tmp_path))
+    pl.seed_everything(0)
+    model, data = build_model(cfg, save_interval=None), build_data(cfg)
+    trainer = pl.Trainer(max_epochs=-1, logger=False, enable_progress_bar=False, enable_model_summary=False,
+                         default_root_dir=str(tmp_path))  # fmt: skip
+    trainer.fit(model, data)
+    return model, data, trainer
+
+
 def test_the_atari_experiment_trains_evaluates_and_checkpoints_end_to_end(tmp_path):
     """Test that +experiment=ppo_atari (ale-py Breakout, the CleanRL wrapper stack, uint8 frame stacks through the
     Nature CNN) fits, evaluates both object sets on the game's own score and keeps its wrappers in the checkpoint."""
@@ -167,12 +178,7 @@ def test_the_atari_experiment_trains_evaluates_and_checkpoints_end_to_end(tmp_pa
         "env.eval_episodes=1",
         "env.eval_max_episode_steps=50",
     ]
-    cfg = _compose(overrides, str(tmp_path))
-    pl.seed_everything(0)
-    model, data = build_model(cfg, save_interval=None), build_data(cfg)
-    trainer = pl.Trainer(max_epochs=-1, logger=False, enable_progress_bar=False, enable_model_summary=False,
-                         default_root_dir=str(tmp_path))  # fmt: skip
-    trainer.fit(model, data)
+    model, data, trainer = _fit_experiment(overrides, tmp_path)
     assert data.env_steps == 256
     assert data.observation_space.shape == (4, 84, 84) and data.observation_space.dtype == np.uint8
     assert model.policy.encoder.images[0].channels_first
@@ -196,12 +202,7 @@ def test_the_atari_dqn_experiment_trains_on_uint8_frames_in_a_compact_buffer(tmp
         "env.eval_episodes=1",
         "env.eval_max_episode_steps=30",
     ]
-    cfg = _compose(overrides, str(tmp_path))
-    pl.seed_everything(0)
-    model, data = build_model(cfg, save_interval=None), build_data(cfg)
-    trainer = pl.Trainer(max_epochs=-1, logger=False, enable_progress_bar=False, enable_model_summary=False,
-                         default_root_dir=str(tmp_path))  # fmt: skip
-    trainer.fit(model, data)
+    model, data, trainer = _fit_experiment(overrides, tmp_path)
     assert data.env_steps == 300 and trainer.global_step == 200 // 4
     storage = data.buffer.storage[:300]
     assert storage["obs"].dtype == torch.uint8 and storage["obs"].shape[1:] == (4, 84, 84)
