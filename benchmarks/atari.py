@@ -9,7 +9,8 @@ clip 0.1 (values clipped too), entropy 0.01, value 0.5, max grad norm 0.5, the N
 shared by linear actor and critic heads. Every contender steps the same envs, built by the
 same function: ``ALE/Breakout-v5`` with the wrapper stack of ``conf/env/atari_breakout.yaml``
 (4x84x84 uint8 frame stacks), vectorized in-process (gymnasium's ``SyncVectorEnv``, SB3's
-``DummyVecEnv``), so the envs cost the same and the difference is the learner. Each
+``DummyVecEnv``), so the envs cost the same and the difference is the learner;
+``rl_lightning_plain`` is ours with the fast path off. Each
 contender first runs one untimed rollout-and-update (one-time costs: torch's kernels, the
 fast path's compiled Adam), then the timed runs alternate; env-steps/s, medians, ranges and
 the ratios of the medians and of each repeat's pair.
@@ -49,9 +50,16 @@ def make_env() -> gym.Env:
     return apply_wrappers(gym.make(ENV_ID, **MAKE_KWARGS), check_wrappers(wrappers()))
 
 
-def ours(env_steps: int, seed: int) -> dict[str, float]:
-    """rl_lightning's PPO through the Python API, its default encoder (the Nature CNN) and linear heads."""
-    from rl_lightning import RolloutDataModule
+def ours(env_steps: int, seed: int, fast_path: bool = True) -> dict[str, float]:
+    """rl_lightning's PPO through the Python API, its default encoder (the Nature CNN) and linear heads.
+
+    ``fast_path=False`` runs it with every shortcut of ``rl_lightning.fast`` off (``rl_lightning_plain``).
+    """
+    from rl_lightning import RolloutDataModule, fast
+
+    if not fast_path:
+        with fast.disabled():
+            return ours(env_steps, seed)
 
     s = SETTINGS
     pl.seed_everything(seed, verbose=False)
@@ -89,7 +97,33 @@ def plain(env_steps: int, seed: int) -> dict[str, float]:
     return plain_ppo_train(SETTINGS, env_steps, seed, make_env=make_env)
 
 
-CONTENDERS = {"rl_lightning": ours, "stable_baselines3": sb3, "cleanrl_style": plain}
+CONTENDERS = {
+    "rl_lightning": ours,
+    "rl_lightning_plain": lambda env_steps, seed: ours(env_steps, seed, fast_path=False),
+    "stable_baselines3": sb3,
+    "cleanrl_style": plain,
+}
+
+
+def report(results: dict[str, list[dict]]) -> list[str]:
+    """The table of medians and ranges, and the per-repeat ratios, as markdown lines."""
+    from benchmarks.run import paired, summarize, table
+
+    return [
+        table(
+            "PPO, Breakout",
+            summarize(results, "env_steps_per_second"),
+            "env-steps/s",
+            ["stable_baselines3", "cleanrl_style", "rl_lightning_plain"],
+        ),
+        "",
+        "`rl_lightning_plain` is rl_lightning with the fast path off (`RL_LIGHTNING_FAST=0`, docs/fast_path.md).",
+        "",
+        paired(results, "env_steps_per_second", "rl_lightning", "stable_baselines3"),
+        paired(results, "env_steps_per_second", "rl_lightning_plain", "stable_baselines3"),
+        paired(results, "env_steps_per_second", "rl_lightning", "rl_lightning_plain"),
+        paired(results, "env_steps_per_second", "rl_lightning", "cleanrl_style"),
+    ]
 
 
 def warm_up() -> None:
@@ -100,7 +134,7 @@ def warm_up() -> None:
 
 
 def main() -> None:
-    from benchmarks.run import alternate, paired, summarize, table
+    from benchmarks.run import alternate
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=3)
@@ -112,16 +146,7 @@ def main() -> None:
     results = alternate(
         {name: (lambda seed, run=run: run(args.env_steps, seed)) for name, run in CONTENDERS.items()}, args.repeats
     )
-    print(
-        table(
-            "PPO, Breakout",
-            summarize(results, "env_steps_per_second"),
-            "env-steps/s",
-            ["stable_baselines3", "cleanrl_style"],
-        )
-    )
-    print(paired(results, "env_steps_per_second", "rl_lightning", "stable_baselines3"))
-    print(paired(results, "env_steps_per_second", "rl_lightning", "cleanrl_style"))
+    print("\n".join(report(results)))
 
 
 if __name__ == "__main__":

@@ -240,10 +240,7 @@ def suite_atari(quick: bool, repeats: int, report: dict) -> list[str]:
     report["atari"] = {"env_steps": steps, "runs": results, "env_steps_per_second": summary}
     return [
         f"### PPO, ALE/Breakout-v5, CleanRL's ppo_atari.py settings ({steps} env steps per run, {repeats} repeats)",
-        table("PPO", summary, "env-steps/s", ["stable_baselines3", "cleanrl_style"]),
-        "",
-        paired(results, "env_steps_per_second", "rl_lightning", "stable_baselines3"),
-        paired(results, "env_steps_per_second", "rl_lightning", "cleanrl_style"),
+        *atari.report(results),
     ]
 
 

@@ -32,6 +32,8 @@ Each row: the seam (module) -- what it replaces, called from; when it falls back
 - :func:`explore` (``numpy_actor.py``) -- ``ActorCritic``'s torch forward per env step, from
   ``ActorCritic.explore``; gradients on, not CPU float32, another actor or normalizer class,
   hooks, a parametrization, large layers.
+- :func:`channels_last` (``conv.py``) -- the CNN's NCHW image batches, from
+  ``nets/encoders.MultiInputEncoder``; no gradients recorded, batches under 32, not the CPU.
 - :func:`sync_vector_env` (``vector_env.py``) -- gymnasium's ``SyncVectorEnv.step``, from
   ``envs/restart.py``; non-array spaces or actions.
 - :func:`sample_batch`, :func:`store_transitions` (``replay.py``) -- ``TensorDictReplayBuffer``'s
@@ -39,6 +41,7 @@ Each row: the seam (module) -- what it replaces, called from; when it falls back
 """
 
 from rl_lightning.fast.adam import fused_adam
+from rl_lightning.fast.conv import channels_last
 from rl_lightning.fast.grads import clear_grads, polyak, scale_to_norm, total_norm
 from rl_lightning.fast.lightning import PlainCalls, backward, optimizer_step, plain_calls
 from rl_lightning.fast.mlp_grad import ensemble_forward, ensemble_min
@@ -52,6 +55,7 @@ __all__ = [
     "ENV_VAR",
     "PlainCalls",
     "backward",
+    "channels_last",
     "clear_grads",
     "disabled",
     "enabled",

@@ -33,6 +33,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from rl_lightning import fast
 from rl_lightning.nets.mlp import layer_init
 from rl_lightning.nets.normalizer import RunningNormalizer
 
@@ -376,7 +377,9 @@ class MultiInputEncoder(nn.Module):
                 x = x.permute(0, 3, 1, 2)
             # uint8 pixels scaled to [0, 1] inside the network (SB3's preprocess_obs, CleanRL's x / 255.0).
             x = x.to(dtype) / 255.0 if image.uint8 and self.normalize_images else x.to(dtype)
-            features.append(cnn(x))
+            # The fast path lays a gradient step's batch out channels-last (rl_lightning.fast.channels_last).
+            fast_x = fast.channels_last(x)
+            features.append(cnn(x if fast_x is None else fast_x))
         box = self.box_part(obs)
         if box is not None:
             features.append((self.normalizer(box) if self.normalizer is not None else box).to(dtype))
