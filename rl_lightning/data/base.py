@@ -26,9 +26,11 @@ from rl_lightning.data.evaluation import EvaluationDataset
 from rl_lightning.data.protocol import FaultPolicy
 from rl_lightning.deprecation import warn_renamed
 from rl_lightning.envs import EnvGroup, check_env_id, make_env, resolve_obj_sets
+from rl_lightning.envs.batched import DYNAMICS
 from rl_lightning.envs.checks import ON_NONFINITE, check_value_options
 from rl_lightning.envs.env_group import VECTORIZATION
 from rl_lightning.envs.restart import check_max_env_restarts
+from rl_lightning.envs.tensor_group import TensorEnvGroup
 from rl_lightning.envs.wrappers import check_wrappers
 
 # The data streams must run in the trainer's process, next to the policy they act with,
@@ -67,6 +69,39 @@ def _numpy_state_to_plain(state: tuple) -> tuple:
     """numpy's legacy RNG state with its key array as a list (loads with ``weights_only``)."""
     kind, keys, pos, has_gauss, gauss = state
     return kind, keys.tolist(), int(pos), int(has_gauss), float(gauss)
+
+
+#: What can step a data module's envs (``backend=...``; Hydra ``env.backend``).
+BACKENDS = ("gymnasium", "torch")
+
+
+def check_backend(backend: str, env_id: str, wrappers: Sequence[Any], obs_bound: float | None) -> None:
+    """Refuse, naming the fix, a backend that is not one of :data:`BACKENDS` or cannot run these settings.
+
+    The torch backend steps a batched torch env of ``env_id`` (:data:`~rl_lightning.envs.batched.DYNAMICS`):
+    gymnasium wrappers and ``obs_bound`` act on single gymnasium envs, so they have no place there.
+    """
+    if backend not in BACKENDS:
+        raise ValueError(
+            f"backend must be one of {BACKENDS}, got {backend!r} (Hydra: env.backend=gymnasium or env.backend=torch)."
+        )
+    if backend != "torch":
+        return
+    if env_id not in DYNAMICS:
+        raise ValueError(
+            f"env.backend=torch steps a batched torch env, and rl_lightning has none of {env_id!r}; it has "
+            f"{sorted(DYNAMICS)}. Pick one of those or keep env.backend=gymnasium."
+        )
+    if wrappers:
+        raise ValueError(
+            f"env.wrappers={list(wrappers)!r} wrap single gymnasium envs; the torch backend steps one batched env. "
+            "Drop the wrappers (env.wrappers=[]) or keep env.backend=gymnasium."
+        )
+    if obs_bound is not None:
+        raise ValueError(
+            f"obs_bound={obs_bound} clips single gymnasium envs' observations; the torch backend has no such "
+            "check. Set env.obs_bound=null or keep env.backend=gymnasium."
+        )
 
 
 def eval_prefix(obj_set: str, train_obj_set: str) -> str:
@@ -111,6 +146,10 @@ class EnvDataModule(pl.LightningDataModule):
             videos, ``play``), after ``gymnasium.make``: import paths or mappings
             ``{"wrapper": path, **arguments}`` (:mod:`rl_lightning.envs.wrappers`); kept in
             checkpoints.
+        backend: What steps the envs: ``"gymnasium"`` (one gymnasium env per index, numpy) or
+            ``"torch"`` (the batched torch env of ``env_id``, :mod:`rl_lightning.envs.batched`:
+            every env at once, on the Trainer's device; the tensor path,
+            :mod:`rl_lightning.data.device_rollout`).
     """
 
     #: A subclass's constructor arguments kept out of its saved settings (deprecated ones, say).
@@ -135,10 +174,12 @@ class EnvDataModule(pl.LightningDataModule):
         obs_bound: float | None = None,
         obs_bound_mode: str = "clip",
         wrappers: Sequence[Any] | None = None,
+        backend: str = "gymnasium",
     ):
         super().__init__()
         wrappers = check_wrappers(wrappers)
         check_env_id(env_id)
+        check_backend(backend, env_id, wrappers, obs_bound)
         check_max_env_restarts(max_env_restarts)
         check_value_options(obs_bound, obs_bound_mode)
         for name in ("num_envs", "eval_interval", "eval_episodes"):
@@ -174,8 +215,23 @@ class EnvDataModule(pl.LightningDataModule):
         self._train_dataset = None
 
     # ---------------------------------------------------------------- environments
-    def _env_group(self, obj_set: str, num_envs: int, seed: int, max_episode_steps: int | None) -> EnvGroup:
+    @property
+    def backend(self) -> str:
+        """``"gymnasium"`` or ``"torch"`` (checkpoints of earlier versions: gymnasium)."""
+        return self.hparams.get("backend", "gymnasium")
+
+    def _device(self) -> torch.device:
+        """Where the tensor path's envs live: the Trainer's device (the CPU without one)."""
+        return self.trainer.strategy.root_device if self.trainer is not None else torch.device("cpu")
+
+    def _env_group(
+        self, obj_set: str, num_envs: int, seed: int, max_episode_steps: int | None
+    ) -> EnvGroup | TensorEnvGroup:
         hp = self.hparams
+        if self.backend == "torch":
+            return TensorEnvGroup(
+                hp.env_id, num_envs, obj_set, self.obj_sets, max_episode_steps, seed, device=self._device()
+            )
         return EnvGroup(
             hp.env_id,
             num_envs,

@@ -13,9 +13,11 @@ from torch.utils.data import DataLoader
 
 from rl_lightning.checks import check_positive_int
 from rl_lightning.data.base import EnvDataModule, identity_collate, renamed_env_argument
+from rl_lightning.data.device_rollout import DeviceRolloutDataset
 from rl_lightning.data.protocol import OnPolicyLearner
 from rl_lightning.data.rollout import RolloutDataset, UpdatePlan, take_plan_settings
 from rl_lightning.envs.obs import leaves
+from rl_lightning.envs.tensor_group import TensorEnvGroup
 
 #: Learning settings this data module took before they moved to the algorithm (``PPO(gamma=...)``).
 MOVED_TO_ALGORITHM = tuple(field.name for field in dataclasses.fields(UpdatePlan))
@@ -56,6 +58,9 @@ class RolloutDataModule(EnvDataModule):
             like non-finite ones.
         wrappers: Gymnasium wrappers for every env of the run, as specs (``{"wrapper": path, **arguments}``;
             :mod:`rl_lightning.envs.wrappers`; Hydra ``env.wrappers``).
+        backend: ``"gymnasium"`` (default) or ``"torch"``: the batched torch env of ``env_id``
+            on the Trainer's device, whose rollouts stay there
+            (:class:`~rl_lightning.data.device_rollout.DeviceRolloutDataset`; Hydra ``env.backend``).
         env: Deprecated name of ``env_id`` (warns, for one release).
         update_epochs, num_minibatches, gamma, gae_lambda: Deprecated: the algorithm's
             (``PPO(gamma=...)``). Given here, they warn and override the algorithm's for one
@@ -86,6 +91,7 @@ class RolloutDataModule(EnvDataModule):
         obs_bound: float | None = None,
         obs_bound_mode: str = "clip",
         wrappers: Sequence[Any] | None = None,
+        backend: str = "gymnasium",
         update_epochs: int | None = None,
         num_minibatches: int | None = None,
         gamma: float | None = None,
@@ -127,6 +133,7 @@ class RolloutDataModule(EnvDataModule):
             obs_bound=obs_bound,
             obs_bound_mode=obs_bound_mode,
             wrappers=wrappers,
+            backend=backend,
         )
         self.generator = torch.Generator().manual_seed(seed)
         self._train_dataset: RolloutDataset | None = None
@@ -166,7 +173,8 @@ class RolloutDataModule(EnvDataModule):
         """The rollout stream: one rollout and its minibatches per epoch."""
         hp = self.hparams
         if self._train_dataset is None:
-            self._train_dataset = RolloutDataset(
+            stream = DeviceRolloutDataset if isinstance(self.train_envs, TensorEnvGroup) else RolloutDataset
+            self._train_dataset = stream(
                 self.train_envs,
                 self._policy(),
                 hp.rollout_steps,
@@ -188,6 +196,8 @@ class RolloutDataModule(EnvDataModule):
         pending = self._train_dataset.pending_obs if self._train_dataset is not None else self._pending_obs
         if isinstance(pending, TensorDict):  # plain tensors, so the checkpoint loads with weights_only=True
             pending = pending.to_dict()
+        elif pending is not None:  # the tensor path's, on its device: the file loads on any machine
+            pending = pending.cpu()
         return {"shuffle_rng": self.generator.get_state(), "pending_obs": pending}
 
     def load_rank_state_dict(self, state: dict[str, Any] | None) -> None:

@@ -22,6 +22,7 @@ from rl_lightning.data.collection import to_env_action
 from rl_lightning.data.protocol import RolloutPolicy
 from rl_lightning.envs import EnvGroup, EpisodeStats
 from rl_lightning.envs.obs import clip_floats, map_obs, to_tensor
+from rl_lightning.envs.tensor_group import TensorEnvGroup
 from rl_lightning.faults import interrupt_request
 from rl_lightning.video import VideoWriter
 
@@ -51,6 +52,8 @@ def evaluate(
     Returns:
         Statistics of exactly ``episodes`` episodes.
     """
+    if isinstance(envs, TensorEnvGroup):
+        return evaluate_batched(policy, envs, episodes, deterministic, seed)
     device = next(policy.parameters()).device
     quota = episodes_per_env(episodes, envs.num_envs)
     done_count = np.zeros(envs.num_envs, dtype=np.int64)
@@ -72,6 +75,46 @@ def evaluate(
                 result.lengths.append(finished.lengths[k])
                 result.successes.append(finished.successes[k])
                 result.envs.append(i)
+    return result
+
+
+#: A batched evaluation reads whether every env has its episodes once per this many steps (not every step).
+BATCHED_CHECK_EVERY = 16
+
+
+@torch.no_grad()
+def evaluate_batched(
+    policy: RolloutPolicy, envs: TensorEnvGroup, episodes: int, deterministic: bool = True, seed: int = 0
+) -> EpisodeStats:
+    """:func:`evaluate` on a batched tensor env: the same per-env quotas, the episodes counted on the device.
+
+    Whether every env has finished its quota is read to the host every ``BATCHED_CHECK_EVERY``
+    steps; episodes beyond an env's quota (those steps past it) are left out, so the result
+    is exactly the first ``quota[i]`` episodes of env ``i``, as :func:`evaluate` counts them.
+    """
+    quota_list = episodes_per_env(episodes, envs.num_envs)
+    quota = torch.as_tensor(quota_list, device=envs.device)
+    finished = torch.zeros_like(quota)
+    obs = envs.reset(seed=seed)
+    envs.pop_stats()
+    steps = 0
+    while True:
+        if steps % BATCHED_CHECK_EVERY == 0 and bool((finished >= quota).all()):
+            break
+        interrupt_request.check()  # a signal stops evaluation between steps (callbacks/interrupt.py)
+        step = envs.step(envs.env_action(policy.act(obs, deterministic)[0]))
+        finished += step.done
+        obs = step.obs
+        steps += 1
+    ended = envs.pop_stats()
+    result, taken = EpisodeStats(), np.zeros(envs.num_envs, dtype=np.int64)
+    for k, i in enumerate(ended.envs):  # in step order, so each env's first episodes come first
+        if taken[i] < quota_list[i]:
+            taken[i] += 1
+            result.returns.append(ended.returns[k])
+            result.lengths.append(ended.lengths[k])
+            result.successes.append(ended.successes[k])
+            result.envs.append(i)
     return result
 
 

@@ -125,9 +125,16 @@ class ReplayDataModule(EnvDataModule):
         obs_bound: float | None = None,
         obs_bound_mode: str = "clip",
         wrappers: Sequence[Any] | None = None,
+        backend: str = "gymnasium",
         env: str | None = None,
     ):
         env_id = renamed_env_argument("ReplayDataModule", env_id, env, default="Pendulum-v1")
+        if backend == "torch":
+            raise ValueError(
+                "ReplayDataModule(backend='torch'): this version collects off-policy experience from gymnasium envs "
+                "only; batched tensor envs feed on-policy rollouts (RolloutDataModule). Use backend='gymnasium' "
+                "(Hydra: env.backend=gymnasium)."
+            )
         for name in ("steps_per_epoch", "batch_size", "buffer_size"):
             check_positive_int(**{name: locals()[name]})
         if not isinstance(learning_starts, int) or isinstance(learning_starts, bool) or learning_starts < 0:
@@ -164,6 +171,7 @@ class ReplayDataModule(EnvDataModule):
             obs_bound=obs_bound,
             obs_bound_mode=obs_bound_mode,
             wrappers=wrappers,
+            backend=backend,
         )
         if not isinstance(optimize_memory_usage, bool):
             raise TypeError(f"optimize_memory_usage must be true or false, got {optimize_memory_usage!r}.")

@@ -130,6 +130,13 @@ def compute_gae(
     return advantage.squeeze(-1), returns.squeeze(-1)
 
 
+def minibatch_plan(size: int, plan: UpdatePlan, generator: torch.Generator) -> torch.Tensor:
+    """The update phase's minibatches of a rollout of ``size`` transitions: ``[update_epochs * num_minibatches,
+    size // num_minibatches]`` indices, every ``num_minibatches`` rows one permutation (drawn from ``generator``)."""
+    orders = [torch.randperm(size, generator=generator) for _ in range(plan.update_epochs)]
+    return torch.stack(orders).view(-1, size // plan.num_minibatches)
+
+
 def explained_variance(value: torch.Tensor, returns: torch.Tensor) -> float:
     """``1 - Var[return - value] / Var[return]``: 1 is a perfect critic, <= 0 a useless one."""
     var = returns.var()
@@ -191,9 +198,7 @@ class RolloutDataset(IterableDataset):
             indices of minibatch ``k``; every ``num_minibatches`` rows are one permutation.
         """
         batch = self.collect()
-        size = batch.shape[0]
-        orders = [torch.randperm(size, generator=self.generator) for _ in range(self.plan.update_epochs)]
-        yield {"rollout": batch, "minibatches": torch.stack(orders).view(-1, size // self.plan.num_minibatches)}
+        yield {"rollout": batch, "minibatches": minibatch_plan(batch.shape[0], self.plan, self.generator)}
 
     @staticmethod
     def _evaluate(

@@ -1,6 +1,7 @@
 """Environments: object sets of variations and vectorized groups. Knows nothing of learning."""
 
 from rl_lightning.deprecation import renamed_attributes
+from rl_lightning.envs.batched import TorchVectorEnv
 from rl_lightning.envs.env_group import EnvGroup, EpisodeStats, StepResult, check_env_id, make_env
 from rl_lightning.envs.object_sets import (
     SHIPPED_OBJ_SETS,
@@ -19,6 +20,7 @@ __all__ = [
     "RestartingEnv",
     "SHIPPED_OBJ_SETS",
     "StepResult",
+    "TorchVectorEnv",
     "Variation",
     "check_env_id",
     "make_env",
