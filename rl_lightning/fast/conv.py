@@ -27,11 +27,12 @@ def channels_last(images: torch.Tensor) -> torch.Tensor | None:
 
     Returns:
         ``None`` (the plain path keeps its layout) with the fast path off, gradients not being
-        recorded, a batch under :data:`MIN_BATCH`, a device other than the CPU, a tensor that is
+        recorded, while tracing (export), a batch under :data:`MIN_BATCH`, a device other than the CPU, a tensor that is
         not 4-D or already channels-last (an ``[B, H, W, C]`` image permuted to channels first is).
     """
     if not (
         enabled()
+        and not torch.jit.is_tracing()  # an exported graph keeps the plain layout (tracing checks rerun it)
         and torch.is_grad_enabled()
         and images.dim() == 4
         and images.device.type == "cpu"

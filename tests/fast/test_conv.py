@@ -39,6 +39,13 @@ def test_leaves_the_plain_layout_without_gradients_or_switched_off():
         assert channels_last(images) is None
 
 
+def test_leaves_the_plain_layout_while_tracing():
+    traced = torch.jit.trace(
+        lambda x: torch.zeros(()) if channels_last(x) is None else torch.ones(()), torch.rand(MIN_BATCH, 4, 12, 12)
+    )
+    assert float(traced(torch.rand(MIN_BATCH, 4, 12, 12))) == 0.0
+
+
 def _features_and_grads(encoder: MultiInputEncoder, obs) -> tuple[torch.Tensor, list[torch.Tensor]]:
     encoder.zero_grad(set_to_none=True)
     features = encoder(obs)
