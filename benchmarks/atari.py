@@ -107,7 +107,7 @@ CONTENDERS = {
 
 def report(results: dict[str, list[dict]]) -> list[str]:
     """The table of medians and ranges, and the per-repeat ratios, as markdown lines."""
-    from benchmarks.run import paired, summarize, table
+    from benchmarks.run import fast_path_pairs, summarize, table
 
     return [
         table(
@@ -116,13 +116,7 @@ def report(results: dict[str, list[dict]]) -> list[str]:
             "env-steps/s",
             ["stable_baselines3", "cleanrl_style", "rl_lightning_plain"],
         ),
-        "",
-        "`rl_lightning_plain` is rl_lightning with the fast path off (`RL_LIGHTNING_FAST=0`, docs/fast_path.md).",
-        "",
-        paired(results, "env_steps_per_second", "rl_lightning", "stable_baselines3"),
-        paired(results, "env_steps_per_second", "rl_lightning_plain", "stable_baselines3"),
-        paired(results, "env_steps_per_second", "rl_lightning", "rl_lightning_plain"),
-        paired(results, "env_steps_per_second", "rl_lightning", "cleanrl_style"),
+        *fast_path_pairs(results, "env_steps_per_second", "cleanrl_style"),
     ]
 
 

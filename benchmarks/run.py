@@ -144,13 +144,20 @@ def suite_ppo(quick: bool, repeats: int, report: dict) -> list[str]:
     return [
         f"### PPO, CartPole-v1, CleanRL's settings ({steps} env steps per run, {repeats} alternating repeats)",
         table("PPO", summary, "env-steps/s", ["stable_baselines3", "plain_pytorch", "rl_lightning_plain"]),
+        *fast_path_pairs(results, "env_steps_per_second", "plain_pytorch"),
+    ]
+
+
+def fast_path_pairs(results: dict[str, list[dict]], metric: str, other: str) -> list[str]:
+    """The note on ``rl_lightning_plain``, then per-repeat ratios of ours (fast path on, off) to SB3 and ``other``."""
+    return [
         "",
         "`rl_lightning_plain` is rl_lightning with the fast path off (`RL_LIGHTNING_FAST=0`, docs/fast_path.md).",
         "",
-        paired(results, "env_steps_per_second", "rl_lightning", "stable_baselines3"),
-        paired(results, "env_steps_per_second", "rl_lightning_plain", "stable_baselines3"),
-        paired(results, "env_steps_per_second", "rl_lightning", "rl_lightning_plain"),
-        paired(results, "env_steps_per_second", "rl_lightning", "plain_pytorch"),
+        paired(results, metric, "rl_lightning", "stable_baselines3"),
+        paired(results, metric, "rl_lightning_plain", "stable_baselines3"),
+        paired(results, metric, "rl_lightning", "rl_lightning_plain"),
+        paired(results, metric, "rl_lightning", other),
     ]
 
 

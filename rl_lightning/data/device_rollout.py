@@ -21,11 +21,9 @@ import time
 
 import torch
 from tensordict import TensorDict
-from torch.utils.data import IterableDataset
 
-from rl_lightning.data.collection import CollectionMetrics, DataCounters
-from rl_lightning.data.protocol import RolloutPolicy
-from rl_lightning.data.rollout import UpdatePlan, compute_gae, explained_variance, minibatch_plan
+from rl_lightning.data.collection import CollectionMetrics
+from rl_lightning.data.rollout import RolloutDataset, compute_gae, explained_variance, minibatch_plan
 from rl_lightning.envs.tensor_group import TensorEnvGroup
 from rl_lightning.faults import interrupt_request
 
@@ -37,44 +35,17 @@ def _action_buffer(envs: TensorEnvGroup, shape: tuple[int, int]) -> torch.Tensor
     return torch.empty((*shape, *space.shape), dtype=dtype, device=envs.device)
 
 
-class DeviceRolloutDataset(IterableDataset):
+class DeviceRolloutDataset(RolloutDataset):
     """Rollouts of a batched tensor env, kept on its device; each ``iter()`` collects one and yields it.
+
+    The constructor, ``set_learner`` and ``__len__`` are :class:`~rl_lightning.data.rollout.RolloutDataset`'s;
+    ``collect`` is this path's loop.
 
     Args: as :class:`~rl_lightning.data.rollout.RolloutDataset`, with ``envs`` a
     :class:`~rl_lightning.envs.tensor_group.TensorEnvGroup` on the policy's device.
     """
 
-    def __init__(
-        self,
-        envs: TensorEnvGroup,
-        policy: RolloutPolicy,
-        rollout_steps: int,
-        plan: UpdatePlan,
-        counters: DataCounters,
-        generator: torch.Generator,
-        reset_seed: int,
-        world_size: int = 1,
-    ):
-        super().__init__()
-        self.envs = envs
-        self.policy = policy
-        self.rollout_steps = rollout_steps
-        plan.check_rollout(rollout_steps, envs.num_envs)
-        self.plan = plan
-        self.counters = counters
-        self.generator = generator
-        self.reset_seed = reset_seed
-        self.world_size = world_size
-        self.pending_obs: torch.Tensor | None = None
-        self.last_collection: CollectionMetrics | None = None
-
-    def set_learner(self, policy: RolloutPolicy, plan: UpdatePlan) -> None:
-        """Act with ``policy`` and prepare rollouts by ``plan`` from now on (a data module reused by another fit)."""
-        plan.check_rollout(self.rollout_steps, self.envs.num_envs)
-        self.policy, self.plan = policy, plan
-
-    def __len__(self) -> int:
-        return 1
+    envs: TensorEnvGroup
 
     def __iter__(self):
         """Collect one rollout and yield it with its minibatch plan (as ``RolloutDataset`` does), on the device."""

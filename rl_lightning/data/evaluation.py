@@ -36,6 +36,17 @@ def episodes_per_env(episodes: int, num_envs: int) -> np.ndarray:
     return np.array([episodes // num_envs + (i < episodes % num_envs) for i in range(num_envs)])
 
 
+def _keep_within_quota(ended: EpisodeStats, quota: np.ndarray, taken: np.ndarray, result: EpisodeStats) -> None:
+    """Append to ``result`` the episodes of ``ended`` whose env has not filled its quota, counting them in ``taken``."""
+    for k, i in enumerate(ended.envs):
+        if taken[i] < quota[i]:
+            taken[i] += 1
+            result.returns.append(ended.returns[k])
+            result.lengths.append(ended.lengths[k])
+            result.successes.append(ended.successes[k])
+            result.envs.append(i)
+
+
 @torch.no_grad()
 def evaluate(
     policy: RolloutPolicy, envs: EnvGroup, episodes: int, deterministic: bool = True, seed: int = 0
@@ -67,14 +78,7 @@ def evaluate(
         obs = step.obs
         if not step.final_obs:  # no episode ended this step
             continue
-        finished = envs.pop_stats()
-        for k, i in enumerate(finished.envs):
-            if done_count[i] < quota[i]:
-                done_count[i] += 1
-                result.returns.append(finished.returns[k])
-                result.lengths.append(finished.lengths[k])
-                result.successes.append(finished.successes[k])
-                result.envs.append(i)
+        _keep_within_quota(envs.pop_stats(), quota, done_count, result)
     return result
 
 
@@ -106,15 +110,9 @@ def evaluate_batched(
         finished += step.done
         obs = step.obs
         steps += 1
-    ended = envs.pop_stats()
-    result, taken = EpisodeStats(), np.zeros(envs.num_envs, dtype=np.int64)
-    for k, i in enumerate(ended.envs):  # in step order, so each env's first episodes come first
-        if taken[i] < quota_list[i]:
-            taken[i] += 1
-            result.returns.append(ended.returns[k])
-            result.lengths.append(ended.lengths[k])
-            result.successes.append(ended.successes[k])
-            result.envs.append(i)
+    result = EpisodeStats()
+    # pop_stats lists episodes in step order, so each env's first episodes come first.
+    _keep_within_quota(envs.pop_stats(), quota_list, np.zeros(envs.num_envs, dtype=np.int64), result)
     return result
 
 

@@ -26,7 +26,7 @@ import gymnasium as gym
 import numpy as np
 
 from rl_lightning.envs.checks import ON_NONFINITE, ValueChecks, check_value_options, nonfinite_message
-from rl_lightning.envs.object_sets import ObjectSetWrapper, ObjSets, Variation, resolve_obj_sets
+from rl_lightning.envs.object_sets import ObjectSetWrapper, ObjSets, Variation, select_obj_set
 from rl_lightning.envs.obs import Obs, map_obs, row, select_envs
 from rl_lightning.envs.restart import ASYNC_CONTEXT, RebuildingVectorEnv, RestartingEnv, check_max_env_restarts
 from rl_lightning.envs.wrappers import WrapperSpec, check_wrappers
@@ -101,12 +101,7 @@ def make_env(
     """
     check_env_id(env_id)
     _check_max_episode_steps(max_episode_steps)
-    sets = resolve_obj_sets(env_id, obj_sets)
-    if obj_set not in sets:
-        raise ValueError(
-            f"Unknown object set '{obj_set}' for {env_id}; available: {sorted(sets)}. "
-            "Pick one of those or pass obj_sets with that name."
-        )
+    sets = select_obj_set(env_id, obj_sets, obj_set)
     if render_mode is not None and not (os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY")):
         os.environ.setdefault("MUJOCO_GL", "egl")
         # pygame (classic control) draws off-screen; without this SDL looks for a display and
@@ -227,12 +222,7 @@ class EnvGroup:
         check_value_options(obs_bound, obs_bound_mode, on_nonfinite)
         self.env_id = env_id
         self.num_envs = num_envs
-        self.obj_sets = resolve_obj_sets(env_id, obj_sets)
-        if obj_set not in self.obj_sets:
-            raise ValueError(
-                f"Unknown object set '{obj_set}' for {env_id}; available: {sorted(self.obj_sets)}. "
-                "Pick one of those or pass obj_sets with that name."
-            )
+        self.obj_sets = select_obj_set(env_id, obj_sets, obj_set)
         self.obj_set = obj_set
         self.seed = seed
         self.vectorization = vectorization

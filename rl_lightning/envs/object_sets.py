@@ -211,6 +211,31 @@ def resolve_obj_sets(env_id: str, obj_sets: Mapping[str, Sequence[Variation | Ma
     return resolved
 
 
+def select_obj_set(
+    env_id: str, obj_sets: Mapping[str, Sequence[Variation | Mapping[str, Any]]] | None, obj_set: str
+) -> ObjSets:
+    """Resolve ``obj_sets`` as :func:`resolve_obj_sets` does and check that ``obj_set`` is one of them.
+
+    Args:
+        env_id: The group's gymnasium id.
+        obj_sets: User sets; ``None`` takes the shipped sets for ``env_id``.
+        obj_set: The set a group draws its episodes from.
+
+    Returns:
+        The resolved sets (``obj_set`` among them).
+
+    Raises:
+        ValueError: ``obj_set`` names no set, with the names available.
+    """
+    resolved = resolve_obj_sets(env_id, obj_sets)
+    if obj_set not in resolved:
+        raise ValueError(
+            f"Unknown object set '{obj_set}' for {env_id}; available: {sorted(resolved)}. "
+            "Pick one of those or pass obj_sets with that name."
+        )
+    return resolved
+
+
 def _get_path(obj: Any, path: str) -> Any:
     """``getattr`` along a dotted path, e.g. ``model.opt.gravity`` on a MuJoCo env."""
     for part in path.split("."):

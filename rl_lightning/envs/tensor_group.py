@@ -31,7 +31,7 @@ import torch
 
 from rl_lightning.envs.batched import TorchVectorEnv
 from rl_lightning.envs.env_group import EpisodeStats
-from rl_lightning.envs.object_sets import ObjSets, Variation, resolve_obj_sets
+from rl_lightning.envs.object_sets import ObjSets, Variation, select_obj_set
 from rl_lightning.faults import NumericalFault
 
 #: Builds a batched tensor env: ``(env_id, num_envs, device, seed, max_episode_steps)`` -> a vector env of tensors.
@@ -145,12 +145,7 @@ class TensorEnvGroup:
             raise ValueError(f"num_envs must be a positive integer, got {num_envs!r}.")
         self.env_id, self.num_envs, self.seed = env_id, num_envs, seed
         self.device = torch.device(device)
-        self.obj_sets = resolve_obj_sets(env_id, obj_sets)
-        if obj_set not in self.obj_sets:
-            raise ValueError(
-                f"Unknown object set '{obj_set}' for {env_id}; available: {sorted(self.obj_sets)}. "
-                "Pick one of those or pass obj_sets with that name."
-            )
+        self.obj_sets = select_obj_set(env_id, obj_sets, obj_set)
         self.obj_set = obj_set
         self.env = make_env(env_id, num_envs, self.device, seed, max_episode_steps)
         if self.env.num_envs != num_envs:
