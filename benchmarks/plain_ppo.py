@@ -107,6 +107,44 @@ def layer_conv(in_channels: int, out_channels: int, kernel: int, stride: int) ->
     return conv
 
 
+def gae(s: PPOSettings, rewards, values, dones, next_value, next_done) -> torch.Tensor:
+    """Advantages by GAE (Schulman et al., 2016), CleanRL's loop over time; ``dones[t]`` marks an obs that began an
+    episode."""
+    T = rewards.shape[0]
+    advantages = torch.zeros_like(rewards)
+    last = 0.0
+    for t in reversed(range(T)):
+        not_done = 1.0 - (next_done if t == T - 1 else dones[t + 1])
+        following = next_value if t == T - 1 else values[t + 1]
+        delta = rewards[t] + s.gamma * following * not_done - values[t]
+        advantages[t] = last = delta + s.gamma * s.gae_lambda * not_done * last
+    return advantages
+
+
+def update(agent, optimizer, s: PPOSettings, b_obs, b_actions, b_log_probs, b_advantages, b_values) -> None:
+    """The update phase: ``update_epochs`` shuffled passes of clipped-loss minibatch steps over the flat rollout."""
+    batch_size = b_obs.shape[0]
+    minibatch_size = batch_size // s.num_minibatches
+    b_returns = b_advantages + b_values
+    for _ in range(s.update_epochs):
+        order = torch.randperm(batch_size, device=b_obs.device)
+        for first in range(0, batch_size, minibatch_size):
+            idx = order[first : first + minibatch_size]
+            _, new_log_prob, entropy, new_value = agent.act(b_obs[idx], b_actions[idx])
+            ratio = (new_log_prob - b_log_probs[idx]).exp()
+            adv = b_advantages[idx]
+            adv = (adv - adv.mean()) / (adv.std() + 1e-8)
+            policy_loss = torch.max(-adv * ratio, -adv * ratio.clamp(1 - s.clip_coef, 1 + s.clip_coef)).mean()
+            new_value = new_value.flatten()
+            clipped = b_values[idx] + (new_value - b_values[idx]).clamp(-s.clip_coef, s.clip_coef)
+            value_loss = 0.5 * torch.max((new_value - b_returns[idx]) ** 2, (clipped - b_returns[idx]) ** 2).mean()
+            loss = policy_loss - s.ent_coef * entropy.mean() + s.vf_coef * value_loss
+            optimizer.zero_grad()
+            loss.backward()
+            nn.utils.clip_grad_norm_(agent.parameters(), s.max_grad_norm)
+            optimizer.step()
+
+
 def train(
     settings: PPOSettings, total_timesteps: int, seed: int, make_env: Callable[[], gym.Env] | None = None
 ) -> dict[str, float]:
@@ -127,7 +165,6 @@ def train(
     optimizer = torch.optim.Adam(agent.parameters(), lr=s.lr, eps=1e-5)
     T, N = s.rollout_steps, s.num_envs
     batch_size = T * N
-    minibatch_size = batch_size // s.num_minibatches
     obs = torch.zeros((T, N, *envs.single_observation_space.shape))
     actions = torch.zeros((T, N), dtype=torch.long)
     log_probs = torch.zeros((T, N))
@@ -154,40 +191,64 @@ def train(
             next_obs = torch.as_tensor(next_obs_np, dtype=torch.float32)
             next_done = torch.as_tensor(np.logical_or(terminated, truncated), dtype=torch.float32)
         with torch.no_grad():
-            next_value = agent.value(next_obs).flatten()
-            advantages = torch.zeros_like(rewards)
-            last = 0.0
-            for t in reversed(range(T)):
-                not_done = 1.0 - (next_done if t == T - 1 else dones[t + 1])
-                following = next_value if t == T - 1 else values[t + 1]
-                delta = rewards[t] + s.gamma * following * not_done - values[t]
-                advantages[t] = last = delta + s.gamma * s.gae_lambda * not_done * last
-            returns = advantages + values
-        b_obs = obs.reshape(batch_size, *obs_shape)
-        b_actions, b_log_probs = actions.reshape(-1), log_probs.reshape(-1)
-        b_advantages, b_returns, b_values = advantages.reshape(-1), returns.reshape(-1), values.reshape(-1)
-        for _ in range(s.update_epochs):
-            order = torch.randperm(batch_size)
-            for first in range(0, batch_size, minibatch_size):
-                idx = order[first : first + minibatch_size]
-                _, new_log_prob, entropy, new_value = agent.act(b_obs[idx], b_actions[idx])
-                log_ratio = new_log_prob - b_log_probs[idx]
-                ratio = log_ratio.exp()
-                adv = b_advantages[idx]
-                adv = (adv - adv.mean()) / (adv.std() + 1e-8)
-                policy_loss = torch.max(-adv * ratio, -adv * ratio.clamp(1 - s.clip_coef, 1 + s.clip_coef)).mean()
-                new_value = new_value.flatten()
-                clipped = b_values[idx] + (new_value - b_values[idx]).clamp(-s.clip_coef, s.clip_coef)
-                value_loss = 0.5 * torch.max((new_value - b_returns[idx]) ** 2, (clipped - b_returns[idx]) ** 2).mean()
-                loss = policy_loss - s.ent_coef * entropy.mean() + s.vf_coef * value_loss
-                optimizer.zero_grad()
-                loss.backward()
-                nn.utils.clip_grad_norm_(agent.parameters(), s.max_grad_norm)
-                optimizer.step()
+            advantages = gae(s, rewards, values, dones, agent.value(next_obs).flatten(), next_done)
+        update(agent, optimizer, s, obs.reshape(batch_size, *obs_shape), actions.reshape(-1), log_probs.reshape(-1),
+               advantages.reshape(-1), values.reshape(-1))  # fmt: skip
     seconds = time.perf_counter() - start
     envs.close()
     steps = iterations * batch_size
     return {"env_steps": steps, "seconds": seconds, "env_steps_per_second": steps / seconds}
+
+
+def train_batched(settings: PPOSettings, total_timesteps: int, seed: int, device: str = "cpu") -> dict[str, float]:
+    """:func:`train` on a batched torch env (``rl_lightning.envs.TorchVectorEnv``): the no-framework tensor loop.
+
+    The same CleanRL loop with the numpy conversions gone: actions, observations, rewards and
+    the rollout buffer stay on ``device``, as a user of a GPU simulator writes it by hand
+    (CleanRL's ``ppo_continuous_action_isaacgym.py``). Ended episodes count as done (CleanRL's
+    reading of truncation), GAE is the same loop over time. Returns as :func:`train`, plus
+    ``episode_length``: the last rollout's env steps per episode end.
+    """
+    from rl_lightning.envs import TorchVectorEnv
+
+    s = settings
+    torch.manual_seed(seed)
+    envs = TorchVectorEnv(s.env_id, s.num_envs, device=device, seed=seed)
+    obs_shape = envs.single_observation_space.shape
+    agent = Agent(int(np.prod(obs_shape)), int(envs.single_action_space.n)).to(device)
+    optimizer = torch.optim.Adam(agent.parameters(), lr=s.lr, eps=1e-5)
+    T, N = s.rollout_steps, s.num_envs
+    batch_size = T * N
+    obs = torch.zeros((T, N, *obs_shape), device=device)
+    actions = torch.zeros((T, N), dtype=torch.long, device=device)
+    log_probs, rewards, dones, values = (torch.zeros((T, N), device=device) for _ in range(4))
+    iterations = total_timesteps // batch_size
+    start = time.perf_counter()
+    next_obs = envs.reset(seed=seed)[0]
+    next_done = torch.zeros(N, device=device)
+    for iteration in range(1, iterations + 1):
+        if s.anneal_lr:
+            optimizer.param_groups[0]["lr"] = (1.0 - (iteration - 1.0) / iterations) * s.lr
+        for t in range(T):
+            obs[t] = next_obs
+            dones[t] = next_done
+            with torch.no_grad():
+                action, log_prob, _, value = agent.act(next_obs)
+            values[t] = value.flatten()
+            actions[t] = action
+            log_probs[t] = log_prob
+            next_obs, reward, terminated, truncated, _ = envs.step(action)
+            rewards[t] = reward
+            next_done = (terminated | truncated).float()
+        with torch.no_grad():
+            advantages = gae(s, rewards, values, dones, agent.value(next_obs).flatten(), next_done)
+        update(agent, optimizer, s, obs.reshape(batch_size, *obs_shape), actions.reshape(-1), log_probs.reshape(-1),
+               advantages.reshape(-1), values.reshape(-1))  # fmt: skip
+    seconds = time.perf_counter() - start
+    steps = iterations * batch_size
+    # Mean episode length over the last rollout (steps per episode end): a learning check, read once.
+    length = batch_size / max(1.0, float(dones.sum()))
+    return {"env_steps": steps, "seconds": seconds, "env_steps_per_second": steps / seconds, "episode_length": length}
 
 
 if __name__ == "__main__":

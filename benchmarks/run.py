@@ -166,9 +166,13 @@ def suite_solve(quick: bool, repeats: int, report: dict) -> list[str]:
     print(f"solve: CartPole-v1 to {475}, {seeds} seed(s)", flush=True)
     results = alternate({"rl_lightning": solve_ours, "stable_baselines3": solve_sb3}, seeds)
     report["solve"] = {"runs": results}
+    return solve_table(f"Time to solve CartPole-v1 ({{}}; {seeds} seed(s); evaluation time excluded)", results, report)
+
+
+def solve_table(title: str, results: dict[str, list[dict]], report: dict) -> list[str]:
+    """Markdown lines of a time-to-solve table; ``title``'s ``{}`` takes the criterion. Medians go to ``report``."""
     lines = [
-        f"### Time to solve CartPole-v1 (10-episode deterministic mean >= 475; {seeds} seed(s); "
-        "evaluation time excluded)",
+        "### " + title.format("10-episode deterministic mean >= 475"),
         "| contender | solved | median seconds | seconds per seed | median env steps | env steps per seed |",
         "| --- | --- | --- | --- | --- | --- |",
     ]

@@ -71,15 +71,18 @@ class _SolveWatch(pl.Callback):
             trainer.should_stop = True
 
 
-def solve_ours(seed: int, eval_every: int = 2048) -> dict[str, float | bool]:
-    """Train ``+experiment=ppo`` until solved; returns solved, env steps and training seconds."""
+def solve_ours(seed: int, eval_every: int = 2048, experiment: str = "ppo") -> dict[str, float | bool]:
+    """Train ``+experiment=<experiment>`` until solved; returns solved, env steps and training seconds.
+
+    An experiment whose rollouts are longer than ``eval_every`` env steps evaluates after every rollout.
+    """
     from hydra import compose, initialize_config_dir
 
     from rl_lightning.launch.app import build_data, build_model
 
     warnings.filterwarnings("ignore")
     with initialize_config_dir(config_dir=CONF, version_base="1.3"):
-        cfg = compose("config", overrides=["+experiment=ppo", f"seed={seed}", "run_dir=."])
+        cfg = compose("config", overrides=[f"+experiment={experiment}", f"seed={seed}", "run_dir=."])
     per_epoch = cfg.env.num_envs * cfg.data.rollout_steps
     pl.seed_everything(seed, verbose=False)
     data = build_data(
@@ -89,7 +92,7 @@ def solve_ours(seed: int, eval_every: int = 2048) -> dict[str, float | bool]:
         eval_interval=max(1, eval_every // per_epoch),
         eval_episodes=10,
     )
-    model = build_model(cfg, save_interval=None, total_timesteps=BUDGET)
+    model = build_model(cfg, save_interval=None, total_timesteps=max(BUDGET, cfg.algo.total_timesteps))
     watch = _SolveWatch()
     bare_trainer(callbacks=[watch]).fit(model, data)
     data.close()

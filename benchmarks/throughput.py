@@ -31,9 +31,9 @@ DQN_LEARNING_STARTS = 1000
 PLAIN = {"train": [{}], "test": [{}]}
 
 
-def bare_trainer(max_epochs: int = -1, callbacks: Sequence[pl.Callback] = ()) -> pl.Trainer:
+def bare_trainer(max_epochs: int = -1, callbacks: Sequence[pl.Callback] = (), **kwargs) -> pl.Trainer:
     """A ``Trainer`` with nothing beside training (no loggers, checkpoints, progress bar or sanity
-    check) but the given ``callbacks``."""
+    check) but the given ``callbacks``; ``kwargs`` go to the ``Trainer`` (``accelerator=...``)."""
     warnings.filterwarnings("ignore")
     return pl.Trainer(
         max_epochs=max_epochs,
@@ -43,6 +43,7 @@ def bare_trainer(max_epochs: int = -1, callbacks: Sequence[pl.Callback] = ()) ->
         enable_model_summary=False,
         num_sanity_val_steps=0,
         callbacks=list(callbacks),
+        **kwargs,
     )
 
 

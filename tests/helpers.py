@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import gymnasium as gym
 import lightning.pytorch as pl
+import numpy as np
+import torch
 
 from rl_lightning import PPO, ReplayDataModule, RolloutDataModule
+from rl_lightning.envs.tensor_group import TensorEnvGroup
 
 #: The update plan of the tiny PPO runs: 2 passes of 2 minibatches over each rollout.
 TINY_PLAN = {"update_epochs": 2, "num_minibatches": 2}
@@ -72,3 +76,37 @@ def fit_and_test(model: pl.LightningModule, data) -> dict[str, float]:
     trainer = quiet_trainer(max_epochs=-1)
     trainer.fit(model, data)
     return {k: float(v) for r in trainer.test(model, data, verbose=False) for k, v in r.items()}
+
+
+class CountDynamics:
+    """Observation = steps into the episode; reward 1; terminates at ``terminate_at`` (never with 0)."""
+
+    env_id = "Count-v0"
+    max_episode_steps = 3
+    observation_space = gym.spaces.Box(-np.inf, np.inf, (1,), np.float32)
+    action_space = gym.spaces.Discrete(2)
+
+    def __init__(self, terminate_at: int = 0):
+        self.params = {}
+        self.terminate_at = terminate_at
+
+    def start(self, n, generator, like):
+        return torch.zeros((n, 1), dtype=like.dtype, device=like.device)
+
+    def step(self, state, action, params):
+        state = state + 1
+        terminated = state[:, 0] == self.terminate_at
+        return state, torch.ones(state.shape[0], dtype=state.dtype), terminated
+
+    def observe(self, state):
+        return state.float()
+
+
+def count_envs(num_envs: int, terminate_at: int = 0) -> TensorEnvGroup:
+    """A ``TensorEnvGroup`` of :class:`CountDynamics` (episodes of 3 steps unless they terminate sooner)."""
+    from rl_lightning.envs.batched import TorchVectorEnv
+
+    def make(env_id, n, device, seed, limit):
+        return TorchVectorEnv(CountDynamics(terminate_at), n, device=device, seed=seed)
+
+    return TensorEnvGroup("CartPole-v1", num_envs, obj_sets={"train": [{}]}, make_env=make)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 
 import lightning.pytorch as pl
+import torch
 from lightning.pytorch.utilities import rank_zero_info
 
 from rl_lightning.callbacks.interrupt import resumable_stop
@@ -37,12 +38,19 @@ class PhaseTimer(pl.Callback):
     (:class:`~rl_lightning.data.collection.CollectionMetrics`); with another data module only
     the optimization and evaluation phases are filled.
 
+    On a CUDA device kernels run asynchronously, so a phase's clock would stop before its
+    work is done. ``synchronize=True`` waits for the device at every phase boundary (the
+    tensor path's rollout phases and the optimization), so the shares say where device time
+    goes, at a small cost in throughput (``benchmarks/gpu_device_envs.py`` uses it).
+
     Args:
         print_summary: Print the table when ``fit`` ends (rank zero only).
+        synchronize: Wait for the CUDA device at each phase boundary (no effect on the CPU).
     """
 
-    def __init__(self, print_summary: bool = True):
+    def __init__(self, print_summary: bool = True, synchronize: bool = False):
         self.print_summary = print_summary
+        self.synchronize = synchronize
         self.totals = dict.fromkeys(PHASES, 0.0)
         self.epochs = 0
         self._epoch = dict.fromkeys(PHASES, 0.0)
@@ -55,6 +63,9 @@ class PhaseTimer(pl.Callback):
         self._fit_start = time.perf_counter()
 
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        stream = getattr(trainer.datamodule, "_train_dataset", None)  # built by the dataloader, before this hook
+        if self.synchronize and hasattr(stream, "synchronize_timing"):
+            stream.synchronize_timing = True
         # A resume from a checkpoint written inside an epoch restores that epoch without calling
         # on_train_epoch_start: its clock starts here, not at 0 (which logged the machine's uptime).
         self.on_train_epoch_start(trainer, pl_module)
@@ -64,10 +75,16 @@ class PhaseTimer(pl.Callback):
         self._epoch_start = time.perf_counter()
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        self._wait(pl_module)
         self._batch_start = time.perf_counter()
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        self._wait(pl_module)
         self._epoch["optimization"] += time.perf_counter() - self._batch_start
+
+    def _wait(self, pl_module: pl.LightningModule) -> None:
+        if self.synchronize and pl_module.device.type == "cuda":
+            torch.cuda.synchronize(pl_module.device)
 
     def on_validation_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._val_start = time.perf_counter()

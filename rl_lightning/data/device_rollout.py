@@ -35,6 +35,18 @@ def _action_buffer(envs: TensorEnvGroup, shape: tuple[int, int]) -> torch.Tensor
     return torch.empty((*shape, *space.shape), dtype=dtype, device=envs.device)
 
 
+def _clock(device: torch.device, synchronize: bool):
+    """``time.perf_counter``; with ``synchronize`` on a CUDA device, read after the device's queued kernels finish."""
+    if not (synchronize and device.type == "cuda"):
+        return time.perf_counter
+
+    def clock() -> float:
+        torch.cuda.synchronize(device)
+        return time.perf_counter()
+
+    return clock
+
+
 class DeviceRolloutDataset(RolloutDataset):
     """Rollouts of a batched tensor env, kept on its device; each ``iter()`` collects one and yields it.
 
@@ -46,6 +58,10 @@ class DeviceRolloutDataset(RolloutDataset):
     """
 
     envs: TensorEnvGroup
+    #: Wait for the device's queued kernels before each phase clock reading (``PhaseTimer(synchronize=True)``):
+    #: on CUDA, kernels run asynchronously and their time lands in whichever phase next waits. Off by default,
+    #: as each wait costs a little throughput.
+    synchronize_timing: bool = False
 
     def __iter__(self):
         """Collect one rollout and yield it with its minibatch plan (as ``RolloutDataset`` does), on the device."""
@@ -72,7 +88,7 @@ class DeviceRolloutDataset(RolloutDataset):
             A flat ``TensorDict`` of ``rollout_steps * num_envs`` transitions on the device, with the
             keys of ``RolloutDataset.collect``.
         """
-        clock = time.perf_counter
+        clock = _clock(self.envs.device, self.synchronize_timing)
         start = clock()
         self._check_device()
         policy, envs, T, N = self.policy, self.envs, self.rollout_steps, self.envs.num_envs

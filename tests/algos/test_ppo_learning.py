@@ -42,6 +42,16 @@ def test_ppo_solves_cartpole_within_150k_steps(seed, tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.ci
+def test_ppo_on_the_batched_torch_cartpole_solves_within_300k_steps(tmp_path):
+    """Test that experiment=ppo_batched (env.backend=torch, 1024 envs on the device path) reaches a deterministic
+    train-set return >= 475 on CartPole within 300k steps."""
+    metrics = _train_and_test("ppo_batched", 0, tmp_path)
+    assert metrics["eval/return_mean"] >= 475, metrics
+    assert "eval_ood/return_mean" in metrics
+
+
+# Out of the CI selection (about 2 minutes on 2 cores; the suite's budget is 15): `pytest -m slow` runs it.
+@pytest.mark.slow
 def test_ppo_solves_inverted_pendulum_within_200k_steps(tmp_path):
     """Test that experiment=ppo_continuous reaches an eval return >= 900 on InvertedPendulum within 200k steps."""
     metrics = _train_and_test("ppo_continuous", 0, tmp_path)

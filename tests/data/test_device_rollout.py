@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import gymnasium as gym
-import numpy as np
 import pytest
 import torch
 
@@ -12,7 +10,7 @@ from rl_lightning.data.device_rollout import DeviceRolloutDataset
 from rl_lightning.data.rollout import UpdatePlan
 from rl_lightning.envs.tensor_group import TensorEnvGroup
 from rl_lightning.nets import ActorCritic
-from tests.helpers import fit_and_test, tiny_ppo, tiny_rollout_data
+from tests.helpers import count_envs, fit_and_test, tiny_ppo, tiny_rollout_data
 
 
 def _dataset(envs: TensorEnvGroup, policy, rollout_steps: int, plan: UpdatePlan | None = None):
@@ -46,30 +44,6 @@ def test_host_reads_per_rollout_are_a_constant(monkeypatch):
     assert len(long) < 16
 
 
-class CountDynamics:
-    """Observation = steps into the episode; reward 1; terminates at ``terminate_at`` (never with 0)."""
-
-    env_id = "Count-v0"
-    max_episode_steps = 3
-    observation_space = gym.spaces.Box(-np.inf, np.inf, (1,), np.float32)
-    action_space = gym.spaces.Discrete(2)
-
-    def __init__(self, terminate_at: int = 0):
-        self.params = {}
-        self.terminate_at = terminate_at
-
-    def start(self, n, generator, like):
-        return torch.zeros((n, 1), dtype=like.dtype, device=like.device)
-
-    def step(self, state, action, params):
-        state = state + 1
-        terminated = state[:, 0] == self.terminate_at
-        return state, torch.ones(state.shape[0], dtype=state.dtype), terminated
-
-    def observe(self, state):
-        return state.float()
-
-
 class CountPolicy(torch.nn.Module):
     """Action 0; V(obs) = 10 * obs."""
 
@@ -91,12 +65,7 @@ class CountPolicy(torch.nn.Module):
 @pytest.mark.parametrize("terminate_at, bootstrap", [(0, 30.0), (3, 0.0)])
 def test_truncated_steps_bootstrap_from_the_final_observation(terminate_at, bootstrap):
     """Test that a time-limit step's advantage uses V(final obs) = 30 and a terminal step's uses none."""
-    from rl_lightning.envs.batched import TorchVectorEnv
-
-    def make(env_id, n, device, seed, limit):
-        return TorchVectorEnv(CountDynamics(terminate_at), n, device=device, seed=seed)
-
-    envs = TensorEnvGroup("CartPole-v1", 2, obj_sets={"train": [{}]}, make_env=make)
+    envs = count_envs(2, terminate_at)
     plan = UpdatePlan(gamma=0.5, gae_lambda=1e-6, update_epochs=1, num_minibatches=1)  # ~0: one-step advantages
     batch = _dataset(envs, CountPolicy(), 6, plan).collect().reshape(6, 2)
     # obs 0, 1, 2 then the episode ends at obs 3 (the time limit, or termination) and restarts at 0
@@ -118,9 +87,7 @@ def test_ppo_trains_and_evaluates_on_the_torch_backend():
 
 
 def test_torch_backend_refusals():
-    """Test that the torch backend refuses an id without batched dynamics, wrappers, obs_bound, and replay."""
-    from rl_lightning import ReplayDataModule
-
+    """Test that the torch backend refuses an id without batched dynamics, wrappers and obs_bound."""
     with pytest.raises(ValueError, match="none of 'Acrobot-v1'"):
         tiny_rollout_data(env_id="Acrobot-v1", backend="torch")
     with pytest.raises(ValueError, match="env.wrappers"):
@@ -129,5 +96,29 @@ def test_torch_backend_refusals():
         tiny_rollout_data(backend="torch", obs_bound=10.0)
     with pytest.raises(ValueError, match="backend must be one of"):
         tiny_rollout_data(backend="jax")
-    with pytest.raises(ValueError, match="off-policy"):
-        ReplayDataModule(backend="torch")
+
+
+def test_phase_clock_waits_for_a_cuda_device_only_when_asked(monkeypatch):
+    """Test that the rollout's clock synchronizes a CUDA device only with synchronize_timing, and never the CPU."""
+    import time
+
+    from rl_lightning.data.device_rollout import _clock
+
+    waits = []
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: waits.append(device))
+    assert _clock(torch.device("cpu"), True) is time.perf_counter
+    assert _clock(torch.device("cuda"), False) is time.perf_counter
+    clock = _clock(torch.device("cuda"), True)
+    assert clock() <= clock() and waits == [torch.device("cuda")] * 2
+
+
+def test_a_synchronized_phase_timer_switches_the_tensor_rollout_to_synchronized_timing():
+    """Test that PhaseTimer(synchronize=True) turns on the device rollout's synchronized clock when training starts."""
+    from rl_lightning.callbacks.timing import PhaseTimer
+    from tests.helpers import quiet_trainer
+
+    data = tiny_rollout_data(backend="torch", num_envs=8, rollout_steps=8)
+    timer = PhaseTimer(print_summary=False, synchronize=True)
+    quiet_trainer(callbacks=[timer], max_epochs=1).fit(tiny_ppo(total_timesteps=64), data)
+    assert data._train_dataset.synchronize_timing is True
+    assert timer.totals["env"] > 0 and timer.totals["optimization"] > 0
