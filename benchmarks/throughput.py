@@ -48,13 +48,14 @@ def bare_trainer(max_epochs: int = -1, callbacks: Sequence[pl.Callback] = (), **
 
 
 def timed_fit(trainer: pl.Trainer, model: pl.LightningModule, data) -> dict[str, float]:
-    """``trainer.fit`` timed: env steps, seconds, env-steps/s and optimizer-steps/s; closes the envs."""
+    """``trainer.fit`` timed: env steps, optimizer steps, seconds and both per second; closes the envs."""
     start = time.perf_counter()
     trainer.fit(model, data)
     seconds = time.perf_counter() - start
     data.close()
     return {
         "env_steps": data.env_steps,
+        "gradient_steps": trainer.global_step,
         "seconds": seconds,
         "env_steps_per_second": data.env_steps / seconds,
         "gradient_steps_per_second": trainer.global_step / seconds,

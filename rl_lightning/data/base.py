@@ -29,8 +29,9 @@ from rl_lightning.envs import EnvGroup, check_env_id, make_env, resolve_obj_sets
 from rl_lightning.envs.batched import DYNAMICS
 from rl_lightning.envs.checks import ON_NONFINITE, check_value_options
 from rl_lightning.envs.env_group import VECTORIZATION
+from rl_lightning.envs.envpool_env import check_envpool_task, envpool_env
 from rl_lightning.envs.restart import check_max_env_restarts
-from rl_lightning.envs.tensor_group import TensorEnvGroup
+from rl_lightning.envs.tensor_group import TensorEnvGroup, reference_env
 from rl_lightning.envs.wrappers import check_wrappers
 
 # The data streams must run in the trainer's process, next to the policy they act with,
@@ -72,34 +73,40 @@ def _numpy_state_to_plain(state: tuple) -> tuple:
 
 
 #: What can step a data module's envs (``backend=...``; Hydra ``env.backend``).
-BACKENDS = ("gymnasium", "torch")
+BACKENDS = ("gymnasium", "torch", "envpool")
+#: The backends whose one batched env hands back tensors: they take the tensor path
+#: (:mod:`rl_lightning.data.device_rollout`, :mod:`rl_lightning.data.device_replay`).
+TENSOR_BACKENDS = ("torch", "envpool")
 
 
 def check_backend(backend: str, env_id: str, wrappers: Sequence[Any], obs_bound: float | None) -> None:
     """Refuse, naming the fix, a backend that is not one of :data:`BACKENDS` or cannot run these settings.
 
-    The torch backend steps a batched torch env of ``env_id`` (:data:`~rl_lightning.envs.batched.DYNAMICS`):
-    gymnasium wrappers and ``obs_bound`` act on single gymnasium envs, so they have no place there.
+    The torch backend steps a batched torch env of ``env_id`` (:data:`~rl_lightning.envs.batched.DYNAMICS`),
+    the envpool backend EnvPool's batch of it (:mod:`rl_lightning.envs.envpool_env`): gymnasium
+    wrappers and ``obs_bound`` act on single gymnasium envs, so they have no place there.
     """
     if backend not in BACKENDS:
         raise ValueError(
-            f"backend must be one of {BACKENDS}, got {backend!r} (Hydra: env.backend=gymnasium or env.backend=torch)."
+            f"backend must be one of {BACKENDS}, got {backend!r} (Hydra: env.backend=gymnasium, torch or envpool)."
         )
-    if backend != "torch":
+    if backend == "gymnasium":
         return
-    if env_id not in DYNAMICS:
+    if backend == "envpool":
+        check_envpool_task(env_id)
+    elif env_id not in DYNAMICS:
         raise ValueError(
             f"env.backend=torch steps a batched torch env, and rl_lightning has none of {env_id!r}; it has "
             f"{sorted(DYNAMICS)}. Pick one of those or keep env.backend=gymnasium."
         )
     if wrappers:
         raise ValueError(
-            f"env.wrappers={list(wrappers)!r} wrap single gymnasium envs; the torch backend steps one batched env. "
+            f"env.wrappers={list(wrappers)!r} wrap single gymnasium envs; the {backend} backend steps one batched env. "
             "Drop the wrappers (env.wrappers=[]) or keep env.backend=gymnasium."
         )
     if obs_bound is not None:
         raise ValueError(
-            f"obs_bound={obs_bound} clips single gymnasium envs' observations; the torch backend has no such "
+            f"obs_bound={obs_bound} clips single gymnasium envs' observations; the {backend} backend has no such "
             "check. Set env.obs_bound=null or keep env.backend=gymnasium."
         )
 
@@ -146,10 +153,11 @@ class EnvDataModule(pl.LightningDataModule):
             videos, ``play``), after ``gymnasium.make``: import paths or mappings
             ``{"wrapper": path, **arguments}`` (:mod:`rl_lightning.envs.wrappers`); kept in
             checkpoints.
-        backend: What steps the envs: ``"gymnasium"`` (one gymnasium env per index, numpy) or
+        backend: What steps the envs: ``"gymnasium"`` (one gymnasium env per index, numpy),
             ``"torch"`` (the batched torch env of ``env_id``, :mod:`rl_lightning.envs.batched`:
             every env at once, on the Trainer's device; the tensor path,
-            :mod:`rl_lightning.data.device_rollout`).
+            :mod:`rl_lightning.data.device_rollout`) or ``"envpool"`` (EnvPool's C++ batch of
+            ``env_id`` on the CPU, :mod:`rl_lightning.envs.envpool_env`, on the tensor path too).
     """
 
     #: A subclass's constructor arguments kept out of its saved settings (deprecated ones, say).
@@ -228,9 +236,10 @@ class EnvDataModule(pl.LightningDataModule):
         self, obj_set: str, num_envs: int, seed: int, max_episode_steps: int | None
     ) -> EnvGroup | TensorEnvGroup:
         hp = self.hparams
-        if self.backend == "torch":
+        if self.backend in TENSOR_BACKENDS:
+            factory = envpool_env if self.backend == "envpool" else reference_env
             return TensorEnvGroup(
-                hp.env_id, num_envs, obj_set, self.obj_sets, max_episode_steps, seed, device=self._device()
+                hp.env_id, num_envs, obj_set, self.obj_sets, max_episode_steps, seed, self._device(), factory
             )
         return EnvGroup(
             hp.env_id,

@@ -58,7 +58,8 @@ class RolloutDataModule(EnvDataModule):
             like non-finite ones.
         wrappers: Gymnasium wrappers for every env of the run, as specs (``{"wrapper": path, **arguments}``;
             :mod:`rl_lightning.envs.wrappers`; Hydra ``env.wrappers``).
-        backend: ``"gymnasium"`` (default) or ``"torch"``: the batched torch env of ``env_id``
+        backend: ``"gymnasium"`` (default), ``"envpool"`` (EnvPool's batch, on the tensor path) or
+            ``"torch"``: the batched torch env of ``env_id``
             on the Trainer's device, whose rollouts stay there
             (:class:`~rl_lightning.data.device_rollout.DeviceRolloutDataset`; Hydra ``env.backend``).
         env: Deprecated name of ``env_id`` (warns, for one release).

@@ -53,6 +53,7 @@ def make_replay_buffer(
     priority_beta: float = 0.4,
     optimize_memory_usage: bool = False,
     num_envs: int = 1,
+    device: str = "cpu",
 ) -> TensorDictReplayBuffer | CompactReplayBuffer:
     """A torchrl ``TensorDictReplayBuffer`` of ``buffer_size`` transitions (or a :class:`CompactReplayBuffer` on one).
 
@@ -69,6 +70,8 @@ def make_replay_buffer(
             next row (:mod:`rl_lightning.data.compact_replay`; SB3's spelling): half the memory of
             image replay. Uniform sampling only.
         num_envs: Envs writing one row each per vector step (``optimize_memory_usage``'s stride).
+        device: Where a ``"memory"`` storage keeps its rows: ``"cpu"``, or ``"auto"`` (the device of
+            the first batch written: the tensor path's, so transitions never leave it).
 
     Raises:
         ValueError: Unknown storage; prioritized replay with ``optimize_memory_usage``.
@@ -81,7 +84,7 @@ def make_replay_buffer(
             "optimize_memory_usage=true samples uniformly and cannot be combined with prioritized=true; choose one."
         )
     store = (
-        LazyTensorStorage(buffer_size)
+        LazyTensorStorage(buffer_size, device=device)
         if storage == "memory"
         else LazyMemmapStorage(buffer_size, scratch_dir=scratch_dir)
     )

@@ -13,7 +13,8 @@ from lightning.pytorch.utilities import rank_zero_info
 from torch.utils.data import DataLoader
 
 from rl_lightning.checks import check_positive_int
-from rl_lightning.data.base import EnvDataModule, identity_collate, renamed_env_argument
+from rl_lightning.data.base import TENSOR_BACKENDS, EnvDataModule, identity_collate, renamed_env_argument
+from rl_lightning.data.device_replay import DeviceReplayDataset
 from rl_lightning.data.replay import (
     STORAGES,
     ReplayDataset,
@@ -22,6 +23,21 @@ from rl_lightning.data.replay import (
     make_replay_buffer,
     transition_bytes,
 )
+
+
+def _check_torch_replay(storage: str, prioritized: bool, optimize_memory_usage: bool) -> None:
+    """Refuse, naming the fix, replay settings the tensor path (a buffer on the env's device) does not have."""
+    for name, value, ok in (
+        ("storage", storage, "memory"),
+        ("prioritized", prioritized, False),
+        ("optimize_memory_usage", optimize_memory_usage, False),
+    ):
+        if value != ok:
+            raise ValueError(
+                "ReplayDataModule on a batched env (env.backend=torch or envpool) keeps a uniform replay buffer in "
+                f"memory on the env's device, so {name}={value!r} is not available there. "
+                f"Set data.{name}={str(ok).lower()} or keep env.backend=gymnasium."
+            )
 
 
 def machine_memory() -> tuple[int, int]:
@@ -129,12 +145,8 @@ class ReplayDataModule(EnvDataModule):
         env: str | None = None,
     ):
         env_id = renamed_env_argument("ReplayDataModule", env_id, env, default="Pendulum-v1")
-        if backend == "torch":
-            raise ValueError(
-                "ReplayDataModule(backend='torch'): this version collects off-policy experience from gymnasium envs "
-                "only; batched tensor envs feed on-policy rollouts (RolloutDataModule). Use backend='gymnasium' "
-                "(Hydra: env.backend=gymnasium)."
-            )
+        if backend in TENSOR_BACKENDS:
+            _check_torch_replay(storage, prioritized, optimize_memory_usage)
         for name in ("steps_per_epoch", "batch_size", "buffer_size"):
             check_positive_int(**{name: locals()[name]})
         if not isinstance(learning_starts, int) or isinstance(learning_starts, bool) or learning_starts < 0:
@@ -185,6 +197,7 @@ class ReplayDataModule(EnvDataModule):
             priority_beta,
             optimize_memory_usage,
             num_envs,
+            device="auto" if backend in TENSOR_BACKENDS else "cpu",  # the tensor path's rows stay on the env's device
         )
         self._train_dataset: ReplayDataset | None = None
         self._restored: dict[str, Any] = {}
@@ -199,7 +212,8 @@ class ReplayDataModule(EnvDataModule):
         hp = self.hparams
         if self._train_dataset is None:
             self.check_buffer_memory()
-            self._train_dataset = ReplayDataset(
+            stream = DeviceReplayDataset if self.backend in TENSOR_BACKENDS else ReplayDataset
+            self._train_dataset = stream(
                 self.train_envs,
                 self._policy(),
                 self.buffer,

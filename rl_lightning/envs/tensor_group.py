@@ -88,6 +88,12 @@ def _variation_table(
                 "envs. Give per-env parameters as attrs instead (e.g. attrs: {length: 0.6})."
             )
         unknown = sorted(set(variation.attrs) - set(params))
+        if unknown and not params:
+            raise ValueError(
+                f"{label} sets {unknown}, and the batched {env_id} has no per-env parameters at all (EnvPool exposes "
+                "none). Give object sets without attrs (obj_sets: {train: [{}], test: [{}]}) or run the gymnasium "
+                "backend (env.backend=gymnasium)."
+            )
         if unknown:
             raise ValueError(
                 f"{label} sets {unknown}, which the batched {env_id} does not have as per-env parameters; it has "

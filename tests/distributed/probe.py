@@ -1,6 +1,7 @@
 """Fits an algorithm with DDP on CPU and writes what every rank saw (run by the DDP tests, not collected).
 
     python tests/distributed/probe.py OUT_DIR [--algo ppo|dqn] [--devices 2] [--num-nodes 1] [--epochs 3]
+                                      [--backend gymnasium|torch]
 
 Lightning's DDP launcher starts the other local ranks by re-running this script; under
 torchrun (one process per "node") Lightning reads the rank from torchrun's environment.
@@ -112,6 +113,7 @@ def main() -> None:
     parser.add_argument("--resume", default=None, help="a checkpoint to resume from")
     parser.add_argument("--sigterm-epoch", type=int, default=None, help="rank 0 gets SIGTERM as this epoch starts")
     parser.add_argument("--video", action="store_true", help="film every evaluation (EvaluationVideo, rank 0)")
+    parser.add_argument("--backend", default="gymnasium", choices=["gymnasium", "torch"], help="what steps the envs")
     parser.add_argument(
         "--watchdog", type=float, default=None, help="after this many seconds, print every thread's stack and exit 1"
     )
@@ -132,6 +134,7 @@ def main() -> None:
             rollout_steps=ROLLOUT_STEPS,
             eval_episodes=EVAL_EPISODES,
             eval_max_episode_steps=30,
+            backend=args.backend,
         )
     else:
         model = DQN(
@@ -149,6 +152,7 @@ def main() -> None:
             eval_episodes=EVAL_EPISODES,
             eval_max_episode_steps=30,
             save_replay_buffer=True,
+            backend=args.backend,
         )
     probe = Probe(args.sigterm_epoch)
     trainer = pl.Trainer(

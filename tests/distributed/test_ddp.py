@@ -66,6 +66,14 @@ def test_ppo_ddp_two_processes(tmp_path):
         assert sorted(os.listdir(tmp_path / "videos" / obj_set)) == sorted(f"env_steps={s}.mp4" for s in steps)
 
 
+@pytest.mark.parametrize("algo, local_transitions", [("ppo", 32), ("dqn", 40)])
+def test_the_invariants_hold_on_the_torch_backend(algo, local_transitions, tmp_path):
+    """Test that with batched torch envs (env.backend=torch) each rank steps its own batch from its own seed, the
+    env-step count is global, the weights stay bit-identical and the metrics are reduced over both ranks."""
+    ranks = run_probe(tmp_path, "--algo", algo, "--devices", "2", "--backend", "torch")
+    check_invariants(ranks, local_transitions_per_epoch=local_transitions)
+
+
 def test_dqn_ddp_two_processes_fill_their_own_buffer_shards(tmp_path):
     """Test DQN with 2 DDP processes: the invariants hold and each rank's buffer holds its own transitions."""
     ranks = run_probe(tmp_path, "--algo", "dqn", "--devices", "2")
