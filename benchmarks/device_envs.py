@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import statistics
 import time
 
@@ -39,7 +38,7 @@ import lightning.pytorch as pl
 import torch
 
 from benchmarks.plain_ppo import PPOSettings, train_batched
-from benchmarks.run import alternate, machine, paired, solve_table, summarize, table
+from benchmarks.run import alternate, finish, machine, paired, solve_table, summarize, table
 from benchmarks.solve_cartpole import solve_ours, solve_sb3
 from benchmarks.throughput import PLAIN, bare_trainer, ppo_model, timed_fit
 
@@ -176,11 +175,7 @@ def main(argv: list[str] | None = None) -> dict:
             "`rl_lightning_torch` is `+experiment=ppo_batched` (1024 batched torch envs); `rl_lightning` is "
             "`+experiment=ppo` (8 gymnasium envs, RL-Zoo's settings); `stable_baselines3` is RL-Zoo's preset.",
         ]
-    print("\n".join(lines))
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(report, f, indent=2, default=float)
-    return report
+    return finish(lines, report, args.json)
 
 
 if __name__ == "__main__":

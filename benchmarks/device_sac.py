@@ -21,14 +21,13 @@ Usage::
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import time
 
 import lightning.pytorch as pl
 import torch
 
-from benchmarks.run import alternate, machine, paired, summarize, table
+from benchmarks.run import alternate, finish, machine, paired, summarize, table
 from benchmarks.throughput import bare_trainer, timed_fit
 
 BATCHED_ENVS = 32
@@ -126,11 +125,7 @@ def main(argv: list[str] | None = None) -> dict:
                 f"| {seed} | {r['env_steps']} | {r['gradient_steps']} | {r['fit_seconds']:.0f} | "
                 f"{r['train_return']:.1f} | {r['test_return']:.1f} |"
             )
-    print("\n".join(lines))
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(report, f, indent=2, default=float)
-    return report
+    return finish(lines, report, args.json)
 
 
 if __name__ == "__main__":

@@ -17,12 +17,11 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 
 import lightning.pytorch as pl
 
 from benchmarks.plain_ppo import PPOSettings
-from benchmarks.run import alternate, machine, paired, summarize, table
+from benchmarks.run import alternate, finish, machine, paired, summarize, table
 from benchmarks.throughput import PLAIN, PPO_SETTINGS, bare_trainer, ppo_model, timed_fit
 
 
@@ -77,11 +76,7 @@ def main(argv: list[str] | None = None) -> dict:
             paired(results, "env_steps_per_second", "envpool", "gymnasium"),
             "",
         ]
-    print("\n".join(lines))
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(report, f, indent=2, default=float)
-    return report
+    return finish(lines, report, args.json)
 
 
 if __name__ == "__main__":

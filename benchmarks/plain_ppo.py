@@ -145,6 +145,40 @@ def update(agent, optimizer, s: PPOSettings, b_obs, b_actions, b_log_probs, b_ad
             optimizer.step()
 
 
+def loop(s: PPOSettings, agent: nn.Module, first_obs: torch.Tensor, step, total_timesteps: int, device):
+    """CleanRL's ``ppo.py`` loop: rollouts into preallocated buffers, GAE, the update phase, lr annealing.
+
+    ``step(action)`` steps the envs and returns ``(next_obs, reward, done)`` as float tensors on
+    ``device``. Returns the env steps taken and the last rollout's ``dones`` ``[T, N]``.
+    """
+    optimizer = torch.optim.Adam(agent.parameters(), lr=s.lr, eps=1e-5)
+    T, N = s.rollout_steps, s.num_envs
+    batch_size = T * N
+    obs_shape = first_obs.shape[1:]
+    obs = torch.zeros((T, N, *obs_shape), device=device)
+    actions = torch.zeros((T, N), dtype=torch.long, device=device)
+    log_probs, rewards, dones, values = (torch.zeros((T, N), device=device) for _ in range(4))
+    iterations = total_timesteps // batch_size
+    next_obs, next_done = first_obs, torch.zeros(N, device=device)
+    for iteration in range(1, iterations + 1):
+        if s.anneal_lr:
+            optimizer.param_groups[0]["lr"] = (1.0 - (iteration - 1.0) / iterations) * s.lr
+        for t in range(T):
+            obs[t] = next_obs
+            dones[t] = next_done
+            with torch.no_grad():
+                action, log_prob, _, value = agent.act(next_obs)
+            values[t] = value.flatten()
+            actions[t] = action
+            log_probs[t] = log_prob
+            next_obs, rewards[t], next_done = step(action)
+        with torch.no_grad():
+            advantages = gae(s, rewards, values, dones, agent.value(next_obs).flatten(), next_done)
+        update(agent, optimizer, s, obs.reshape(batch_size, *obs_shape), actions.reshape(-1), log_probs.reshape(-1),
+               advantages.reshape(-1), values.reshape(-1))  # fmt: skip
+    return iterations * batch_size, dones
+
+
 def train(
     settings: PPOSettings, total_timesteps: int, seed: int, make_env: Callable[[], gym.Env] | None = None
 ) -> dict[str, float]:
@@ -162,41 +196,17 @@ def train(
     obs_shape = envs.single_observation_space.shape
     n_actions = int(envs.single_action_space.n)
     agent = AtariAgent(n_actions, obs_shape[0]) if len(obs_shape) == 3 else Agent(int(np.prod(obs_shape)), n_actions)
-    optimizer = torch.optim.Adam(agent.parameters(), lr=s.lr, eps=1e-5)
-    T, N = s.rollout_steps, s.num_envs
-    batch_size = T * N
-    obs = torch.zeros((T, N, *envs.single_observation_space.shape))
-    actions = torch.zeros((T, N), dtype=torch.long)
-    log_probs = torch.zeros((T, N))
-    rewards = torch.zeros((T, N))
-    dones = torch.zeros((T, N))
-    values = torch.zeros((T, N))
-    iterations = total_timesteps // batch_size
+
+    def step(action: torch.Tensor):
+        next_obs, reward, terminated, truncated, _ = envs.step(action.numpy())
+        done = torch.as_tensor(np.logical_or(terminated, truncated), dtype=torch.float32)
+        return torch.as_tensor(next_obs, dtype=torch.float32), torch.as_tensor(reward, dtype=torch.float32), done
+
+    first_obs = torch.as_tensor(envs.reset(seed=seed)[0], dtype=torch.float32)
     start = time.perf_counter()
-    next_obs = torch.as_tensor(envs.reset(seed=seed)[0], dtype=torch.float32)
-    next_done = torch.zeros(N)
-    for iteration in range(1, iterations + 1):
-        if s.anneal_lr:
-            optimizer.param_groups[0]["lr"] = (1.0 - (iteration - 1.0) / iterations) * s.lr
-        for t in range(T):
-            obs[t] = next_obs
-            dones[t] = next_done
-            with torch.no_grad():
-                action, log_prob, _, value = agent.act(next_obs)
-            values[t] = value.flatten()
-            actions[t] = action
-            log_probs[t] = log_prob
-            next_obs_np, reward, terminated, truncated, _ = envs.step(action.numpy())
-            rewards[t] = torch.as_tensor(reward, dtype=torch.float32)
-            next_obs = torch.as_tensor(next_obs_np, dtype=torch.float32)
-            next_done = torch.as_tensor(np.logical_or(terminated, truncated), dtype=torch.float32)
-        with torch.no_grad():
-            advantages = gae(s, rewards, values, dones, agent.value(next_obs).flatten(), next_done)
-        update(agent, optimizer, s, obs.reshape(batch_size, *obs_shape), actions.reshape(-1), log_probs.reshape(-1),
-               advantages.reshape(-1), values.reshape(-1))  # fmt: skip
+    steps, _ = loop(s, agent, first_obs, step, total_timesteps, "cpu")
     seconds = time.perf_counter() - start
     envs.close()
-    steps = iterations * batch_size
     return {"env_steps": steps, "seconds": seconds, "env_steps_per_second": steps / seconds}
 
 
@@ -216,38 +226,17 @@ def train_batched(settings: PPOSettings, total_timesteps: int, seed: int, device
     envs = TorchVectorEnv(s.env_id, s.num_envs, device=device, seed=seed)
     obs_shape = envs.single_observation_space.shape
     agent = Agent(int(np.prod(obs_shape)), int(envs.single_action_space.n)).to(device)
-    optimizer = torch.optim.Adam(agent.parameters(), lr=s.lr, eps=1e-5)
-    T, N = s.rollout_steps, s.num_envs
-    batch_size = T * N
-    obs = torch.zeros((T, N, *obs_shape), device=device)
-    actions = torch.zeros((T, N), dtype=torch.long, device=device)
-    log_probs, rewards, dones, values = (torch.zeros((T, N), device=device) for _ in range(4))
-    iterations = total_timesteps // batch_size
+
+    def step(action: torch.Tensor):
+        next_obs, reward, terminated, truncated, _ = envs.step(action)
+        return next_obs, reward, (terminated | truncated).float()
+
+    first_obs = envs.reset(seed=seed)[0]
     start = time.perf_counter()
-    next_obs = envs.reset(seed=seed)[0]
-    next_done = torch.zeros(N, device=device)
-    for iteration in range(1, iterations + 1):
-        if s.anneal_lr:
-            optimizer.param_groups[0]["lr"] = (1.0 - (iteration - 1.0) / iterations) * s.lr
-        for t in range(T):
-            obs[t] = next_obs
-            dones[t] = next_done
-            with torch.no_grad():
-                action, log_prob, _, value = agent.act(next_obs)
-            values[t] = value.flatten()
-            actions[t] = action
-            log_probs[t] = log_prob
-            next_obs, reward, terminated, truncated, _ = envs.step(action)
-            rewards[t] = reward
-            next_done = (terminated | truncated).float()
-        with torch.no_grad():
-            advantages = gae(s, rewards, values, dones, agent.value(next_obs).flatten(), next_done)
-        update(agent, optimizer, s, obs.reshape(batch_size, *obs_shape), actions.reshape(-1), log_probs.reshape(-1),
-               advantages.reshape(-1), values.reshape(-1))  # fmt: skip
+    steps, dones = loop(s, agent, first_obs, step, total_timesteps, device)
     seconds = time.perf_counter() - start
-    steps = iterations * batch_size
     # Mean episode length over the last rollout (steps per episode end): a learning check, read once.
-    length = batch_size / max(1.0, float(dones.sum()))
+    length = dones.numel() / max(1.0, float(dones.sum()))
     return {"env_steps": steps, "seconds": seconds, "env_steps_per_second": steps / seconds, "episode_length": length}
 
 

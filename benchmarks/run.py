@@ -126,6 +126,15 @@ def paired(results: dict[str, list[dict]], key: str, ours: str, baseline: str) -
     return f"Per repeat, {ours} / {baseline}: {shown}; median {statistics.median(ratios):.2f}x."
 
 
+def finish(lines: list[str], report: dict, json_path: str | None) -> dict:
+    """Print a standalone benchmark's markdown lines and write its figures to ``json_path`` (if given)."""
+    print("\n".join(lines))
+    if json_path:
+        with open(json_path, "w") as f:
+            json.dump(report, f, indent=2, default=float)
+    return report
+
+
 # ---------------------------------------------------------------- suites
 def suite_ppo(quick: bool, repeats: int, report: dict) -> list[str]:
     steps = SIZES["ppo_env_steps"][quick]

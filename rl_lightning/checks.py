@@ -7,8 +7,9 @@ any env is built or step taken.
 
 from __future__ import annotations
 
+import importlib
 import numbers
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 
@@ -68,3 +69,30 @@ def check_hidden_sizes(hidden_sizes: Any, allow_empty: bool = False) -> None:
     ):
         kind = "list" if allow_empty else "non-empty list"
         raise ValueError(f"hidden_sizes must be a {kind} of positive integers, got {hidden_sizes!r}.")
+
+
+def import_callable(path: str, what: str, wanted: str, example: str) -> Callable[..., Any]:
+    """The callable at the dotted import ``path`` (``package.module.name``), or a ``ValueError`` with the fix.
+
+    Args:
+        path: Full import path of the callable.
+        what: What the caller calls it in messages (``"Wrapper"``, ``"env.env_factory"``).
+        wanted: What it must be (``"a wrapper class or a function env -> env"``).
+        example: A path that would work, shown in the messages.
+    """
+    module, _, name = path.rpartition(".")
+    try:
+        target = getattr(importlib.import_module(module), name) if module else None
+    except ImportError as err:
+        raise ValueError(
+            f"{what} '{path}' cannot be imported ({err}). Install the package that holds it, or check the path "
+            f"(e.g. {example})."
+        ) from None
+    except AttributeError:
+        target = None
+    if not callable(target):
+        raise ValueError(
+            f"{what} '{path}' is not a callable in an importable module; name {wanted} by its full import path "
+            f"(e.g. {example})."
+        )
+    return target

@@ -32,6 +32,7 @@ from rl_lightning.envs.env_group import VECTORIZATION
 from rl_lightning.envs.envpool_env import check_envpool_task, envpool_env
 from rl_lightning.envs.restart import check_max_env_restarts
 from rl_lightning.envs.tensor_group import TensorEnvGroup, reference_env
+from rl_lightning.envs.torchrl_env import user_factory
 from rl_lightning.envs.wrappers import check_wrappers
 
 # The data streams must run in the trainer's process, next to the policy they act with,
@@ -79,7 +80,9 @@ BACKENDS = ("gymnasium", "torch", "envpool")
 TENSOR_BACKENDS = ("torch", "envpool")
 
 
-def check_backend(backend: str, env_id: str, wrappers: Sequence[Any], obs_bound: float | None) -> None:
+def check_backend(
+    backend: str, env_id: str, wrappers: Sequence[Any], obs_bound: float | None, env_factory: str | None = None
+) -> None:
     """Refuse, naming the fix, a backend that is not one of :data:`BACKENDS` or cannot run these settings.
 
     The torch backend steps a batched torch env of ``env_id`` (:data:`~rl_lightning.envs.batched.DYNAMICS`),
@@ -90,10 +93,17 @@ def check_backend(backend: str, env_id: str, wrappers: Sequence[Any], obs_bound:
         raise ValueError(
             f"backend must be one of {BACKENDS}, got {backend!r} (Hydra: env.backend=gymnasium, torch or envpool)."
         )
+    if env_factory is not None and backend != "torch":
+        raise ValueError(
+            f"env.env_factory={env_factory!r} builds a batched tensor env, which env.backend={backend} does not step. "
+            "Set env.backend=torch, or env.env_factory=null."
+        )
     if backend == "gymnasium":
         return
     if backend == "envpool":
         check_envpool_task(env_id)
+    elif env_factory is not None:
+        user_factory(env_factory)  # importable and callable, or the message naming the path
     elif env_id not in DYNAMICS:
         raise ValueError(
             f"env.backend=torch steps a batched torch env, and rl_lightning has none of {env_id!r}; it has "
@@ -158,6 +168,10 @@ class EnvDataModule(pl.LightningDataModule):
             every env at once, on the Trainer's device; the tensor path,
             :mod:`rl_lightning.data.device_rollout`) or ``"envpool"`` (EnvPool's C++ batch of
             ``env_id`` on the CPU, :mod:`rl_lightning.envs.envpool_env`, on the tensor path too).
+        env_factory: With ``backend="torch"``: the import path of a function ``(env_id, num_envs,
+            device, seed, max_episode_steps)`` returning the batched env (a gymnasium ``VectorEnv``
+            of tensors, or a torchrl ``EnvBase`` with ``batch_size=[num_envs]``;
+            :mod:`rl_lightning.envs.torchrl_env`) instead of rl_lightning's own; Hydra ``env.env_factory``.
     """
 
     #: A subclass's constructor arguments kept out of its saved settings (deprecated ones, say).
@@ -183,11 +197,13 @@ class EnvDataModule(pl.LightningDataModule):
         obs_bound_mode: str = "clip",
         wrappers: Sequence[Any] | None = None,
         backend: str = "gymnasium",
+        env_factory: str | None = None,
     ):
         super().__init__()
         wrappers = check_wrappers(wrappers)
-        check_env_id(env_id)
-        check_backend(backend, env_id, wrappers, obs_bound)
+        if env_factory is None:  # a user's batched env need not be in gymnasium's registry
+            check_env_id(env_id)
+        check_backend(backend, env_id, wrappers, obs_bound, env_factory)
         check_max_env_restarts(max_env_restarts)
         check_value_options(obs_bound, obs_bound_mode)
         for name in ("num_envs", "eval_interval", "eval_episodes"):
@@ -238,6 +254,8 @@ class EnvDataModule(pl.LightningDataModule):
         hp = self.hparams
         if self.backend in TENSOR_BACKENDS:
             factory = envpool_env if self.backend == "envpool" else reference_env
+            if hp.get("env_factory"):  # .get: checkpoints of earlier versions have none
+                factory = user_factory(hp.env_factory)
             return TensorEnvGroup(
                 hp.env_id, num_envs, obj_set, self.obj_sets, max_episode_steps, seed, self._device(), factory
             )

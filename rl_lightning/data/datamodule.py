@@ -62,6 +62,8 @@ class RolloutDataModule(EnvDataModule):
             ``"torch"``: the batched torch env of ``env_id``
             on the Trainer's device, whose rollouts stay there
             (:class:`~rl_lightning.data.device_rollout.DeviceRolloutDataset`; Hydra ``env.backend``).
+        env_factory: With ``backend="torch"``, a user's batched env by import path (see
+            :class:`~rl_lightning.data.base.EnvDataModule`; Hydra ``env.env_factory``).
         env: Deprecated name of ``env_id`` (warns, for one release).
         update_epochs, num_minibatches, gamma, gae_lambda: Deprecated: the algorithm's
             (``PPO(gamma=...)``). Given here, they warn and override the algorithm's for one
@@ -93,6 +95,7 @@ class RolloutDataModule(EnvDataModule):
         obs_bound_mode: str = "clip",
         wrappers: Sequence[Any] | None = None,
         backend: str = "gymnasium",
+        env_factory: str | None = None,
         update_epochs: int | None = None,
         num_minibatches: int | None = None,
         gamma: float | None = None,
@@ -135,6 +138,7 @@ class RolloutDataModule(EnvDataModule):
             obs_bound_mode=obs_bound_mode,
             wrappers=wrappers,
             backend=backend,
+            env_factory=env_factory,
         )
         self.generator = torch.Generator().manual_seed(seed)
         self._train_dataset: RolloutDataset | None = None

@@ -63,10 +63,7 @@ class DeviceReplayDataset(ReplayDataset):
         if envs.obs is None:
             envs.reset(seed=self.reset_seed)
         obs = envs.obs
-        if self._maybe_sync is not None:  # an acting copy pulls the learner's weights when due
-            start = time.perf_counter()
-            self._maybe_sync()
-            self._sync_seconds += time.perf_counter() - start
+        self.sync_actor()
         t0 = time.perf_counter()
         if self.counters.env_steps < self.learning_starts:
             action = self.random_action()

@@ -338,6 +338,13 @@ class ReplayDataset(IterableDataset):
             sync_seconds=self._sync_seconds,
         )
 
+    def sync_actor(self) -> None:
+        """An acting copy (``ActorCopy``) pulls the learner's weights when due, timed as ``sync_seconds``."""
+        if self._maybe_sync is not None:
+            start = time.perf_counter()
+            self._maybe_sync()
+            self._sync_seconds += time.perf_counter() - start
+
     @torch.no_grad()
     def step(self) -> None:
         """One step of every env: act (random before ``learning_starts``), store the transitions."""
@@ -348,10 +355,7 @@ class ReplayDataset(IterableDataset):
             if isinstance(self.buffer, CompactReplayBuffer):
                 self.buffer.restart()  # the step stored last (before a resume) has no next row
         obs = stored_obs(envs.obs)
-        if self._maybe_sync is not None:  # an acting copy pulls the learner's weights when due
-            start = time.perf_counter()
-            self._maybe_sync()
-            self._sync_seconds += time.perf_counter() - start
+        self.sync_actor()
         t0 = time.perf_counter()
         if self.counters.env_steps < self.learning_starts:
             action = np.asarray(self.random_actions.sample())

@@ -104,6 +104,10 @@ class ReplayDataModule(EnvDataModule):
             like non-finite ones.
         wrappers: Gymnasium wrappers for every env of the run, as specs (``{"wrapper": path, **arguments}``;
             :mod:`rl_lightning.envs.wrappers`; Hydra ``env.wrappers``).
+        backend: ``"gymnasium"`` (default), or ``"torch"`` / ``"envpool"``: one batched env, collected
+            by :class:`~rl_lightning.data.device_replay.DeviceReplayDataset` into a buffer on its device.
+        env_factory: With ``backend="torch"``, a user's batched env by import path (see
+            :class:`~rl_lightning.data.base.EnvDataModule`; Hydra ``env.env_factory``).
         env: Deprecated name of ``env_id`` (warns, for one release).
     """
 
@@ -142,6 +146,7 @@ class ReplayDataModule(EnvDataModule):
         obs_bound_mode: str = "clip",
         wrappers: Sequence[Any] | None = None,
         backend: str = "gymnasium",
+        env_factory: str | None = None,
         env: str | None = None,
     ):
         env_id = renamed_env_argument("ReplayDataModule", env_id, env, default="Pendulum-v1")
@@ -184,6 +189,7 @@ class ReplayDataModule(EnvDataModule):
             obs_bound_mode=obs_bound_mode,
             wrappers=wrappers,
             backend=backend,
+            env_factory=env_factory,
         )
         if not isinstance(optimize_memory_usage, bool):
             raise TypeError(f"optimize_memory_usage must be true or false, got {optimize_memory_usage!r}.")

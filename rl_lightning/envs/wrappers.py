@@ -17,12 +17,13 @@ raw env's attributes.
 
 from __future__ import annotations
 
-import importlib
 import inspect
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import gymnasium as gym
+
+from rl_lightning.checks import import_callable
 
 #: The key of a spec mapping that names the wrapper (the other keys are its arguments).
 WRAPPER_KEY = "wrapper"
@@ -43,22 +44,9 @@ def _split(spec: Any) -> tuple[str, dict[str, Any]]:
 
 
 def _import(path: str) -> Callable[..., gym.Env]:
-    module, _, name = path.rpartition(".")
-    try:
-        target = getattr(importlib.import_module(module), name) if module else None
-    except ImportError as err:
-        raise ValueError(
-            f"Wrapper '{path}' cannot be imported ({err}). Install the package that holds it, or check the path "
-            "(e.g. gymnasium.wrappers.FrameStackObservation)."
-        ) from None
-    except AttributeError:
-        target = None
-    if not callable(target):
-        raise ValueError(
-            f"Wrapper '{path}' is not a callable in an importable module; name a wrapper class or a function "
-            "env -> env by its full import path (e.g. gymnasium.wrappers.FrameStackObservation)."
-        )
-    return target
+    return import_callable(
+        path, "Wrapper", "a wrapper class or a function env -> env", "gymnasium.wrappers.FrameStackObservation"
+    )
 
 
 def check_wrappers(specs: Sequence[WrapperSpec] | None) -> list[WrapperSpec]:

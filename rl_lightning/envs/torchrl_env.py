@@ -1,0 +1,141 @@
+"""A user's batched env on the tensor path: a factory named in config, returning a vector env or a torchrl ``EnvBase``.
+
+``env.backend=torch`` with ``env.env_factory=mypkg.sim.make_envs`` builds the batch with the
+user's function, called as the tensor path's factories are
+(:data:`~rl_lightning.envs.tensor_group.BatchedEnvFactory`: ``(env_id, num_envs, device, seed,
+max_episode_steps)``). It may return:
+
+- a gymnasium ``VectorEnv`` of torch tensors on ``device`` with ``SAME_STEP`` autoreset and
+  ``info["final_obs"]``, as ManiSkill3's ``ManiSkillVectorEnv`` and Isaac Lab's gym interface
+  do (and :class:`~rl_lightning.envs.batched.TorchVectorEnv`); or
+- a torchrl ``EnvBase`` with ``batch_size == [num_envs]`` (torchrl wraps Brax, Isaac Lab, MuJoCo
+  Playground, EnvPool and others this way), which :class:`TorchRLVectorEnv` puts behind the
+  same interface.
+
+Object-set variations need the env's ``params`` (a dict of ``[num_envs]`` tensors) and
+``set_params(**values)``; an env without them takes object sets without ``attrs`` only
+(refused otherwise, naming the fix).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import torch
+
+from rl_lightning.checks import import_callable
+
+#: Shown in messages: what ``env.env_factory`` names.
+FACTORY_EXAMPLE = "mypkg.sim.make_envs"
+
+
+def _space(spec: Any, batch_dims: int) -> gym.Space:
+    """The gymnasium space of one env of a batched torchrl spec (``Categorical`` / ``OneHot``: ``Discrete``)."""
+    name = type(spec).__name__
+    if name in ("Categorical", "DiscreteTensorSpec", "OneHot", "OneHotDiscreteTensorSpec"):
+        return gym.spaces.Discrete(int(spec.space.n))
+    shape = tuple(spec.shape[batch_dims:])
+    dtype = torch.empty((), dtype=spec.dtype).numpy().dtype
+    low, high = -np.inf, np.inf
+    space = getattr(spec, "space", None)
+    if hasattr(space, "low"):  # Bounded: the first env's bounds (the batch shares them)
+        index = (0,) * batch_dims
+        low, high = space.low[index].cpu().numpy(), space.high[index].cpu().numpy()
+    return gym.spaces.Box(low, high, shape, dtype)
+
+
+class TorchRLVectorEnv(gym.vector.VectorEnv):
+    """A batched torchrl ``EnvBase`` (``batch_size == [num_envs]``) as the tensor path's vector env.
+
+    Each step is ``env.step_and_maybe_reset``: its ``"next"`` entry is what the step reached
+    (``final_obs``, reward, ``terminated``, ``truncated``), and the returned next-step tensordict
+    holds the fresh starts of the envs it reset, which is gymnasium's ``SAME_STEP`` autoreset.
+    The time limit is the env's own (torchrl's ``StepCounter(max_steps=...)`` sets ``truncated``).
+
+    Args:
+        env: The batched torchrl env.
+        obs_key: Its observation entry.
+    """
+
+    metadata = {"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP}
+
+    def __init__(self, env: Any, obs_key: str = "observation"):
+        if len(env.batch_size) != 1:
+            raise ValueError(
+                f"The torchrl env has batch_size {list(env.batch_size)}; the tensor path steps one flat batch. Build "
+                "it with batch_size=[num_envs] (a ParallelEnv / SerialEnv of n workers, or the simulator's num_envs)."
+            )
+        self.env, self.obs_key = env, obs_key
+        self.num_envs = int(env.batch_size[0])
+        self.device = torch.device(env.device) if env.device is not None else torch.device("cpu")
+        self.single_observation_space = _space(env.observation_spec[obs_key], 1)
+        self.single_action_space = _space(env.action_spec, 1)
+        self.observation_space = gym.vector.utils.batch_space(self.single_observation_space, self.num_envs)
+        self.action_space = gym.vector.utils.batch_space(self.single_action_space, self.num_envs)
+        self._one_hot = type(env.action_spec).__name__ in ("OneHot", "OneHotDiscreteTensorSpec")
+        self.params = getattr(env, "params", {})
+        self._td = None
+
+    def set_params(self, **values: torch.Tensor) -> None:
+        """Hand per-env parameters to the wrapped env (those it exposes as ``params``)."""
+        self.env.set_params(**values)
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple[torch.Tensor, dict]:
+        """Reset every env (``seed``: ``env.set_seed`` first)."""
+        if seed is not None:
+            self.env.set_seed(seed)
+        self._td = self.env.reset()
+        return self._td[self.obs_key], {}
+
+    def step(self, actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, dict]:
+        """One ``step_and_maybe_reset``: the step's outcome, and ended envs restarted within it."""
+        if self._one_hot:
+            actions = torch.nn.functional.one_hot(actions.long(), self.single_action_space.n)
+        td = self._td.copy()
+        td["action"] = actions.reshape(self.env.action_spec.shape).to(self.env.action_spec.dtype)
+        stepped, self._td = self.env.step_and_maybe_reset(td)
+        reached = stepped["next"]
+        terminated = reached["terminated"].reshape(self.num_envs)
+        done = reached["done"].reshape(self.num_envs)
+        truncated = reached.get("truncated", done & ~terminated).reshape(self.num_envs)
+        return (
+            self._td[self.obs_key],
+            reached["reward"].reshape(self.num_envs),
+            terminated,
+            truncated,
+            {"final_obs": reached[self.obs_key], "_final_obs": done},
+        )
+
+    def close_extras(self, **kwargs: Any) -> None:
+        """Close the wrapped env."""
+        if not self.env.is_closed:
+            self.env.close()
+
+
+def as_vector_env(env: Any, where: str) -> gym.vector.VectorEnv:
+    """``env`` as the tensor path steps it: a vector env as it is, a torchrl ``EnvBase`` wrapped."""
+    try:
+        from torchrl.envs import EnvBase
+    except ImportError:  # pragma: no cover - torchrl is a dependency
+        EnvBase = ()
+    if isinstance(env, EnvBase):
+        return TorchRLVectorEnv(env)
+    if isinstance(env, gym.vector.VectorEnv):
+        return env
+    raise ValueError(
+        f"{where} returned {type(env).__name__}; the tensor path steps a gymnasium VectorEnv of torch tensors or a "
+        "batched torchrl EnvBase. Return one of those from the factory."
+    )
+
+
+def user_factory(path: str):
+    """The :data:`~rl_lightning.envs.tensor_group.BatchedEnvFactory` of ``env.env_factory=path``."""
+    make = import_callable(path, "env.env_factory", "a function (env_id, num_envs, device, seed, max_episode_steps) "
+                           "-> batched env", FACTORY_EXAMPLE)  # fmt: skip
+
+    def factory(env_id: str, num_envs: int, device: torch.device, seed: int, max_episode_steps: int | None):
+        return as_vector_env(make(env_id, num_envs, device, seed, max_episode_steps), f"env.env_factory={path}")
+
+    return factory

@@ -1,0 +1,76 @@
+"""A user's batched env on the tensor path: a torchrl EnvBase behind the vector-env interface, and env.env_factory."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from rl_lightning.envs.torchrl_env import TorchRLVectorEnv, user_factory
+from tests.envs.batched_factory import LIMIT, CountEnv
+from tests.helpers import fit_and_test, tiny_ppo, tiny_rollout_data
+
+FACTORY = "tests.envs.batched_factory.make_count_envs"
+PLAIN = {"train": [{}], "test": [{}]}
+
+
+def test_a_torchrl_env_steps_with_same_step_restarts_and_true_final_observations():
+    """Test that a truncated env returns its last observation as final_obs and its fresh start as obs, same step."""
+    env = TorchRLVectorEnv(CountEnv(2))
+    assert env.num_envs == 2 and env.single_action_space.n == 2 and env.single_observation_space.shape == (1,)
+    obs, _ = env.reset(seed=3)
+    assert env.env.seeds == [3] and obs.tolist() == [[0.0], [0.0]]
+    seen = []
+    for _ in range(2 * LIMIT):
+        obs, reward, terminated, truncated, info = env.step(torch.zeros(2, dtype=torch.long))
+        seen.append((obs[0, 0].item(), info["final_obs"][0, 0].item(), truncated[0].item()))
+        assert reward.tolist() == [1.0, 1.0] and not terminated.any()
+        assert torch.equal(info["_final_obs"], truncated)
+    assert seen == [(1, 1, False), (2, 2, False), (0, 3, True)] * 2
+
+
+def test_a_torchrl_env_with_a_nested_batch_is_refused_with_the_fix():
+    """Test that a torchrl env of batch_size [2, 2] is refused, naming batch_size=[num_envs]."""
+    from types import SimpleNamespace
+
+    with pytest.raises(ValueError, match=r"batch_size \[2, 2\].*batch_size=\[num_envs\]"):
+        TorchRLVectorEnv(SimpleNamespace(batch_size=torch.Size([2, 2])))  # what a 2 x 2 grid of envs reports
+
+
+def test_ppo_trains_on_a_users_torchrl_env_named_in_config():
+    """Test that RolloutDataModule(backend='torch', env_factory=path) builds the user's env and PPO fits and tests
+    on it, the truncated episodes of LIMIT steps counted as episodes."""
+    from rl_lightning.data.device_rollout import DeviceRolloutDataset
+
+    data = tiny_rollout_data(env_id="Count-v0", backend="torch", env_factory=FACTORY, num_envs=4, obj_sets=PLAIN,
+                             eval_episodes=2)  # fmt: skip
+    metrics = fit_and_test(tiny_ppo(total_timesteps=4 * 16 * 2), data)
+    assert isinstance(data._train_dataset, DeviceRolloutDataset)
+    assert isinstance(data.train_envs.env, TorchRLVectorEnv)
+    assert data.last_collection.episodes.lengths and set(data.last_collection.episodes.lengths) == {LIMIT}
+    assert metrics["eval/return_mean"] == LIMIT and metrics["eval_ood/return_mean"] == LIMIT
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        ({"backend": "gymnasium", "env_factory": FACTORY}, "env.backend=torch, or env.env_factory=null"),
+        ({"backend": "torch", "env_factory": "no_pkg.sim.make"}, "'no_pkg.sim.make' cannot be imported"),
+        ({"backend": "torch", "env_factory": "tests.envs.batched_factory.LIMIT"}, "is not a callable"),
+    ],
+)
+def test_bad_factories_are_refused_at_construction(kwargs, match):
+    """Test that a factory without the torch backend, an unimportable path and a non-callable are refused."""
+    with pytest.raises(ValueError, match=match):
+        tiny_rollout_data(env_id="Count-v0", obj_sets=PLAIN, **kwargs)
+
+
+@pytest.mark.parametrize(
+    "factory, match",
+    [("make_three_envs", "holds 3 envs, but num_envs=4"), ("make_nothing", "returned dict; the tensor path steps")],
+)
+def test_factories_returning_the_wrong_batch_are_refused_before_any_step(factory, match):
+    """Test that a batch of the wrong size and a non-env are refused when the envs are built, naming the fix."""
+    from rl_lightning.envs.tensor_group import TensorEnvGroup
+
+    with pytest.raises(ValueError, match=match):
+        TensorEnvGroup("Count-v0", 4, obj_sets=PLAIN, make_env=user_factory(f"tests.envs.batched_factory.{factory}"))
