@@ -4,6 +4,7 @@ from rl_lightning.nets.actor_critic import ActorCritic, check_spaces
 from rl_lightning.nets.dqn import LinearSchedule, QValueNetwork
 from rl_lightning.nets.mlp import layer_init, mlp
 from rl_lightning.nets.normalizer import RunningNormalizer
+from rl_lightning.nets.recurrent import RecurrentActorCritic
 from rl_lightning.nets.sac import QNetwork, SquashedGaussianActor
 
 __all__ = [
@@ -11,6 +12,7 @@ __all__ = [
     "LinearSchedule",
     "QNetwork",
     "QValueNetwork",
+    "RecurrentActorCritic",
     "RunningNormalizer",
     "SquashedGaussianActor",
     "check_spaces",

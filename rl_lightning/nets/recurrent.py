@@ -1,0 +1,186 @@
+"""``RecurrentActorCritic``: an LSTM or GRU core between the observation features and the policy and value heads.
+
+For partially observed tasks (a single camera frame, a robot without velocity sensors,
+MiniGrid's Memory rooms) the policy needs memory. The layout follows sb3-contrib's
+``RecurrentPPO`` (``MlpLstmPolicy``): features (flattened and normalized vectors, or the
+image / ``Dict`` encoder) -> a recurrent core -> the usual MLP heads; actor and critic share one
+core (``shared_core=True``, as CleanRL's ``ppo_atari_lstm.py``) or have one each (sb3-contrib's
+default, ``shared_core=False``). The cores' weights are orthogonal with gain 1 and their biases
+0 (CleanRL's ``ppo_atari_lstm.py``).
+
+The recurrent state is one tensor ``[C, K, B, H]``: ``C`` = 2 for an LSTM (``h``, ``c``) or 1
+for a GRU (``h``), ``K`` the number of cores (1 or 2), ``B`` the batch, ``H`` =
+``recurrent_size``. A rollout stores it per env (``B``) and an export takes and returns it
+as one input and one output. Where ``episode_start`` is true, the state is zeroed *before*
+the step, so the first step of every episode starts from the initial state (CleanRL's
+``get_states``: ``(1 - done) * state`` at every step; sb3-contrib's ``_process_sequence``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import gymnasium as gym
+import torch
+from torch import nn
+
+from rl_lightning.envs.obs import map_obs
+from rl_lightning.nets.actor_critic import ActorCritic
+from rl_lightning.nets.encoders import EncoderSettings
+from rl_lightning.nets.mlp import mlp
+
+CELLS = ("lstm", "gru")
+
+
+def _one_step(obs):
+    """A batch of observations (a tensor or a ``Dict``'s tensors) as a sequence of one step, ``[1, B, ...]``."""
+    return map_obs(lambda o: o.unsqueeze(0), obs)
+
+
+def _core(cell: str, in_features: int, size: int) -> nn.RNNBase:
+    core = (nn.LSTM if cell == "lstm" else nn.GRU)(in_features, size)
+    for name, param in core.named_parameters():
+        if "bias" in name:
+            nn.init.constant_(param, 0.0)
+        else:
+            nn.init.orthogonal_(param, 1.0)
+    return core
+
+
+class RecurrentActorCritic(ActorCritic):
+    """Policy and value networks with memory: ``ActorCritic``'s features and distributions around a recurrent core.
+
+    Args:
+        observation_space, action_space, hidden_sizes, normalize_obs, init_log_std, encoder:
+            as :class:`~rl_lightning.nets.actor_critic.ActorCritic`; ``hidden_sizes`` are the
+            heads' widths after the core.
+        cell: ``"lstm"`` (default) or ``"gru"``.
+        recurrent_size: Width of the recurrent state.
+        shared_core: One core for actor and critic (``True``), or one each.
+
+    Raises:
+        ValueError: Unknown ``cell`` or a non-positive ``recurrent_size``.
+    """
+
+    def __init__(
+        self,
+        observation_space: gym.Space,
+        action_space: gym.Space,
+        hidden_sizes: Sequence[int] = (64, 64),
+        normalize_obs: bool = True,
+        init_log_std: float = 0.0,
+        encoder: EncoderSettings | dict | nn.Module | None = None,
+        cell: str = "lstm",
+        recurrent_size: int = 128,
+        shared_core: bool = True,
+    ):
+        if cell not in CELLS:
+            raise ValueError(f"cell must be one of {CELLS}, got {cell!r}.")
+        if isinstance(recurrent_size, bool) or not isinstance(recurrent_size, int) or recurrent_size <= 0:
+            raise ValueError(f"recurrent_size must be a positive integer, got {recurrent_size!r}.")
+        super().__init__(
+            observation_space, action_space, hidden_sizes, None, None, normalize_obs, init_log_std, encoder
+        )
+        self.cell, self.recurrent_size, self.shared_core = cell, recurrent_size, shared_core
+        self.cores = nn.ModuleList(_core(cell, self.obs_dim, recurrent_size) for _ in range(1 if shared_core else 2))
+        act_dim = self.actor[-1].out_features
+        self.actor = mlp(recurrent_size, hidden_sizes, act_dim, out_gain=0.01)
+        self.critic = mlp(recurrent_size, hidden_sizes, 1, out_gain=1.0)
+        self._dtype_ref = [next(self.parameters())]  # the heads were replaced: point at a live parameter
+
+    @property
+    def evaluates_per_step(self) -> bool:
+        """Always: the state at each step exists only during the rollout, so ``act`` gives log-prob and value."""
+        return True
+
+    def initial_state(self, batch_size: int, device: torch.device | str | None = None) -> torch.Tensor:
+        """The state every episode starts from: zeros ``[C, K, batch_size, recurrent_size]``."""
+        parts = 2 if self.cell == "lstm" else 1
+        device = device if device is not None else self._dtype_ref[0].device
+        return torch.zeros(parts, len(self.cores), batch_size, self.recurrent_size, device=device)
+
+    def _run_core(self, k: int, x: torch.Tensor, state: torch.Tensor, starts: torch.Tensor):
+        """Core ``k`` over ``x`` ``[T, B, F]`` from ``state`` ``[C, B, H]``, zeroing it where ``starts`` ``[T, B]``.
+
+        Returns the outputs ``[T, B, H]`` and the state after the last step ``[C, B, H]``.
+        """
+        core, outputs = self.cores[k], []
+        keep = (~starts).to(x.dtype).unsqueeze(-1)  # [T, B, 1]
+        for t in range(x.shape[0]):
+            state = state * keep[t]
+            if self.cell == "lstm":
+                out, (h, c) = core(x[t : t + 1], (state[0:1].contiguous(), state[1:2].contiguous()))
+                state = torch.cat([h, c])
+            else:
+                out, h = core(x[t : t + 1], state[0:1].contiguous())
+                state = h
+            outputs.append(out)
+        return torch.cat(outputs), state
+
+    def _heads_input(
+        self, obs: torch.Tensor, state: torch.Tensor, starts: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Actor and critic inputs ``[T, B, H]`` and the next state, for observations ``[T, B, ...]``."""
+        T, B = starts.shape
+        x = self.features(map_obs(lambda o: o.reshape(T * B, *o.shape[2:]), obs)).reshape(T, B, -1)
+        outs, states = zip(*(self._run_core(k, x, state[:, k], starts) for k in range(len(self.cores))), strict=True)
+        actor_in, critic_in = outs[0], outs[-1]
+        return actor_in, critic_in, torch.stack(states, 1)
+
+    def act(
+        self,
+        obs: torch.Tensor,
+        state: torch.Tensor,
+        episode_start: torch.Tensor,
+        deterministic: bool = False,
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """One step for a batch: observations ``[B, ...]``, the state before it, which envs begin an episode ``[B]``.
+
+        Returns:
+            ``(action, log_prob, value, next_state)``: as ``ActorCritic.act``, plus the state to
+            pass with the next step.
+        """
+        actor_in, critic_in, next_state = self._heads_input(_one_step(obs), state, episode_start.unsqueeze(0))
+        out = self.actor(actor_in[0])
+        action = self._mode(out) if deterministic else self.sample(out)
+        return action, self._log_prob_entropy(out, action)[0], self.critic(critic_in[0]).squeeze(-1), next_state
+
+    def value(self, obs: torch.Tensor, state: torch.Tensor, episode_start: torch.Tensor) -> torch.Tensor:
+        """State values ``[B]`` of one step (the bootstrap value after a rollout's last step)."""
+        _, critic_in, _ = self._heads_input(_one_step(obs), state, episode_start.unsqueeze(0))
+        return self.critic(critic_in[0]).squeeze(-1)
+
+    def evaluate_sequences(
+        self, obs: torch.Tensor, action: torch.Tensor, episode_start: torch.Tensor, state: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Log-probability, entropy and value ``[T, B]`` of a rollout's actions, replayed from its first state.
+
+        Args:
+            obs: ``[T, B, *obs_shape]``, the env sequences of a minibatch (``B`` envs).
+            action: ``[T, B, ...]`` the actions taken.
+            episode_start: ``[T, B]``: where an episode began (the state is zeroed there).
+            state: ``[C, K, B, H]``: the state the rollout acted with at its first step.
+        """
+        T, B = episode_start.shape
+        actor_in, critic_in, _ = self._heads_input(obs, state, episode_start)
+        out = self.actor(actor_in.reshape(T * B, -1))
+        log_prob, entropy = self._log_prob_entropy(out, action.reshape(T * B, *action.shape[2:]))
+        value = self.critic(critic_in.reshape(T * B, -1)).squeeze(-1)
+        return log_prob.reshape(T, B), entropy.reshape(T, B), value.reshape(T, B)
+
+    def forward(self, obs: torch.Tensor, state: torch.Tensor, episode_start: torch.Tensor):
+        """Deterministic action and the next state: the export's contract (``obs``, ``state_in`` -> ``action``,
+        ``state_out``)."""
+        action, _, _, next_state = self.act(obs, state, episode_start, deterministic=True)
+        return action, next_state
+
+    def explore(self, obs: torch.Tensor, env_steps: int = 0) -> torch.Tensor:
+        """Not available: a recurrent policy acts with its state (:meth:`act`)."""
+        raise TypeError("RecurrentActorCritic acts with its recurrent state: call act(obs, state, episode_start).")
+
+    def evaluate_actions(self, obs: torch.Tensor, action: torch.Tensor):
+        """Not available: a recurrent policy is evaluated over sequences (:meth:`evaluate_sequences`)."""
+        raise TypeError(
+            "RecurrentActorCritic is evaluated over whole env sequences: call "
+            "evaluate_sequences(obs, action, episode_start, state)."
+        )
