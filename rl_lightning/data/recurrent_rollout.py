@@ -1,0 +1,185 @@
+"""Rollouts for a recurrent policy: the state carried through every step, reset where episodes end, stored at the start.
+
+:class:`RecurrentRolloutDataset` is :class:`~rl_lightning.data.rollout.RolloutDataset` for a
+policy with memory (:class:`~rl_lightning.nets.recurrent.RecurrentActorCritic`). At each step
+the policy acts with the state it carried from the previous step and the flag of which envs
+begin an episode there (the first step of the run, and every step after a terminated or
+truncated one), which zeroes their state before the step. The state at the rollout's first
+step is kept with the rollout, so the update replays each env's sequence from the very state
+the rollout acted with (CleanRL's ``ppo_atari_lstm.py``: ``initial_lstm_state``); the state
+at its end carries into the next rollout.
+
+The update's minibatches are whole env sequences (CleanRL's scheme: minibatches over envs,
+:func:`env_minibatch_plan`), so ``num_minibatches`` must divide ``num_envs``.
+
+A truncated episode's return bootstraps from V(final obs) computed with the state the policy
+had after the cut step (the state that would have read that observation), as the value a
+feed-forward rollout takes from the final observation alone.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import torch
+from tensordict import TensorDict
+
+from rl_lightning.data.collection import CollectionMetrics, to_env_action
+from rl_lightning.data.rollout import RolloutDataset, UpdatePlan, compute_gae, explained_variance
+from rl_lightning.envs.obs import map_obs, stack_rows, to_tensor
+from rl_lightning.faults import interrupt_request
+
+
+def check_env_minibatches(plan: UpdatePlan, num_envs: int) -> None:
+    """Raise a ``ValueError`` naming the fix unless ``num_minibatches`` divides ``num_envs`` (sequence minibatches)."""
+    if num_envs % plan.num_minibatches:
+        raise ValueError(
+            f"num_minibatches={plan.num_minibatches} does not divide num_envs={num_envs}: a recurrent policy's "
+            "minibatches are whole env sequences. Choose a divisor of num_envs: PPO(num_minibatches=...) (Hydra: "
+            "algo.num_minibatches=...)."
+        )
+
+
+def env_minibatch_plan(num_envs: int, plan: UpdatePlan, generator: torch.Generator) -> torch.Tensor:
+    """The update phase's sequence minibatches: ``[update_epochs * num_minibatches, num_envs // num_minibatches]``
+    env indices, every ``num_minibatches`` rows one permutation of the envs (drawn from ``generator``)."""
+    orders = [torch.randperm(num_envs, generator=generator) for _ in range(plan.update_epochs)]
+    return torch.stack(orders).view(-1, num_envs // plan.num_minibatches)
+
+
+class RecurrentRolloutDataset(RolloutDataset):
+    """Rollouts of a recurrent policy; each ``iter()`` collects one and yields it with its first state.
+
+    Args: as :class:`~rl_lightning.data.rollout.RolloutDataset`; ``policy`` has ``initial_state``,
+    ``act(obs, state, episode_start)`` and ``value(obs, state, episode_start)``.
+    """
+
+    def __init__(self, envs, policy, rollout_steps, plan, *args, **kwargs):
+        check_env_minibatches(plan, envs.num_envs)
+        super().__init__(envs, policy, rollout_steps, plan, *args, **kwargs)
+        #: The policy's state for the envs' current step, and which of them begin an episode there.
+        self.state: torch.Tensor | None = None
+        self.episode_start: torch.Tensor | None = None
+
+    def set_learner(self, policy, plan: UpdatePlan) -> None:
+        """As ``RolloutDataset.set_learner``, with sequence minibatches checked."""
+        check_env_minibatches(plan, self.envs.num_envs)
+        super().set_learner(policy, plan)
+
+    def __iter__(self):
+        """Collect one rollout and yield it once.
+
+        Yields:
+            ``{"rollout": TensorDict [rollout_steps, num_envs] (the keys of RolloutDataset's, plus
+            ``episode_start``), "initial_state": [C, K, num_envs, H], "minibatches": LongTensor
+            [update_epochs * num_minibatches, num_envs // num_minibatches]}``: row ``k`` holds the env
+            indices of minibatch ``k``.
+        """
+        batch, initial_state = self.collect()
+        yield {
+            "rollout": batch,
+            "initial_state": initial_state,
+            "minibatches": env_minibatch_plan(self.envs.num_envs, self.plan, self.generator),
+        }
+
+    @torch.no_grad()
+    def collect(self) -> tuple[TensorDict, torch.Tensor]:
+        """Step the envs ``rollout_steps`` times, carrying the policy's state, and compute advantages.
+
+        Returns:
+            ``(batch, initial_state)``: a ``[rollout_steps, num_envs]`` ``TensorDict`` (``obs``,
+            ``action``, ``log_prob``, ``value``, ``advantage``, ``return``, ``episode_start``) on
+            the CPU, and the state the rollout's first step acted with.
+        """
+        clock = time.perf_counter
+        start = clock()
+        policy, envs, T, N = self.policy, self.envs, self.rollout_steps, self.envs.num_envs
+        if self.pending_obs is not None:
+            policy.update_normalizer(self.pending_obs)
+            self.pending_obs = None
+        sync_seconds = clock() - start
+        device = next(policy.parameters()).device
+        if envs.obs is None or self.state is None:  # a fresh run, or a resumed one (states are not checkpointed)
+            if envs.obs is None:
+                envs.reset(seed=self.reset_seed)
+            self.state = policy.initial_state(N, device)
+            self.episode_start = torch.ones(N, dtype=torch.bool, device=device)
+        initial_state = self.state.clone()
+        obs = envs.obs
+        steps_obs, actions, log_prob, value, starts = [], [], [], [], []
+        reward = np.empty((T, N), dtype=np.float32)
+        terminated = np.empty((T, N), dtype=bool)
+        truncated = np.empty((T, N), dtype=bool)
+        cut = []  # truncated steps: (t, i, final obs, the state after the step)
+        env_seconds = inference_seconds = 0.0
+        for t in range(T):
+            interrupt_request.check()  # a signal stops the rollout here, uncounted (callbacks/interrupt.py)
+            obs_t = to_tensor(obs, device)
+            steps_obs.append(obs_t)
+            starts.append(self.episode_start)
+            t0 = clock()
+            action, lp, v, self.state = policy.act(obs_t, self.state, self.episode_start)
+            t1 = clock()
+            step = envs.step(to_env_action(action, envs.action_space))
+            t2 = clock()
+            inference_seconds += t1 - t0
+            env_seconds += t2 - t1
+            actions.append(action)
+            log_prob.append(lp)
+            value.append(v)
+            reward[t], terminated[t], truncated[t] = step.reward, step.terminated, step.truncated
+            for i in np.flatnonzero(step.truncated):
+                cut.append((t, int(i), step.final_obs[i], self.state[:, :, i]))
+            # Where an episode ended, the next step begins one: its state is zeroed then.
+            self.episode_start = torch.as_tensor(step.terminated | step.truncated, device=device)
+            obs = step.obs
+        t0 = clock()
+        log_prob, value = torch.stack(log_prob).float().cpu(), torch.stack(value).float().cpu()
+        # V(s_T) with the state the next rollout starts from; V(final obs) of cut episodes with their own.
+        end_values = policy.value(to_tensor(obs, device), self.state, self.episode_start).float().cpu()
+        next_value = torch.cat([value[1:], end_values.unsqueeze(0)])
+        if cut:
+            final = to_tensor(stack_rows([c[2] for c in cut], obs), device)
+            states = torch.stack([c[3] for c in cut], 2)
+            no_start = torch.zeros(len(cut), dtype=torch.bool, device=device)
+            for (t, i, *_), v in zip(cut, policy.value(final, states, no_start).float().cpu(), strict=True):
+                next_value[t, i] = v
+        inference_seconds += clock() - t0
+        t1 = clock()
+        reward, terminated, truncated = map(torch.from_numpy, (reward, terminated, truncated))
+        advantage, returns = compute_gae(
+            reward, value, next_value, terminated, truncated, self.plan.gamma, self.plan.gae_lambda
+        )
+        advantage_seconds = clock() - t1
+        obs_steps = map_obs(lambda *rows: torch.stack(rows).cpu(), *steps_obs)
+        obs_td = TensorDict(obs_steps, batch_size=[T, N]) if isinstance(obs_steps, dict) else obs_steps
+        flat_obs = obs_td.flatten(0, 1)
+        select = getattr(policy, "normalizer_input", None)
+        self.pending_obs = select(flat_obs) if select is not None else flat_obs
+        steps = T * N * self.world_size
+        self.counters.env_steps += steps
+        self.counters.iterations += 1
+        self.last_collection = CollectionMetrics(
+            episodes=envs.pop_stats(),
+            explained_variance=explained_variance(value.flatten(), returns.flatten()),
+            env_steps=steps,
+            rollout_seconds=clock() - start,
+            env_seconds=env_seconds,
+            inference_seconds=inference_seconds,
+            advantage_seconds=advantage_seconds,
+            sync_seconds=sync_seconds,
+        )
+        batch = TensorDict(
+            {
+                "obs": obs_td,
+                "action": torch.stack(actions).cpu(),
+                "log_prob": log_prob,
+                "value": value,
+                "advantage": advantage,
+                "return": returns,
+                "episode_start": torch.stack(starts).cpu(),
+            },
+            batch_size=[T, N],
+        )
+        return batch, initial_state.cpu()
