@@ -27,11 +27,31 @@ EnvPool exposes no per-env physical parameters, so object sets can only repeat t
 from __future__ import annotations
 
 import difflib
+import os
 from typing import Any
 
 import gymnasium as gym
 import numpy as np
 import torch
+
+
+def _import_envpool():
+    """``import envpool``, without the process-wide setting it leaves behind.
+
+    Importing envpool 1.2.5 runs ``os.environ.setdefault("MPLBACKEND", "Agg")`` (its Jumanji
+    renderer, ``envpool/jumanji/jumanji_official_render.py``), which every later subprocess
+    would inherit: a Jupyter kernel started afterwards then draws no inline figures. The
+    variable is put back as it was.
+    """
+    before = os.environ.get("MPLBACKEND")
+    try:
+        import envpool
+    finally:
+        if before is None:
+            os.environ.pop("MPLBACKEND", None)
+        else:
+            os.environ["MPLBACKEND"] = before
+    return envpool
 
 
 def envpool_task(env_id: str) -> str:
@@ -42,7 +62,7 @@ def envpool_task(env_id: str) -> str:
 def check_envpool_task(env_id: str) -> None:
     """Refuse, naming the fix, an env id EnvPool does not ship (or EnvPool not installed)."""
     try:
-        import envpool
+        envpool = _import_envpool()
     except ImportError:
         raise ValueError(
             "env.backend=envpool needs the envpool package: pip install -c requirements/constraints.txt envpool "
@@ -91,8 +111,7 @@ class EnvPoolVectorEnv(gym.vector.VectorEnv):
         self._all = np.arange(num_envs, dtype=np.int32)
 
     def _build(self, seed: int) -> None:
-        import envpool
-
+        envpool = _import_envpool()
         self._seed = seed
         self._pool = envpool.make_gymnasium(envpool_task(self.env_id), num_envs=self.num_envs, seed=seed,
                                             **self._options)  # fmt: skip

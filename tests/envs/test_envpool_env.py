@@ -91,3 +91,18 @@ def test_sac_collects_from_envpool_pendulum_into_its_replay_buffer():
     actions = data.buffer.storage[:120]["action"]
     assert actions.min() >= -2 and actions.max() <= 2 and actions.std() > 0.1
     assert trainer.global_step == (120 - 40) // 4 + 1
+
+
+def test_importing_envpool_leaves_the_environment_as_it_was(monkeypatch):
+    """Test that building an EnvPool env does not leave MPLBACKEND set (envpool sets it at import, and a Jupyter
+    kernel started later would inherit it and draw no inline figures)."""
+    import importlib
+    import os
+    import sys
+
+    monkeypatch.delenv("MPLBACKEND", raising=False)
+    for name in [m for m in sys.modules if m == "envpool" or m.startswith("envpool.")]:
+        monkeypatch.delitem(sys.modules, name)  # a fresh import, as in a new process
+    importlib.invalidate_caches()
+    EnvPoolVectorEnv("CartPole-v1", 2).close()
+    assert "MPLBACKEND" not in os.environ
