@@ -239,11 +239,17 @@ def export_policy(
         The contract stored in the file (input, output, spaces, algorithm).
 
     Raises:
-        ValueError: Unknown format, or a model with no policy.
+        ValueError: Unknown format, a model with no policy, or a recurrent one (not exported yet).
         ImportError: ONNX export without the ``onnx``/``onnxscript`` packages (naming the install).
     """
     if format not in EXPORT_FORMATS:
         raise ValueError(f"Unknown export format {format!r}; choose one of {', '.join(EXPORT_FORMATS)}.")
+    if hasattr(getattr(model, "policy", None), "initial_state"):
+        raise ValueError(
+            "This policy is recurrent (algo.recurrent=true): its export needs explicit state inputs and outputs "
+            "(obs, state_in -> action, state_out), which this version does not write yet. Evaluate and play it "
+            "through rl_lightning (trainer.test, rl-lightning play), which carry the state."
+        )
     actor = DeployedActor(model, obs_bound)
     actor.metadata.update(metadata or {})
     path = os.fspath(path)

@@ -18,13 +18,14 @@ from torch import nn
 
 from rl_lightning.algos import compat
 from rl_lightning.algos.base import RLModule
-from rl_lightning.algos.ppo_loss import LOSS_COEFS, minibatch_loss
+from rl_lightning.algos.ppo_loss import LOSS_COEFS, minibatch_loss, sequence_minibatch_loss
 from rl_lightning.algos.update import adam, clear_grads
-from rl_lightning.checks import check_hidden_sizes, check_non_negative, check_positive
+from rl_lightning.checks import check_hidden_sizes, check_non_negative, check_positive, check_positive_int
 from rl_lightning.data import RolloutDataModule, UpdatePlan
 from rl_lightning.faults import interrupt_request
 from rl_lightning.nets import ActorCritic
 from rl_lightning.nets.encoders import build_encoder, check_encoder_argument
+from rl_lightning.nets.recurrent import CELLS, RecurrentActorCritic
 
 _TRAIN_METRICS = ("policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction")
 ROLLOUT_KEYS = ("obs", "action", "log_prob", "value", "advantage", "return")
@@ -72,6 +73,12 @@ class PPO(RLModule):
             encoder: a module, or a callable that builds it from the observation space (Hydra:
             ``_target_`` with ``_partial_: true``), with a ``features_dim`` attribute. One's
             own is not saved in hyperparameters: pass it again to ``load_from_checkpoint``.
+        recurrent: A policy with memory (:class:`~rl_lightning.nets.recurrent.RecurrentActorCritic`):
+            rollouts carry its state (:mod:`rl_lightning.data.recurrent_rollout`) and the update
+            replays whole env sequences; ``num_minibatches`` must then divide ``num_envs``.
+        cell: The recurrent core, ``"lstm"`` or ``"gru"`` (with ``recurrent``).
+        recurrent_size: Width of the recurrent state (with ``recurrent``).
+        shared_core: One core for actor and critic, or one each (with ``recurrent``).
     """
 
     datamodule_class = RolloutDataModule
@@ -100,8 +107,21 @@ class PPO(RLModule):
         actor: nn.Module | None = None,
         critic: nn.Module | None = None,
         encoder: dict[str, Any] | nn.Module | Callable[[gym.Space], nn.Module] | None = None,
+        recurrent: bool = False,
+        cell: str = "lstm",
+        recurrent_size: int = 128,
+        shared_core: bool = True,
     ):
         super().__init__(total_timesteps, save_interval, keep_last, on_nonfinite, max_grad_norm)
+        if recurrent:
+            if actor is not None or critic is not None:
+                raise ValueError(
+                    "recurrent=True builds its own heads after the recurrent core; a custom actor or critic cannot be "
+                    "combined with it. Drop algo.actor / algo.critic, or set recurrent=false."
+                )
+            if cell not in CELLS:
+                raise ValueError(f"cell must be one of {CELLS}, got {cell!r} (Hydra: algo.cell=lstm).")
+            check_positive_int(recurrent_size=recurrent_size)
         self.automatic_optimization = False  # the update phase runs inside training_step
         check_positive(lr=lr, clip_coef=clip_coef)
         check_non_negative(ent_coef=ent_coef, vf_coef=vf_coef)
@@ -127,6 +147,10 @@ class PPO(RLModule):
         encoder = self._encoder
         if callable(encoder) and not isinstance(encoder, nn.Module):
             encoder = build_encoder(encoder, observation_space, hp.normalize_obs)
+        if hp.get("recurrent"):  # .get: checkpoints of earlier versions have none
+            return RecurrentActorCritic(observation_space, action_space, tuple(hp.hidden_sizes), hp.normalize_obs,
+                                        hp.init_log_std, encoder, hp.cell, hp.recurrent_size,
+                                        hp.shared_core)  # fmt: skip
         return ActorCritic(observation_space, action_space, tuple(hp.hidden_sizes), self._actor, self._critic,
                            normalize_obs=hp.normalize_obs, init_log_std=hp.init_log_std, encoder=encoder)  # fmt: skip
 
@@ -147,11 +171,16 @@ class PPO(RLModule):
         on every step; ``global_step`` counts every optimizer step.
         """
         hp, optimizer = self.hparams, self.optimizers()
+        sequences = "initial_state" in batch  # a recurrent policy's rollout: minibatches of whole env sequences
+        keys = (*ROLLOUT_KEYS, "episode_start") if sequences else ROLLOUT_KEYS
         # Plain tensors: indexing six tensors costs less than indexing the TensorDict.
-        rollout = {key: batch["rollout"][key] for key in ROLLOUT_KEYS}
+        rollout = {key: batch["rollout"][key] for key in keys}
         coefs = {name: hp[name] for name in LOSS_COEFS}  # clip_coef, ent_coef, vf_coef, norm_adv, clip_vloss
         for index in batch["minibatches"]:
-            terms = minibatch_loss(self.policy, {key: value[index] for key, value in rollout.items()}, **coefs)
+            if sequences:
+                terms = sequence_minibatch_loss(self.policy, rollout, batch["initial_state"], index, **coefs)
+            else:
+                terms = minibatch_loss(self.policy, {key: value[index] for key, value in rollout.items()}, **coefs)
             clear_grads(optimizer)
             self.manual_backward(terms.loss)
             # Clips to max_grad_norm and refuses (or, by option, skips) a NaN or inf update.

@@ -117,3 +117,36 @@ def minibatch_loss(
     log_prob, entropy, value = policy.evaluate_actions(batch["obs"], batch["action"])
     old = (batch[key] for key in ("log_prob", "value", "advantage", "return"))
     return ppo_loss(log_prob, entropy, value, *old, **coefs)
+
+
+def sequence_minibatch_loss(
+    policy,
+    rollout: Mapping[str, torch.Tensor],
+    initial_state: torch.Tensor,
+    envs: torch.Tensor,
+    clip_coef: float = 0.2,
+    ent_coef: float = 0.01,
+    vf_coef: float = 0.5,
+    norm_adv: bool = True,
+    clip_vloss: bool = True,
+) -> PPOLossTerms:
+    """A recurrent policy's PPO loss on the whole sequences of the envs ``envs`` (CleanRL's ``ppo_atari_lstm.py``).
+
+    The policy's core runs again over each env's ``[T]`` steps from the state the rollout
+    started with, zeroed where ``episode_start`` says an episode began; the clipped loss is
+    then the usual one over the ``T x len(envs)`` steps.
+
+    Args:
+        policy: Has ``evaluate_sequences(obs, action, episode_start, state)``.
+        rollout: ``[T, N]`` tensors (a ``RecurrentRolloutDataset`` rollout's keys).
+        initial_state: ``[C, K, N, H]``.
+        envs: The env indices of this minibatch.
+        clip_coef, ent_coef, vf_coef, norm_adv, clip_vloss: As in :func:`ppo_loss`.
+    """
+    seq = {key: value[:, envs] for key, value in rollout.items()}
+    log_prob, entropy, value = policy.evaluate_sequences(
+        seq["obs"], seq["action"], seq["episode_start"], initial_state[:, :, envs]
+    )
+    old = (seq[key].flatten(0, 1) for key in ("log_prob", "value", "advantage", "return"))
+    return ppo_loss(log_prob.flatten(), entropy.flatten(), value.flatten(), *old, clip_coef=clip_coef,
+                    ent_coef=ent_coef, vf_coef=vf_coef, norm_adv=norm_adv, clip_vloss=clip_vloss)  # fmt: skip

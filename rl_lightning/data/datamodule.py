@@ -15,6 +15,7 @@ from rl_lightning.checks import check_positive_int
 from rl_lightning.data.base import EnvDataModule, identity_collate, renamed_env_argument
 from rl_lightning.data.device_rollout import DeviceRolloutDataset
 from rl_lightning.data.protocol import OnPolicyLearner
+from rl_lightning.data.recurrent_rollout import RecurrentRolloutDataset
 from rl_lightning.data.rollout import RolloutDataset, UpdatePlan, take_plan_settings
 from rl_lightning.envs.obs import leaves
 from rl_lightning.envs.tensor_group import TensorEnvGroup
@@ -179,6 +180,21 @@ class RolloutDataModule(EnvDataModule):
         hp = self.hparams
         if self._train_dataset is None:
             stream = DeviceRolloutDataset if isinstance(self.train_envs, TensorEnvGroup) else RolloutDataset
+            learner = getattr(self.trainer.lightning_module, "policy", None)
+            if hasattr(learner, "initial_state") and self._policy() is not learner:
+                raise ValueError(
+                    "A recurrent policy (algo.recurrent=true) acts with its own state; an acting copy (ActorSync, "
+                    "callbacks=split_actor) of it is not supported in this version. Drop the ActorSync callback, or "
+                    "set algo.recurrent=false."
+                )
+            if hasattr(self._policy(), "initial_state"):  # a policy with memory: rollouts carry its state
+                if stream is DeviceRolloutDataset:
+                    raise ValueError(
+                        "A recurrent policy (algo.recurrent=true) collects on the gymnasium backend in this version; "
+                        "the tensor path (env.backend=torch or envpool) has no recurrent rollout yet. Set "
+                        "env.backend=gymnasium, or algo.recurrent=false."
+                    )
+                stream = RecurrentRolloutDataset
             self._train_dataset = stream(
                 self.train_envs,
                 self._policy(),

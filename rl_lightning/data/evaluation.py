@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Callable
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
@@ -34,6 +35,36 @@ def episodes_per_env(episodes: int, num_envs: int) -> np.ndarray:
     each env a fixed quota removes that bias (as Stable-Baselines3's ``evaluate_policy``).
     """
     return np.array([episodes // num_envs + (i < episodes % num_envs) for i in range(num_envs)])
+
+
+class StatefulActor:
+    """Acts with ``policy`` on ``num_envs`` envs, carrying a recurrent policy's state per env.
+
+    A feed-forward policy acts on the observations alone. A recurrent one
+    (:class:`~rl_lightning.nets.recurrent.RecurrentActorCritic`: it has ``initial_state``) acts
+    with the state it carried from the env's previous step, zeroed where :meth:`ended` said an
+    episode ended, so every evaluated or played episode starts from the initial state.
+    """
+
+    def __init__(self, policy: RolloutPolicy, num_envs: int, device: torch.device):
+        self.policy = policy
+        self.recurrent = hasattr(policy, "initial_state")
+        if self.recurrent:
+            self.state = policy.initial_state(num_envs, device)
+            self.starts = torch.ones(num_envs, dtype=torch.bool, device=device)
+
+    def act(self, obs: Any, deterministic: bool) -> torch.Tensor:
+        """Actions for one step of every env."""
+        if not self.recurrent:
+            return self.policy.act(obs, deterministic)[0]
+        action, _, _, self.state = self.policy.act(obs, self.state, self.starts, deterministic)
+        self.starts = torch.zeros_like(self.starts)
+        return action
+
+    def ended(self, done: Any) -> None:
+        """Which envs' episodes ended in the last step (``[num_envs]`` bools): their state starts afresh."""
+        if self.recurrent:
+            self.starts = torch.as_tensor(done, dtype=torch.bool, device=self.starts.device)
 
 
 def _keep_within_quota(ended: EpisodeStats, quota: np.ndarray, taken: np.ndarray, result: EpisodeStats) -> None:
@@ -71,10 +102,12 @@ def evaluate(
     obs = envs.reset(seed=seed)
     envs.pop_stats()
     result = EpisodeStats()
+    actor = StatefulActor(policy, envs.num_envs, device)
     while (done_count < quota).any():
         interrupt_request.check()  # a signal stops evaluation between steps (callbacks/interrupt.py)
-        action = policy.act(to_tensor(obs, device), deterministic)[0]
+        action = actor.act(to_tensor(obs, device), deterministic)
         step = envs.step(to_env_action(action, envs.action_space))
+        actor.ended(step.terminated | step.truncated)
         obs = step.obs
         if not step.final_obs:  # no episode ended this step
             continue
@@ -163,6 +196,7 @@ def play_episode(
             them, as a run with ``obs_bound`` in ``clip`` mode trained and evaluated.
     """
     device = next(policy.parameters()).device
+    actor = StatefulActor(policy, 1, device)  # a recurrent policy starts the episode from its initial state
     obs, info = env.reset(seed=seed)
     variation = str(info.get("variation", ""))
     if video is not None:
@@ -175,7 +209,7 @@ def play_episode(
         if obs_bound is not None:  # the float arrays only, as the env group clips them
             obs = clip_floats(obs, obs_bound)
         obs_t = to_tensor(map_obs(lambda x: np.asarray(x)[None], obs), device)
-        action = to_env_action(policy.act(obs_t, deterministic)[0], env.action_space)[0]
+        action = to_env_action(actor.act(obs_t, deterministic), env.action_space)[0]
         obs, reward, terminated, truncated, info = env.step(action)
         total += float(reward)
         length += 1

@@ -1,0 +1,79 @@
+"""Recurrent PPO (PPO(recurrent=True)): sequence minibatches, a first-epoch ratio of 1, evaluation with state."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from rl_lightning.algos import ppo as ppo_module
+from rl_lightning.data.recurrent_rollout import RecurrentRolloutDataset
+from rl_lightning.nets.recurrent import RecurrentActorCritic
+from tests.helpers import fit_and_test, tiny_ppo, tiny_rollout_data
+
+
+@pytest.mark.parametrize("cell, shared_core", [("lstm", True), ("gru", False)])
+def test_recurrent_ppo_fits_replays_whole_sequences_and_tests_both_sets(cell, shared_core, monkeypatch):
+    """Test that Trainer.fit collects with the state, that the update's first minibatch recomputes the rollout's
+    log-probabilities (ratio 1: approx_kl and clip fraction 0) on minibatches of whole env sequences, and that the
+    final test evaluates both object sets with the state carried."""
+    seen = []
+    real = ppo_module.sequence_minibatch_loss
+
+    def spy(policy, rollout, initial_state, envs, **coefs):
+        terms = real(policy, rollout, initial_state, envs, **coefs)
+        seen.append((envs.tolist(), float(terms.approx_kl), float(terms.clip_fraction)))
+        return terms
+
+    monkeypatch.setattr(ppo_module, "sequence_minibatch_loss", spy)
+    model = tiny_ppo(recurrent=True, cell=cell, shared_core=shared_core, recurrent_size=16, hidden_sizes=[16],
+                     total_timesteps=4 * 16 * 3)  # fmt: skip
+    data = tiny_rollout_data(num_envs=4)
+    metrics = fit_and_test(model, data)
+    assert isinstance(model.policy, RecurrentActorCritic) and model.policy.cell == cell
+    assert isinstance(data._train_dataset, RecurrentRolloutDataset)
+    assert len(seen) == 3 * 2 * 2  # 3 rollouts x 2 epochs x 2 minibatches
+    first_envs, first_kl, first_clip = seen[0]
+    assert abs(first_kl) < 1e-6 and first_clip == 0.0
+    for rollout in range(3):  # each epoch's two minibatches are the 4 envs' whole sequences, once each
+        for epoch in range(2):
+            rows = seen[rollout * 4 + epoch * 2 : rollout * 4 + epoch * 2 + 2]
+            assert sorted(sum((r[0] for r in rows), [])) == [0, 1, 2, 3]
+    assert metrics["eval/return_mean"] >= 1 and "eval_ood/return_mean" in metrics
+
+
+def test_recurrent_settings_are_checked_when_the_algorithm_is_built():
+    """Test that an unknown cell, a bad width, custom heads and sequence-splitting minibatches are refused."""
+    with pytest.raises(ValueError, match="cell must be one of"):
+        tiny_ppo(recurrent=True, cell="rnn")
+    with pytest.raises(ValueError, match="recurrent_size"):
+        tiny_ppo(recurrent=True, recurrent_size=0)
+    with pytest.raises(ValueError, match="custom actor or critic"):
+        tiny_ppo(recurrent=True, actor=torch.nn.Linear(4, 2))
+    from tests.helpers import quiet_trainer
+
+    with pytest.raises(ValueError, match="num_minibatches=2 does not divide num_envs=3"):
+        quiet_trainer(max_epochs=1).fit(tiny_ppo(recurrent=True), tiny_rollout_data(num_envs=3, rollout_steps=4))
+    with pytest.raises(ValueError, match="env.backend=gymnasium, or algo.recurrent=false"):
+        quiet_trainer(max_epochs=1).fit(tiny_ppo(recurrent=True), tiny_rollout_data(backend="torch", num_envs=4))
+
+
+def test_exporting_a_recurrent_policy_is_refused_until_the_state_contract_exists(tmp_path):
+    """Test that export_policy refuses a recurrent policy with the reason, and writes no file."""
+    from rl_lightning.export import export_policy
+
+    model = tiny_ppo(recurrent=True, recurrent_size=8, total_timesteps=4 * 16)
+    fit_and_test(model, tiny_rollout_data(num_envs=4))
+    with pytest.raises(ValueError, match="state_in -> action, state_out"):
+        export_policy(model, tmp_path / "policy.pt", format="torchscript")
+    assert not list(tmp_path.iterdir())
+
+
+def test_an_acting_copy_of_a_recurrent_policy_is_refused_with_the_fix():
+    """Test that ActorSync with a recurrent policy stops before any step, naming the callback to drop."""
+    from rl_lightning.callbacks import ActorSync
+    from tests.helpers import quiet_trainer
+
+    data = tiny_rollout_data(num_envs=4)
+    with pytest.raises(ValueError, match="Drop the ActorSync callback"):
+        quiet_trainer(callbacks=[ActorSync(device="cpu")], max_epochs=1).fit(tiny_ppo(recurrent=True), data)
+    assert data.env_steps == 0
