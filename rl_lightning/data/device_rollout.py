@@ -22,8 +22,7 @@ import time
 import torch
 from tensordict import TensorDict
 
-from rl_lightning.data.collection import CollectionMetrics
-from rl_lightning.data.rollout import RolloutDataset, compute_gae, explained_variance, minibatch_plan
+from rl_lightning.data.rollout import RolloutDataset, compute_gae, minibatch_plan
 from rl_lightning.envs.tensor_group import TensorEnvGroup
 from rl_lightning.faults import interrupt_request
 
@@ -136,21 +135,9 @@ class DeviceRolloutDataset(RolloutDataset):
         )
         advantage_seconds = clock() - t1
         flat_obs = obs_buf.flatten(0, 1)
-        select = getattr(policy, "normalizer_input", None)
-        self.pending_obs = select(flat_obs) if select is not None else flat_obs
-        steps = T * N * self.world_size
-        self.counters.env_steps += steps
-        self.counters.iterations += 1
-        self.last_collection = CollectionMetrics(
-            episodes=envs.pop_stats(),
-            explained_variance=explained_variance(value.flatten(), returns.flatten()),
-            env_steps=steps,
-            rollout_seconds=clock() - start,
-            env_seconds=env_seconds,
-            inference_seconds=inference_seconds,
-            advantage_seconds=advantage_seconds,
-            sync_seconds=sync_seconds,
-        )
+        self.close_rollout(flat_obs, value, returns, rollout_seconds=clock() - start, env_seconds=env_seconds,
+                           inference_seconds=inference_seconds, advantage_seconds=advantage_seconds,
+                           sync_seconds=sync_seconds)  # fmt: skip
         batch = TensorDict(
             {
                 "obs": obs_buf,

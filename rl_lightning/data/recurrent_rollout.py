@@ -25,8 +25,8 @@ import numpy as np
 import torch
 from tensordict import TensorDict
 
-from rl_lightning.data.collection import CollectionMetrics, to_env_action
-from rl_lightning.data.rollout import RolloutDataset, UpdatePlan, compute_gae, explained_variance
+from rl_lightning.data.collection import to_env_action
+from rl_lightning.data.rollout import RolloutDataset, UpdatePlan, compute_gae
 from rl_lightning.envs.obs import map_obs, stack_rows, to_tensor
 from rl_lightning.faults import interrupt_request
 
@@ -155,21 +155,9 @@ class RecurrentRolloutDataset(RolloutDataset):
         obs_steps = map_obs(lambda *rows: torch.stack(rows).cpu(), *steps_obs)
         obs_td = TensorDict(obs_steps, batch_size=[T, N]) if isinstance(obs_steps, dict) else obs_steps
         flat_obs = obs_td.flatten(0, 1)
-        select = getattr(policy, "normalizer_input", None)
-        self.pending_obs = select(flat_obs) if select is not None else flat_obs
-        steps = T * N * self.world_size
-        self.counters.env_steps += steps
-        self.counters.iterations += 1
-        self.last_collection = CollectionMetrics(
-            episodes=envs.pop_stats(),
-            explained_variance=explained_variance(value.flatten(), returns.flatten()),
-            env_steps=steps,
-            rollout_seconds=clock() - start,
-            env_seconds=env_seconds,
-            inference_seconds=inference_seconds,
-            advantage_seconds=advantage_seconds,
-            sync_seconds=sync_seconds,
-        )
+        self.close_rollout(flat_obs, value, returns, rollout_seconds=clock() - start, env_seconds=env_seconds,
+                           inference_seconds=inference_seconds, advantage_seconds=advantage_seconds,
+                           sync_seconds=sync_seconds)  # fmt: skip
         batch = TensorDict(
             {
                 "obs": obs_td,

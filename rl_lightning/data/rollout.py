@@ -200,6 +200,21 @@ class RolloutDataset(IterableDataset):
         batch = self.collect()
         yield {"rollout": batch, "minibatches": minibatch_plan(batch.shape[0], self.plan, self.generator)}
 
+    def close_rollout(self, flat_obs, value: torch.Tensor, returns: torch.Tensor, **seconds: float) -> None:
+        """A collected rollout's bookkeeping: what the next normalizer update reads (an encoder's vector keys: no
+        images), the counters, and :attr:`last_collection` (``seconds``: its ``*_seconds`` fields)."""
+        select = getattr(self.policy, "normalizer_input", None)
+        self.pending_obs = select(flat_obs) if select is not None else flat_obs
+        steps = self.rollout_steps * self.envs.num_envs * self.world_size
+        self.counters.env_steps += steps
+        self.counters.iterations += 1
+        self.last_collection = CollectionMetrics(
+            episodes=self.envs.pop_stats(),
+            explained_variance=explained_variance(value.flatten(), returns.flatten()),
+            env_steps=steps,
+            **seconds,
+        )
+
     @staticmethod
     def _evaluate(
         policy: RolloutPolicy, obs: torch.Tensor, actions: torch.Tensor, device: torch.device
@@ -310,22 +325,9 @@ class RolloutDataset(IterableDataset):
             reward, value, next_value, terminated, truncated, self.plan.gamma, self.plan.gae_lambda
         )
         advantage_seconds = clock() - t1
-        # What the next rollout's normalizer update reads (an encoder's vector keys: no images).
-        select = getattr(policy, "normalizer_input", None)
-        self.pending_obs = select(flat_obs) if select is not None else flat_obs
-        steps = T * N * self.world_size
-        self.counters.env_steps += steps
-        self.counters.iterations += 1
-        self.last_collection = CollectionMetrics(
-            episodes=envs.pop_stats(),
-            explained_variance=explained_variance(value.flatten(), returns.flatten()),
-            env_steps=steps,
-            rollout_seconds=clock() - start,
-            env_seconds=env_seconds,
-            inference_seconds=inference_seconds,
-            advantage_seconds=advantage_seconds,
-            sync_seconds=sync_seconds,
-        )
+        self.close_rollout(flat_obs, value, returns, rollout_seconds=clock() - start, env_seconds=env_seconds,
+                           inference_seconds=inference_seconds, advantage_seconds=advantage_seconds,
+                           sync_seconds=sync_seconds)  # fmt: skip
         batch = TensorDict(
             {
                 "obs": obs_t,
