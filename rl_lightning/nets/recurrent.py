@@ -106,13 +106,18 @@ class RecurrentActorCritic(ActorCritic):
         """
         core, outputs = self.cores[k], []
         keep = (~starts).to(x.dtype).unsqueeze(-1)  # [T, B, 1]
-        for t in range(x.shape[0]):
-            state = state * keep[t]
+        T = x.shape[0]
+        # The core runs once per stretch of steps in which no env begins an episode after its first
+        # step (one host read of where they begin), rather than once per step: the same values
+        # (zeroing a state only at a stretch's first step), a fraction of the calls.
+        cuts = [0, *(starts[1:].any(1).nonzero().flatten() + 1).tolist(), T] if T > 1 else [0, T]
+        for first, end in zip(cuts[:-1], cuts[1:], strict=True):
+            state = state * keep[first]
             if self.cell == "lstm":
-                out, (h, c) = core(x[t : t + 1], (state[0:1].contiguous(), state[1:2].contiguous()))
+                out, (h, c) = core(x[first:end], (state[0:1].contiguous(), state[1:2].contiguous()))
                 state = torch.cat([h, c])
             else:
-                out, h = core(x[t : t + 1], state[0:1].contiguous())
+                out, h = core(x[first:end], state[0:1].contiguous())
                 state = h
             outputs.append(out)
         return torch.cat(outputs), state
