@@ -19,6 +19,17 @@ Contract (also stored in the file as the JSON metadata ``rl_lightning``):
 - output ``action``: int64 ``[batch]`` for a ``Discrete`` action space, int64 ``[batch, n]``
   for ``MultiDiscrete`` / ``MultiBinary`` (the env's values: ``start`` added), float32
   ``[batch, action_dim]`` within the bounds for a ``Box`` one.
+
+A recurrent policy (``PPO(recurrent=True)``) has one more input and one more output (the
+metadata's ``state`` entry gives names and shape):
+
+- input ``state_in``: float32 ``[C, K, batch, H]`` (``C`` 2 for an LSTM's ``h`` and ``c``, 1 for
+  a GRU; ``K`` 1 for a shared core, 2 for actor and critic cores; ``H`` the recurrent size),
+  after the observations. Zeros for an env whose episode begins with this observation;
+  otherwise the ``state_out`` of that env's previous step;
+- output ``state_out``: the state after this step, same shape, after ``action``.
+
+It is the state ``RLModule.predict(obs, state=..., episode_start=...)`` takes and returns.
 """
 
 from __future__ import annotations
@@ -78,6 +89,7 @@ class DeployedActor(nn.Module):
             policy.critic = None  # forward() is the mode of the actor; the critic plays no part
         self.policy = policy
         self.greedy = isinstance(policy, QValueNetwork)  # its forward is Q-values, greedy() the action
+        self.recurrent = hasattr(policy, "initial_state")
         self.obs_bound = None if obs_bound is None else float(obs_bound)
         observation_space, action_space = model.spaces
         self.inputs = export_inputs(observation_space)
@@ -106,10 +118,27 @@ class DeployedActor(nn.Module):
         }
         if self.keys is None:
             self.metadata["input"] = self.inputs[0]  # the single input, as format 1 named it
+        if self.recurrent:
+            shape = list(policy.initial_state(1).shape)
+            self.state_shape = shape
+            self.metadata["state"] = {
+                "input": "state_in",
+                "output": "state_out",
+                "dtype": "float32",
+                "shape": [shape[0], shape[1], "batch", shape[3]],
+                "cell": policy.cell,
+                "initial": "zeros, for an env whose episode begins with this observation",
+            }
 
-    def forward(self, obs: torch.Tensor | tuple[torch.Tensor, ...]) -> torch.Tensor:
+    def forward(
+        self, obs: torch.Tensor | tuple[torch.Tensor, ...], state: torch.Tensor | None = None
+    ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
         """Deterministic env actions for raw observations: a ``[batch, *observation_shape]`` tensor, or (a
-        ``Dict`` space) a tuple of one tensor per key, in the order of the contract's ``inputs``."""
+        ``Dict`` space) a tuple of one tensor per key, in the order of the contract's ``inputs``.
+
+        A recurrent policy also takes the state before the step (``state_in``) and returns
+        ``(action, state_out)``.
+        """
         parts = [obs] if self.keys is None else list(obs)
         for i, is_float in enumerate(self._floats):
             if is_float:
@@ -119,7 +148,14 @@ class DeployedActor(nn.Module):
         x = parts[0] if self.keys is None else dict(zip(self.keys, parts, strict=True))
         if self.greedy:
             return self.policy.greedy(x).long() + self.start
-        action = self.policy(x)
+        if self.recurrent:
+            # The caller zeroes the state where an episode begins, so no step begins one here.
+            starts = torch.zeros_like(state[0, 0, :, 0], dtype=torch.bool)
+            action, state_out = self.policy(x, state.float(), starts)
+            return self._env_action(action), state_out
+        return self._env_action(self.policy(x))
+
+    def _env_action(self, action: torch.Tensor) -> torch.Tensor:
         if not self.continuous:
             return action.long() + self.start
         return torch.clamp(action.float(), self.low, self.high)
@@ -163,10 +199,15 @@ def metadata_json(metadata: Mapping[str, Any]) -> str:
     return json.dumps(plain(metadata), allow_nan=False)
 
 
-def _example(actor: DeployedActor) -> torch.Tensor | tuple[torch.Tensor, ...]:
+def _example(actor: DeployedActor) -> tuple[Any, ...]:
+    """The example arguments of ``forward``: the observations, and a recurrent policy's state."""
     # A batch of 2: export specializes sizes 0 and 1, so the batch axis stays dynamic from 2 up.
     parts = tuple(torch.zeros(2, *i["shape"][1:], dtype=getattr(torch, i["dtype"])) for i in actor.inputs)
-    return parts[0] if actor.keys is None else parts
+    obs = parts[0] if actor.keys is None else parts
+    if not actor.recurrent:
+        return (obs,)
+    c, k, _, h = actor.state_shape
+    return obs, torch.zeros(c, k, 2, h)
 
 
 def _torchscript(actor: DeployedActor, path: str) -> None:
@@ -175,7 +216,7 @@ def _torchscript(actor: DeployedActor, path: str) -> None:
         # still load and run with torch.jit.load, which is what this format is for.
         warnings.filterwarnings("ignore", message=r".*torch\.jit.*deprecated", category=DeprecationWarning)
         warnings.filterwarnings("ignore", category=torch.jit.TracerWarning)
-        traced = torch.jit.trace(actor, (_example(actor),))
+        traced = torch.jit.trace(actor, _example(actor))
         torch.jit.save(traced, path, _extra_files={METADATA_KEY: metadata_json(actor.metadata)})
 
 
@@ -188,7 +229,14 @@ def _onnx(actor: DeployedActor, path: str) -> None:
             f"ONNX export needs the onnx and onnxscript packages ({err.name} is missing): "
             "pip install 'rl_lightning[export]', or export with --format torchscript."
         ) from None
-    batch = {0: torch.export.Dim("batch", min=1)}
+    dim = torch.export.Dim("batch", min=1)
+    batch = {0: dim}
+    dynamic_shapes = {"obs": batch if actor.keys is None else tuple(batch for _ in actor.inputs)}
+    names = [i["name"] for i in actor.inputs]
+    outputs = ["action"]
+    if actor.recurrent:
+        dynamic_shapes["state"] = {2: dim}
+        names, outputs = [*names, "state_in"], ["action", "state_out"]
     exporter_log = logging.getLogger("torch.onnx")
     level = exporter_log.level
     exporter_log.setLevel(logging.ERROR)  # its notes on optional torchvision ops are not ours
@@ -197,11 +245,11 @@ def _onnx(actor: DeployedActor, path: str) -> None:
             warnings.simplefilter("ignore")
             torch.onnx.export(
                 actor,
-                (_example(actor),),
+                _example(actor),
                 path,
-                input_names=[i["name"] for i in actor.inputs],
-                output_names=["action"],
-                dynamic_shapes={"obs": batch if actor.keys is None else tuple(batch for _ in actor.inputs)},
+                input_names=names,
+                output_names=outputs,
+                dynamic_shapes=dynamic_shapes,
                 opset_version=ONNX_OPSET,
                 dynamo=True,
                 external_data=False,  # one file, weights inside
@@ -239,17 +287,11 @@ def export_policy(
         The contract stored in the file (input, output, spaces, algorithm).
 
     Raises:
-        ValueError: Unknown format, a model with no policy, or a recurrent one (not exported yet).
+        ValueError: Unknown format, or a model with no policy.
         ImportError: ONNX export without the ``onnx``/``onnxscript`` packages (naming the install).
     """
     if format not in EXPORT_FORMATS:
         raise ValueError(f"Unknown export format {format!r}; choose one of {', '.join(EXPORT_FORMATS)}.")
-    if hasattr(getattr(model, "policy", None), "initial_state"):
-        raise ValueError(
-            "This policy is recurrent (algo.recurrent=true): its export needs explicit state inputs and outputs "
-            "(obs, state_in -> action, state_out), which this version does not write yet. Evaluate and play it "
-            "through rl_lightning (trainer.test, rl-lightning play), which carry the state."
-        )
     actor = DeployedActor(model, obs_bound)
     actor.metadata.update(metadata or {})
     path = os.fspath(path)

@@ -156,18 +156,68 @@ class RLModule(pl.LightningModule):
         return self.policy(obs)
 
     @torch.no_grad()
-    def predict(self, obs: Obs, deterministic: bool = True) -> np.ndarray:
+    def predict(
+        self,
+        obs: Obs,
+        deterministic: bool = True,
+        state: np.ndarray | torch.Tensor | None = None,
+        episode_start: np.ndarray | torch.Tensor | None = None,
+    ) -> np.ndarray | tuple[np.ndarray, np.ndarray]:
         """Act on raw observations, batched ``[B, *obs_shape]`` or single; returns env actions.
 
         Needs no data module: after ``load_from_checkpoint`` this is the deployed policy.
         ``Dict`` observations are a dict of arrays (one entry per key, batched or single).
         Box actions are clipped to the action space's bounds.
+
+        A recurrent policy (``PPO(recurrent=True)``) takes and returns its state, as
+        sb3-contrib's ``RecurrentPPO.predict`` does: ``action, state = predict(obs, state=state,
+        episode_start=starts)``. ``state`` is float32 ``[C, K, B, H]`` (see
+        :mod:`rl_lightning.nets.recurrent`; ``B`` is 1 for a single observation); ``None``
+        starts every env from the initial state. ``episode_start`` (``[B]`` bools) marks the envs
+        whose episode begins with this observation: their state is zeroed first. Without it,
+        no env begins one, unless ``state`` is ``None``.
+
+        Raises:
+            TypeError: ``state`` or ``episode_start`` given to a policy without a recurrent state.
+            ValueError: A ``state`` of the wrong shape (naming the one expected).
         """
         obs_space, action_space = self.spaces
         obs, single = single_to_batch(map_obs(lambda x: x.cpu().numpy() if torch.is_tensor(x) else x, obs), obs_space)
         obs_t = to_tensor(obs, self.device)
-        action = to_env_action(self.policy.act(obs_t, deterministic)[0], action_space)
-        return action[0] if single else action
+        if not hasattr(self.policy, "initial_state"):
+            if state is not None or episode_start is not None:
+                raise TypeError(
+                    f"This {type(self).__name__} policy has no recurrent state: call predict(obs) without state or "
+                    "episode_start (PPO(recurrent=True) takes them)."
+                )
+            action = to_env_action(self.policy.act(obs_t, deterministic)[0], action_space)
+            return action[0] if single else action
+        batch = len(next(iter(obs.values())) if isinstance(obs, dict) else obs)
+        state_t, starts = self._recurrent_inputs(batch, state, episode_start)
+        action, _, _, next_state = self.policy.act(obs_t, state_t, starts, deterministic)
+        action = to_env_action(action, action_space)
+        return (action[0] if single else action), next_state.cpu().numpy()
+
+    def _recurrent_inputs(self, batch: int, state: Any, episode_start: Any) -> tuple[torch.Tensor, torch.Tensor]:
+        """``predict``'s state and episode starts as tensors on the policy's device, checked."""
+        initial = self.policy.initial_state(batch, self.device)
+        if state is None:
+            starts = torch.ones(batch, dtype=torch.bool, device=self.device)
+            state_t = initial
+        else:
+            state_t = torch.as_tensor(state, dtype=torch.float32, device=self.device)
+            if state_t.shape != initial.shape:
+                raise ValueError(
+                    f"state has shape {tuple(state_t.shape)}, expected {tuple(initial.shape)} ([C, K, batch, "
+                    f"recurrent_size]) for this policy and a batch of {batch}: pass the state the previous "
+                    "predict returned, or None to start every env afresh."
+                )
+            starts = torch.zeros(batch, dtype=torch.bool, device=self.device)
+        if episode_start is not None:
+            starts = torch.as_tensor(np.asarray(episode_start), dtype=torch.bool, device=self.device).reshape(-1)
+            if starts.shape != (batch,):
+                raise ValueError(f"episode_start has {starts.numel()} entries, expected one per observation ({batch}).")
+        return state_t, starts
 
     def configure_gradient_clipping(self, optimizer, gradient_clip_val=None, gradient_clip_algorithm=None) -> None:
         """Clip to the algorithm's ``max_grad_norm`` unless the Trainer was given its own clipping value,

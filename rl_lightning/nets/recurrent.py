@@ -174,10 +174,14 @@ class RecurrentActorCritic(ActorCritic):
         return log_prob.reshape(T, B), entropy.reshape(T, B), value.reshape(T, B)
 
     def forward(self, obs: torch.Tensor, state: torch.Tensor, episode_start: torch.Tensor):
-        """Deterministic action and the next state: the export's contract (``obs``, ``state_in`` -> ``action``,
-        ``state_out``)."""
-        action, _, _, next_state = self.act(obs, state, episode_start, deterministic=True)
-        return action, next_state
+        """Deterministic action and the next state of one step, without the value head: the export's contract
+        (``obs``, ``state_in`` -> ``action``, ``state_out``; rl_lightning/export.py).
+
+        The next state holds every core's, the critic's too (``shared_core=False``), so it is the
+        state :meth:`act` returns and ``predict`` passes along.
+        """
+        actor_in, _, next_state = self._heads_input(_one_step(obs), state, episode_start.unsqueeze(0))
+        return self._mode(self.actor(actor_in[0])), next_state
 
     def explore(self, obs: torch.Tensor, env_steps: int = 0) -> torch.Tensor:
         """Not available: a recurrent policy acts with its state (:meth:`act`)."""

@@ -57,15 +57,33 @@ def test_recurrent_settings_are_checked_when_the_algorithm_is_built():
         quiet_trainer(max_epochs=1).fit(tiny_ppo(recurrent=True), tiny_rollout_data(backend="torch", num_envs=4))
 
 
-def test_exporting_a_recurrent_policy_is_refused_until_the_state_contract_exists(tmp_path):
-    """Test that export_policy refuses a recurrent policy with the reason, and writes no file."""
-    from rl_lightning.export import export_policy
+def test_predict_takes_and_returns_the_state_and_refuses_a_wrong_one():
+    """Test that predict carries the state as acting does (starts from zeros, zeroes where an episode starts),
+    and that a wrong state, or a state for a feed-forward policy, is refused naming the fix."""
+    import numpy as np
 
-    model = tiny_ppo(recurrent=True, recurrent_size=8, total_timesteps=4 * 16)
+    model = tiny_ppo(recurrent=True, recurrent_size=8, hidden_sizes=[8], total_timesteps=4 * 16)
     fit_and_test(model, tiny_rollout_data(num_envs=4))
-    with pytest.raises(ValueError, match="state_in -> action, state_out"):
-        export_policy(model, tmp_path / "policy.pt", format="torchscript")
-    assert not list(tmp_path.iterdir())
+    obs = np.random.default_rng(0).standard_normal((3, 4)).astype(np.float32)
+    action, state = model.predict(obs)
+    assert action.shape == (3,) and state.shape == (2, 1, 3, 8) and np.abs(state).sum() > 0
+    _, again = model.predict(obs, state=np.zeros_like(state))  # zeros = the initial state
+    np.testing.assert_array_equal(again, state)
+    _, after = model.predict(obs, state=state)
+    assert not np.allclose(after, state)
+    _, restarted = model.predict(obs, state=after, episode_start=[True, False, True])
+    np.testing.assert_array_equal(restarted[:, :, [0, 2]], state[:, :, [0, 2]])
+    assert not np.allclose(restarted[:, :, 1], state[:, :, 1])
+    single, one_state = model.predict(obs[0])
+    assert np.ndim(single) == 0 and one_state.shape == (2, 1, 1, 8)
+    with pytest.raises(ValueError, match=r"expected \(2, 1, 3, 8\)"):
+        model.predict(obs, state=state[:, :, :2])
+    with pytest.raises(ValueError, match="one per observation"):
+        model.predict(obs, state=state, episode_start=[True])
+    feed_forward = tiny_ppo(total_timesteps=2 * 16)
+    fit_and_test(feed_forward, tiny_rollout_data())
+    with pytest.raises(TypeError, match="has no recurrent state"):
+        feed_forward.predict(obs, state=state)
 
 
 def test_an_acting_copy_of_a_recurrent_policy_is_refused_with_the_fix():
