@@ -79,6 +79,9 @@ class PPO(RLModule):
         cell: The recurrent core, ``"lstm"`` or ``"gru"`` (with ``recurrent``).
         recurrent_size: Width of the recurrent state (with ``recurrent``).
         shared_core: One core for actor and critic, or one each (with ``recurrent``).
+        bptt_length: Truncated backpropagation through time (with ``recurrent``): the update
+            replays sequences of this many steps, each from the state the rollout acted with at
+            its first step; must divide ``rollout_steps``. ``None``: the whole rollout.
     """
 
     datamodule_class = RolloutDataModule
@@ -111,6 +114,7 @@ class PPO(RLModule):
         cell: str = "lstm",
         recurrent_size: int = 128,
         shared_core: bool = True,
+        bptt_length: int | None = None,
     ):
         super().__init__(total_timesteps, save_interval, keep_last, on_nonfinite, max_grad_norm)
         if recurrent:
@@ -122,6 +126,11 @@ class PPO(RLModule):
             if cell not in CELLS:
                 raise ValueError(f"cell must be one of {CELLS}, got {cell!r} (Hydra: algo.cell=lstm).")
             check_positive_int(recurrent_size=recurrent_size)
+        elif bptt_length is not None:
+            raise ValueError(
+                f"bptt_length={bptt_length} truncates the backpropagation through a recurrent core; this policy "
+                "has none. Set recurrent=true (Hydra: algo.recurrent=true), or drop bptt_length."
+            )
         self.automatic_optimization = False  # the update phase runs inside training_step
         check_positive(lr=lr, clip_coef=clip_coef)
         check_non_negative(ent_coef=ent_coef, vf_coef=vf_coef)
@@ -129,7 +138,7 @@ class PPO(RLModule):
             check_positive(max_grad_norm=max_grad_norm)
         check_hidden_sizes(hidden_sizes, allow_empty=True)
         #: GAE's and the minibatch plan's settings, which the rollout stream reads (``OnPolicyLearner``).
-        self.update_plan = UpdatePlan(gamma, gae_lambda, update_epochs, num_minibatches)
+        self.update_plan = UpdatePlan(gamma, gae_lambda, update_epochs, num_minibatches, bptt_length)
         encoder, own_encoder = check_encoder_argument(encoder)  # checked now, before any env is made
         self.save_hyperparameters(ignore=["actor", "critic", *(["encoder"] if own_encoder else [])])
         self._actor, self._critic, self._encoder = actor, critic, encoder

@@ -10,7 +10,12 @@ the rollout acted with (CleanRL's ``ppo_atari_lstm.py``: ``initial_lstm_state``)
 at its end carries into the next rollout.
 
 The update's minibatches are whole env sequences (CleanRL's scheme: minibatches over envs,
-:func:`env_minibatch_plan`), so ``num_minibatches`` must divide ``num_envs``.
+:func:`env_minibatch_plan`), so ``num_minibatches`` must divide ``num_envs``. With truncated
+backpropagation through time (``UpdatePlan.bptt_length`` = ``L``) the rollout also keeps the
+state at every ``L``-th step, and each env's ``[T]`` steps become ``T / L`` sequences of ``L``
+steps, each replayed from the state the rollout acted with at its first step (sb3-contrib's
+``RecurrentPPO`` keeps the state of every step for the same purpose); the minibatches are then
+over these ``num_envs * T / L`` sequences.
 
 A truncated episode's return bootstraps from V(final obs) computed with the state the policy
 had after the cut step (the state that would have read that observation), as the value a
@@ -31,14 +36,44 @@ from rl_lightning.envs.obs import map_obs, stack_rows, to_tensor
 from rl_lightning.faults import interrupt_request
 
 
-def check_env_minibatches(plan: UpdatePlan, num_envs: int) -> None:
-    """Raise a ``ValueError`` naming the fix unless ``num_minibatches`` divides ``num_envs`` (sequence minibatches)."""
-    if num_envs % plan.num_minibatches:
+def check_env_minibatches(plan: UpdatePlan, num_envs: int, rollout_steps: int) -> None:
+    """Raise a ``ValueError`` naming the fix unless the sequences split evenly: ``bptt_length`` divides
+    ``rollout_steps`` and ``num_minibatches`` divides the number of sequences (``num_envs`` without truncation)."""
+    length = plan.bptt_length
+    if length is not None and rollout_steps % length:
         raise ValueError(
-            f"num_minibatches={plan.num_minibatches} does not divide num_envs={num_envs}: a recurrent policy's "
-            "minibatches are whole env sequences. Choose a divisor of num_envs: PPO(num_minibatches=...) (Hydra: "
-            "algo.num_minibatches=...)."
+            f"bptt_length={length} does not divide rollout_steps={rollout_steps}: each env's rollout is cut into "
+            "sequences of bptt_length steps. Choose a divisor: PPO(bptt_length=...) (Hydra: algo.bptt_length=...), "
+            "or change data.rollout_steps."
         )
+    sequences = num_envs * (rollout_steps // length if length else 1)
+    if sequences % plan.num_minibatches:
+        what = (
+            f"num_envs={num_envs}"
+            if not length
+            else f"the {sequences} sequences (num_envs x rollout_steps / bptt_length)"
+        )
+        raise ValueError(
+            f"num_minibatches={plan.num_minibatches} does not divide {what}: a recurrent policy's minibatches are "
+            "whole sequences. Choose a divisor: PPO(num_minibatches=...) (Hydra: algo.num_minibatches=...)."
+        )
+
+
+def split_sequences(batch: TensorDict, states: torch.Tensor, length: int) -> tuple[TensorDict, torch.Tensor]:
+    """A ``[T, N]`` rollout as ``[length, (T / length) * N]`` sequences, with the state each begins from.
+
+    Sequence ``c * N + n`` is env ``n``'s steps ``c * length`` to ``(c + 1) * length - 1``;
+    ``states`` ``[T / length, C, K, N, H]`` are the states the rollout acted with at those first steps.
+    """
+    T, N = batch.batch_size
+    chunks = T // length
+
+    def cut(x: torch.Tensor) -> torch.Tensor:
+        return x.reshape(chunks, length, N, *x.shape[2:]).transpose(0, 1).reshape(length, chunks * N, *x.shape[2:])
+
+    sequences = batch.apply(cut, batch_size=[length, chunks * N])
+    C, K, _, H = states.shape[1:]
+    return sequences, states.permute(1, 2, 0, 3, 4).reshape(C, K, chunks * N, H)
 
 
 def env_minibatch_plan(num_envs: int, plan: UpdatePlan, generator: torch.Generator) -> torch.Tensor:
@@ -56,7 +91,7 @@ class RecurrentRolloutDataset(RolloutDataset):
     """
 
     def __init__(self, envs, policy, rollout_steps, plan, *args, **kwargs):
-        check_env_minibatches(plan, envs.num_envs)
+        check_env_minibatches(plan, envs.num_envs, rollout_steps)
         super().__init__(envs, policy, rollout_steps, plan, *args, **kwargs)
         #: The policy's state for the envs' current step, and which of them begin an episode there.
         self.state: torch.Tensor | None = None
@@ -64,7 +99,7 @@ class RecurrentRolloutDataset(RolloutDataset):
 
     def set_learner(self, policy, plan: UpdatePlan) -> None:
         """As ``RolloutDataset.set_learner``, with sequence minibatches checked."""
-        check_env_minibatches(plan, self.envs.num_envs)
+        check_env_minibatches(plan, self.envs.num_envs, self.rollout_steps)
         super().set_learner(policy, plan)
 
     def __iter__(self):
@@ -74,13 +109,19 @@ class RecurrentRolloutDataset(RolloutDataset):
             ``{"rollout": TensorDict [rollout_steps, num_envs] (the keys of RolloutDataset's, plus
             ``episode_start``), "initial_state": [C, K, num_envs, H], "minibatches": LongTensor
             [update_epochs * num_minibatches, num_envs // num_minibatches]}``: row ``k`` holds the env
-            indices of minibatch ``k``.
+            indices of minibatch ``k``. With ``bptt_length`` = ``L``, the rollout is ``[L, S]`` for
+            ``S = num_envs * rollout_steps / L`` sequences (:func:`split_sequences`), the state and
+            the minibatches are over those ``S``.
         """
-        batch, initial_state = self.collect()
+        batch, states = self.collect()
+        if self.plan.bptt_length is None:
+            batch, initial_state = batch, states[0]
+        else:
+            batch, initial_state = split_sequences(batch, states, self.plan.bptt_length)
         yield {
             "rollout": batch,
             "initial_state": initial_state,
-            "minibatches": env_minibatch_plan(self.envs.num_envs, self.plan, self.generator),
+            "minibatches": env_minibatch_plan(batch.batch_size[1], self.plan, self.generator),
         }
 
     @torch.no_grad()
@@ -88,9 +129,10 @@ class RecurrentRolloutDataset(RolloutDataset):
         """Step the envs ``rollout_steps`` times, carrying the policy's state, and compute advantages.
 
         Returns:
-            ``(batch, initial_state)``: a ``[rollout_steps, num_envs]`` ``TensorDict`` (``obs``,
+            ``(batch, states)``: a ``[rollout_steps, num_envs]`` ``TensorDict`` (``obs``,
             ``action``, ``log_prob``, ``value``, ``advantage``, ``return``, ``episode_start``) on
-            the CPU, and the state the rollout's first step acted with.
+            the CPU, and the states ``[S, C, K, num_envs, H]`` the rollout acted with at its first
+            step and (with ``bptt_length``) at every ``bptt_length``-th one after it.
         """
         clock = time.perf_counter
         start = clock()
@@ -105,7 +147,8 @@ class RecurrentRolloutDataset(RolloutDataset):
                 envs.reset(seed=self.reset_seed)
             self.state = policy.initial_state(N, device)
             self.episode_start = torch.ones(N, dtype=torch.bool, device=device)
-        initial_state = self.state.clone()
+        every = self.plan.bptt_length or T
+        kept = []  # the state before every `every`-th step (zeroing where an episode begins is the step's own)
         obs = envs.obs
         steps_obs, actions, log_prob, value, starts = [], [], [], [], []
         reward = np.empty((T, N), dtype=np.float32)
@@ -118,6 +161,8 @@ class RecurrentRolloutDataset(RolloutDataset):
             obs_t = to_tensor(obs, device)
             steps_obs.append(obs_t)
             starts.append(self.episode_start)
+            if t % every == 0:
+                kept.append(self.state)  # act returns a new tensor: this one stays as it is
             t0 = clock()
             action, lp, v, self.state = policy.act(obs_t, self.state, self.episode_start)
             t1 = clock()
@@ -170,4 +215,4 @@ class RecurrentRolloutDataset(RolloutDataset):
             },
             batch_size=[T, N],
         )
-        return batch, initial_state.cpu()
+        return batch, torch.stack(kept).cpu()

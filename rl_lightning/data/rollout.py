@@ -51,16 +51,22 @@ class UpdatePlan:
         gae_lambda: GAE's lambda.
         update_epochs: Passes over each rollout.
         num_minibatches: Minibatches per pass; must divide ``rollout_steps * num_envs``.
+        bptt_length: A recurrent policy's truncated backpropagation through time: the update
+            replays sequences of this many steps, each from the state the rollout acted with
+            there (``None``: whole rollouts). Must divide ``rollout_steps``.
     """
 
     gamma: float = 0.99
     gae_lambda: float = 0.95
     update_epochs: int = 4
     num_minibatches: int = 4
+    bptt_length: int | None = None
 
     def __post_init__(self):
         check_unit_interval(gamma=self.gamma, gae_lambda=self.gae_lambda)
         check_positive_int(update_epochs=self.update_epochs, num_minibatches=self.num_minibatches)
+        if self.bptt_length is not None:
+            check_positive_int(bptt_length=self.bptt_length)
 
     def check_rollout(self, rollout_steps: int, num_envs: int) -> None:
         """Raise a ``ValueError`` naming the fix unless ``num_minibatches`` divides the rollout."""

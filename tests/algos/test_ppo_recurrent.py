@@ -11,11 +11,14 @@ from rl_lightning.nets.recurrent import RecurrentActorCritic
 from tests.helpers import fit_and_test, tiny_ppo, tiny_rollout_data
 
 
-@pytest.mark.parametrize("cell, shared_core", [("lstm", True), ("gru", False)])
-def test_recurrent_ppo_fits_replays_whole_sequences_and_tests_both_sets(cell, shared_core, monkeypatch):
+@pytest.mark.parametrize(
+    "cell, shared_core, bptt_length", [("lstm", True, None), ("gru", False, None), ("lstm", False, 8)]
+)
+def test_recurrent_ppo_fits_replays_whole_sequences_and_tests_both_sets(cell, shared_core, bptt_length, monkeypatch):
     """Test that Trainer.fit collects with the state, that the update's first minibatch recomputes the rollout's
-    log-probabilities (ratio 1: approx_kl and clip fraction 0) on minibatches of whole env sequences, and that the
-    final test evaluates both object sets with the state carried."""
+    log-probabilities (ratio 1: approx_kl and clip fraction 0) on minibatches of whole sequences (env sequences, or
+    with truncated BPTT the 8-step pieces of them), and that the final test evaluates both object sets with the
+    state carried."""
     seen = []
     real = ppo_module.sequence_minibatch_loss
 
@@ -26,7 +29,7 @@ def test_recurrent_ppo_fits_replays_whole_sequences_and_tests_both_sets(cell, sh
 
     monkeypatch.setattr(ppo_module, "sequence_minibatch_loss", spy)
     model = tiny_ppo(recurrent=True, cell=cell, shared_core=shared_core, recurrent_size=16, hidden_sizes=[16],
-                     total_timesteps=4 * 16 * 3)  # fmt: skip
+                     bptt_length=bptt_length, total_timesteps=4 * 16 * 3)  # fmt: skip
     data = tiny_rollout_data(num_envs=4)
     metrics = fit_and_test(model, data)
     assert isinstance(model.policy, RecurrentActorCritic) and model.policy.cell == cell
@@ -34,10 +37,11 @@ def test_recurrent_ppo_fits_replays_whole_sequences_and_tests_both_sets(cell, sh
     assert len(seen) == 3 * 2 * 2  # 3 rollouts x 2 epochs x 2 minibatches
     first_envs, first_kl, first_clip = seen[0]
     assert abs(first_kl) < 1e-6 and first_clip == 0.0
-    for rollout in range(3):  # each epoch's two minibatches are the 4 envs' whole sequences, once each
+    sequences = 4 * (16 // bptt_length if bptt_length else 1)  # 4 envs x 16 steps, cut into pieces or whole
+    for rollout in range(3):  # each epoch's two minibatches are all the sequences, once each
         for epoch in range(2):
             rows = seen[rollout * 4 + epoch * 2 : rollout * 4 + epoch * 2 + 2]
-            assert sorted(sum((r[0] for r in rows), [])) == [0, 1, 2, 3]
+            assert sorted(sum((r[0] for r in rows), [])) == list(range(sequences))
     assert metrics["eval/return_mean"] >= 1 and "eval_ood/return_mean" in metrics
 
 
@@ -49,6 +53,8 @@ def test_recurrent_settings_are_checked_when_the_algorithm_is_built():
         tiny_ppo(recurrent=True, recurrent_size=0)
     with pytest.raises(ValueError, match="custom actor or critic"):
         tiny_ppo(recurrent=True, actor=torch.nn.Linear(4, 2))
+    with pytest.raises(ValueError, match="this policy has none. Set recurrent=true"):
+        tiny_ppo(bptt_length=8)
     from tests.helpers import quiet_trainer
 
     with pytest.raises(ValueError, match="num_minibatches=2 does not divide num_envs=3"):

@@ -57,8 +57,8 @@ def test_the_state_resets_exactly_where_an_episode_ended(limit, ends_at):
     for terminated and truncated episodes alike, and that the rollout keeps the state it started from."""
     policy = StepsSinceStart()
     dataset = _dataset(policy, max_episode_steps=limit)
-    first, state0 = dataset.collect()
-    second, state1 = dataset.collect()
+    first, (state0,) = dataset.collect()
+    second, (state1,) = dataset.collect()
     used = torch.stack(policy.used)[:, 0].tolist()
     assert used == [float(t % ends_at) for t in range(16)]
     starts = torch.cat([first["episode_start"], second["episode_start"]])[:, 0].tolist()
@@ -94,7 +94,7 @@ def test_a_real_recurrent_policy_rollout_replays_to_its_own_log_probs():
     policy = RecurrentActorCritic(envs_space, gym.spaces.Discrete(2), hidden_sizes=(8,), recurrent_size=8)
     dataset = _dataset(policy, rollout_steps=12, max_episode_steps=4)
     dataset.collect()  # a second rollout starts from a carried, non-zero state
-    batch, state0 = dataset.collect()
+    batch, (state0,) = dataset.collect()
     assert state0.abs().sum() > 0
     with torch.no_grad():
         lp, _, v = policy.evaluate_sequences(batch["obs"], batch["action"], batch["episode_start"], state0)
@@ -106,3 +106,51 @@ def test_num_minibatches_must_divide_num_envs():
     """Test that a plan whose minibatches would split an env's sequence is refused, naming the fix."""
     with pytest.raises(ValueError, match="num_minibatches=3 does not divide num_envs=2"):
         _dataset(StepsSinceStart(), plan=UpdatePlan(num_minibatches=3))
+
+
+def test_truncated_bptt_cuts_each_env_into_sequences_that_start_from_the_state_the_rollout_acted_with():
+    """Test that bptt_length=4 turns a [8, 2] rollout into [4, 4] sequences (env n's steps 4c..4c+3 are sequence
+    2c + n), each with the state the rollout had before its first step, and that the minibatches cover every
+    sequence, so every step, once per epoch."""
+    policy = StepsSinceStart()  # the state counts the steps since the episode began; episodes end after 5
+    plan = UpdatePlan(gamma=0.5, gae_lambda=1e-6, update_epochs=3, num_minibatches=2, bptt_length=4)
+    batch = next(iter(_dataset(policy, plan=plan)))
+    rollout, state = batch["rollout"], batch["initial_state"]
+    assert rollout.batch_size == (4, 4) and state.shape == (1, 1, 4, 1)
+    assert state[0, 0, :, 0].tolist() == [0, 0, 4, 4]  # before step 0, and before step 4 (not yet reset)
+    used = torch.stack(policy.used)  # [8 steps, 2 envs]: the state each step acted with
+    for c in range(2):
+        for n in range(2):
+            assert rollout["obs"][:, 2 * c + n, 0].tolist() == [float((4 * c + t) % 5) for t in range(4)]
+            assert rollout["episode_start"][:, 2 * c + n].tolist() == [(4 * c + t) % 5 == 0 for t in range(4)]
+            assert used[4 * c : 4 * c + 4, n].tolist() == [float((4 * c + t) % 5) for t in range(4)]
+    minibatches = batch["minibatches"]
+    assert minibatches.shape == (6, 2)
+    assert [sorted(minibatches[2 * e : 2 * e + 2].flatten().tolist()) for e in range(3)] == [[0, 1, 2, 3]] * 3
+
+
+def test_truncated_bptt_sequences_replay_to_the_rollouts_own_log_probs():
+    """Test that a real recurrent policy, replaying each bptt_length sequence from its stored state, recomputes
+    the rollout's log-probs and values (the first epoch's ratio is 1)."""
+    torch.manual_seed(0)
+    space = gym.spaces.Box(-np.inf, np.inf, (1,), np.float32)
+    policy = RecurrentActorCritic(space, gym.spaces.Discrete(2), hidden_sizes=(8,), recurrent_size=8)
+    plan = UpdatePlan(update_epochs=1, num_minibatches=2, bptt_length=3)
+    dataset = _dataset(policy, rollout_steps=12, max_episode_steps=4, plan=plan)
+    batch = next(iter(dataset))
+    rollout, state = batch["rollout"], batch["initial_state"]
+    assert rollout.batch_size == (3, 8) and state[:, :, 2:].abs().sum() > 0
+    with torch.no_grad():
+        lp, _, v = policy.evaluate_sequences(rollout["obs"], rollout["action"], rollout["episode_start"], state)
+    torch.testing.assert_close(lp, rollout["log_prob"], atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(v, rollout["value"], atol=1e-5, rtol=1e-5)
+
+
+def test_a_bptt_length_that_does_not_split_the_rollout_evenly_is_refused():
+    """Test that bptt_length must divide rollout_steps, and num_minibatches the number of sequences."""
+    with pytest.raises(ValueError, match="bptt_length=3 does not divide rollout_steps=8"):
+        _dataset(StepsSinceStart(), plan=UpdatePlan(num_minibatches=2, bptt_length=3))
+    with pytest.raises(ValueError, match="num_minibatches=3 does not divide the 8 sequences"):
+        _dataset(StepsSinceStart(), plan=UpdatePlan(num_minibatches=3, bptt_length=2))
+    with pytest.raises(ValueError, match="bptt_length must be a positive integer"):
+        UpdatePlan(bptt_length=0)
