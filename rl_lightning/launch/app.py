@@ -125,7 +125,8 @@ def warm_up(cfg: DictConfig) -> None:
     if issubclass(get_class(cfg.data._target_), ReplayDataModule):
         small.update(steps_per_epoch=8 * cfg.env.num_envs, learning_starts=0, batch_size=8)
     else:
-        small.update(rollout_steps=8)
+        # A recurrent run's truncated BPTT needs rollouts of whole sequences: one of them.
+        small.update(rollout_steps=cfg.algo.get("bptt_length") or 8)
         one_update.update(update_epochs=1, num_minibatches=1)
     with explained_errors(cfg):
         data, model = build_data(cfg, **small), build_model(cfg, **one_update)

@@ -1,7 +1,7 @@
 """Fits an algorithm with DDP on CPU and writes what every rank saw (run by the DDP tests, not collected).
 
     python tests/distributed/probe.py OUT_DIR [--algo ppo|dqn] [--devices 2] [--num-nodes 1] [--epochs 3]
-                                      [--backend gymnasium|torch]
+                                      [--backend gymnasium|torch] [--recurrent]
 
 Lightning's DDP launcher starts the other local ranks by re-running this script; under
 torchrun (one process per "node") Lightning reads the rank from torchrun's environment.
@@ -88,6 +88,17 @@ class Probe(pl.Callback):
             }
         )
 
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+        if "initial_state" in batch:  # a recurrent policy's rollout: what this rank's update replays
+            self.record.setdefault("sequences", []).append(
+                {
+                    "rollout_shape": list(batch["rollout"].batch_size),
+                    "minibatches": batch["minibatches"].tolist(),
+                    "first_step_starts": batch["rollout"]["episode_start"][0].tolist(),
+                    "obs": batch["rollout"]["obs"].flatten().tolist(),
+                }
+            )
+
     def on_train_epoch_start(self, trainer, pl_module):
         # --sigterm-epoch: rank 0 alone receives SIGTERM as this epoch starts.
         if trainer.current_epoch == self.sigterm_epoch and trainer.global_rank == 0:
@@ -113,6 +124,7 @@ def main() -> None:
     parser.add_argument("--resume", default=None, help="a checkpoint to resume from")
     parser.add_argument("--sigterm-epoch", type=int, default=None, help="rank 0 gets SIGTERM as this epoch starts")
     parser.add_argument("--video", action="store_true", help="film every evaluation (EvaluationVideo, rank 0)")
+    parser.add_argument("--recurrent", action="store_true", help="PPO with an LSTM core")
     parser.add_argument("--backend", default="gymnasium", choices=["gymnasium", "torch"], help="what steps the envs")
     parser.add_argument(
         "--watchdog", type=float, default=None, help="after this many seconds, print every thread's stack and exit 1"
@@ -127,7 +139,8 @@ def main() -> None:
     torch.set_num_threads(1)
     pl.seed_everything(0, verbose=False)
     if args.algo == "ppo":
-        model = PPO(hidden_sizes=[16, 16], total_timesteps=100_000, update_epochs=2, num_minibatches=2)
+        recurrent = {"recurrent": True, "recurrent_size": 8} if args.recurrent else {}
+        model = PPO(hidden_sizes=[16, 16], total_timesteps=100_000, update_epochs=2, num_minibatches=2, **recurrent)
         data = RolloutDataModule(
             env_id="CartPole-v1",
             num_envs=NUM_ENVS,

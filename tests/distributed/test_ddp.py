@@ -74,6 +74,23 @@ def test_the_invariants_hold_on_the_torch_backend(algo, local_transitions, tmp_p
     check_invariants(ranks, local_transitions_per_epoch=local_transitions)
 
 
+def test_recurrent_ppo_under_ddp_replays_each_ranks_own_whole_sequences(tmp_path):
+    """Test recurrent PPO with 2 DDP processes: the invariants hold, and each rank's update replays its own
+    rollout's whole env sequences (every env once per epoch, from its first step), never the other rank's."""
+    ranks = run_probe(tmp_path, "--algo", "ppo", "--devices", "2", "--recurrent")
+    check_invariants(ranks, local_transitions_per_epoch=32)
+    for r in ranks:
+        assert len(r["sequences"]) == 3
+        for e, seen in enumerate(r["sequences"]):
+            assert seen["rollout_shape"] == [16, 2]  # this rank's 2 envs x 16 steps, nothing split or gathered
+            epochs = [sorted(sum(seen["minibatches"][k : k + 2], [])) for k in (0, 2)]
+            assert epochs == [[0, 1], [0, 1]]  # 2 epochs x 2 minibatches of one whole env sequence
+            if e == 0:
+                assert seen["first_step_starts"] == [True, True]  # every env starts from the initial state
+    # Different seeds, so different experience: the ranks did not replay one shared rollout.
+    assert ranks[0]["sequences"][0]["obs"] != ranks[1]["sequences"][0]["obs"]
+
+
 def test_dqn_ddp_two_processes_fill_their_own_buffer_shards(tmp_path):
     """Test DQN with 2 DDP processes: the invariants hold and each rank's buffer holds its own transitions."""
     ranks = run_probe(tmp_path, "--algo", "dqn", "--devices", "2")

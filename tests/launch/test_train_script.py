@@ -277,6 +277,38 @@ def test_ppo_on_image_and_dict_observations_runs_under_ddp_with_debug(tmp_path):
     assert ckpt["hyper_parameters"]["encoder"]["cnn_features"] == 8
 
 
+def test_recurrent_ppo_with_truncated_bptt_runs_under_ddp_with_debug_and_resumes(tmp_path):
+    """Test that +experiment=ppo_lstm with truncated BPTT warms up (debug=true), trains on two DDP ranks, tests both
+    sets, and resumes from last.ckpt to a larger budget (its envs and states start afresh: states are not saved)."""
+    overrides = [
+        "+experiment=ppo_lstm",
+        "trainer=ddp",
+        "trainer.devices=2",
+        "algo.recurrent_size=8",
+        "algo.hidden_sizes=[8]",
+        "algo.update_epochs=2",
+        "algo.num_minibatches=2",
+        "algo.bptt_length=16",
+        "algo.save_interval=1",
+        "env.num_envs=2",
+        "env.eval_episodes=2",
+        "env.eval_interval=2",
+        "env.eval_max_episode_steps=50",
+        "hydra.run.dir=runs/lstm",
+    ]
+    proc = run_train([*overrides, "debug=true", "algo.total_timesteps=256"], tmp_path)
+    assert "Warm-up passed" in proc.stdout and "Starting with 2 processes" in proc.stdout + proc.stderr
+    run_dir = tmp_path / "runs" / "lstm"
+    summary = read_summary(run_dir)
+    assert summary["env_steps"] == 256  # 2 ranks x 2 envs x 32 steps per epoch, 2 epochs
+    assert summary["eval_return"] is not None and summary["eval_ood_return"] is not None
+    ckpt = torch.load(summary["checkpoint"], weights_only=True)
+    assert ckpt["hyper_parameters"]["recurrent"] is True and ckpt["hyper_parameters"]["bptt_length"] == 16
+    run_train([*overrides, "algo.total_timesteps=512", "ckpt_path=last"], tmp_path)
+    resumed = read_summary(run_dir)
+    assert resumed["env_steps"] == 512 and resumed["resumed_from_env_steps"] == 256
+
+
 def test_dqn_on_image_observations_under_ddp_saves_and_resumes_its_compact_image_replay(tmp_path):
     """Test that two DDP ranks with debug=true train DQN on the Dict task with a compact replay buffer, save each
     rank's shard with the image key as uint8, and resume from it to the larger budget."""
