@@ -18,9 +18,11 @@ from rl_lightning.launch.app import build_data, build_model
 CONF = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "conf")
 
 
-def _train_and_test(experiment: str, seed: int, tmp_path) -> dict[str, float]:
+def _train_and_test(experiment: str, seed: int, tmp_path, overrides: tuple[str, ...] = ()) -> dict[str, float]:
     with initialize_config_dir(config_dir=CONF, version_base="1.3"):
-        cfg = compose("config", overrides=[f"+experiment={experiment}", f"seed={seed}", f"run_dir={tmp_path}"])
+        cfg = compose(
+            "config", overrides=[f"+experiment={experiment}", f"seed={seed}", f"run_dir={tmp_path}", *overrides]
+        )
     pl.seed_everything(seed)
     data, model = build_data(cfg), build_model(cfg, save_interval=None)
     trainer = pl.Trainer(
@@ -57,6 +59,18 @@ def test_ppo_solves_inverted_pendulum_within_200k_steps(tmp_path):
     metrics = _train_and_test("ppo_continuous", 0, tmp_path)
     assert metrics["eval/return_mean"] >= 900, metrics
     assert "eval_ood/return_mean" in metrics
+
+
+# Out of the CI selection (about 90 s on 2 cores for both runs): `pytest -m slow` runs it.
+@pytest.mark.slow
+def test_recurrent_ppo_balances_cartpole_without_velocities_where_feed_forward_ppo_cannot(tmp_path):
+    """Test that experiment=ppo_lstm (an LSTM policy on CartPole with only the cart position and pole angle) reaches
+    a train-set return >= 400 within 100k steps, and that the same experiment without the core stays under 100."""
+    metrics = _train_and_test("ppo_lstm", 0, tmp_path)
+    assert metrics["eval/return_mean"] >= 400, metrics
+    assert "eval_ood/return_mean" in metrics
+    blind = _train_and_test("ppo_lstm", 0, tmp_path, ["algo.recurrent=false", "algo.hidden_sizes=[64,64]"])
+    assert blind["eval/return_mean"] < 100, blind
 
 
 def _pixel_goal(encoder: dict, seed: int = 0) -> dict[str, float]:
