@@ -42,6 +42,7 @@ import numpy as np
 import torch
 
 from benchmarks.run import alternate, finish, machine, paired, summarize, table
+from benchmarks.solve_cartpole import rl_zoo_cartpole
 from benchmarks.throughput import bare_trainer
 
 CONF = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "conf")
@@ -153,20 +154,10 @@ def sb3_contrib(seed: int, budget: int | None = None) -> dict[str, float]:
     envs.seed(seed)
     envs = VecNormalize(envs, gamma=0.98)  # RL-Zoo's normalize: true (observations and rewards)
 
-    def linear(value):
-        return lambda remaining: remaining * value
-
     model = RecurrentPPO(
         "MlpLstmPolicy",
         envs,
-        n_steps=32,
-        batch_size=256,
-        n_epochs=20,
-        gamma=0.98,
-        gae_lambda=0.8,
-        ent_coef=0.0,
-        learning_rate=linear(1e-3),
-        clip_range=linear(0.2),
+        **rl_zoo_cartpole(),
         policy_kwargs={
             "ortho_init": False,
             "activation_fn": torch.nn.ReLU,

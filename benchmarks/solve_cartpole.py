@@ -103,6 +103,25 @@ def solve_ours(seed: int, eval_every: int = 2048, experiment: str = "ppo") -> di
     }
 
 
+def rl_zoo_cartpole() -> dict:
+    """RL-Zoo's PPO update for CartPole-v1 (``ppo.yml``; ``ppo_lstm.yml``'s ``CartPoleNoVel-v1`` has the same), as
+    Stable-Baselines3 keyword arguments: 32 steps per env, batch 256, 20 epochs, lr and clip range annealed."""
+
+    def linear(value):
+        return lambda remaining: remaining * value
+
+    return {
+        "n_steps": 32,
+        "batch_size": 256,
+        "gae_lambda": 0.8,
+        "gamma": 0.98,
+        "n_epochs": 20,
+        "ent_coef": 0.0,
+        "learning_rate": linear(1e-3),
+        "clip_range": linear(0.2),
+    }
+
+
 def solve_sb3(seed: int, eval_every: int = 2048) -> dict[str, float | bool]:
     """Train Stable-Baselines3's PPO with RL-Zoo's preset until solved, evaluated the same way."""
     import gymnasium as gym
@@ -153,20 +172,10 @@ def solve_sb3(seed: int, eval_every: int = 2048) -> dict[str, float | bool]:
         def _on_step(self):
             return not self.stop
 
-    def linear(value):
-        return lambda remaining: remaining * value
-
     model = PPO(
         "MlpPolicy",
         make_vec_env("CartPole-v1", n_envs=8, seed=seed),
-        n_steps=32,
-        batch_size=256,
-        gae_lambda=0.8,
-        gamma=0.98,
-        n_epochs=20,
-        ent_coef=0.0,
-        learning_rate=linear(1e-3),
-        clip_range=linear(0.2),
+        **rl_zoo_cartpole(),
         seed=seed,
         device="cpu",
         verbose=0,
