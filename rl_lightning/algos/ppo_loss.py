@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
+from typing import Any
 
 import torch
 
@@ -124,11 +125,7 @@ def sequence_minibatch_loss(
     rollout: Mapping[str, torch.Tensor],
     initial_state: torch.Tensor,
     envs: torch.Tensor,
-    clip_coef: float = 0.2,
-    ent_coef: float = 0.01,
-    vf_coef: float = 0.5,
-    norm_adv: bool = True,
-    clip_vloss: bool = True,
+    **coefs: Any,
 ) -> PPOLossTerms:
     """A recurrent policy's PPO loss on the whole sequences of the envs ``envs`` (CleanRL's ``ppo_atari_lstm.py``).
 
@@ -140,13 +137,12 @@ def sequence_minibatch_loss(
         policy: Has ``evaluate_sequences(obs, action, episode_start, state)``.
         rollout: ``[T, N]`` tensors (a ``RecurrentRolloutDataset`` rollout's keys).
         initial_state: ``[C, K, N, H]``.
-        envs: The env indices of this minibatch.
-        clip_coef, ent_coef, vf_coef, norm_adv, clip_vloss: As in :func:`ppo_loss`.
+        envs: The sequence indices of this minibatch (env indices without truncated BPTT).
+        **coefs: :func:`ppo_loss`'s ``clip_coef``, ``ent_coef``, ``vf_coef``, ``norm_adv``, ``clip_vloss``.
     """
     seq = {key: value[:, envs] for key, value in rollout.items()}
     log_prob, entropy, value = policy.evaluate_sequences(
         seq["obs"], seq["action"], seq["episode_start"], initial_state[:, :, envs]
     )
     old = (seq[key].flatten(0, 1) for key in ("log_prob", "value", "advantage", "return"))
-    return ppo_loss(log_prob.flatten(), entropy.flatten(), value.flatten(), *old, clip_coef=clip_coef,
-                    ent_coef=ent_coef, vf_coef=vf_coef, norm_adv=norm_adv, clip_vloss=clip_vloss)  # fmt: skip
+    return ppo_loss(log_prob.flatten(), entropy.flatten(), value.flatten(), *old, **coefs)

@@ -92,9 +92,7 @@ class DeviceRolloutDataset(RolloutDataset):
         self._check_device()
         policy, envs, T, N = self.policy, self.envs, self.rollout_steps, self.envs.num_envs
         # Observation statistics move once per rollout, after the update that used the previous one.
-        if self.pending_obs is not None:
-            policy.update_normalizer(self.pending_obs.to(self.envs.device))  # a checkpoint's are on the CPU
-            self.pending_obs = None
+        self.apply_pending_obs(self.envs.device)  # a checkpoint's are on the CPU
         sync_seconds = clock() - start
         if envs.obs is None:
             envs.reset(seed=self.reset_seed)

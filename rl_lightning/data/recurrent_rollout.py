@@ -137,9 +137,7 @@ class RecurrentRolloutDataset(RolloutDataset):
         clock = time.perf_counter
         start = clock()
         policy, envs, T, N = self.policy, self.envs, self.rollout_steps, self.envs.num_envs
-        if self.pending_obs is not None:
-            policy.update_normalizer(self.pending_obs)
-            self.pending_obs = None
+        self.apply_pending_obs()  # as RolloutDataset.collect: after the update that used the previous rollout
         sync_seconds = clock() - start
         device = next(policy.parameters()).device
         if envs.obs is None or self.state is None:  # a fresh run, or a resumed one (states are not checkpointed)

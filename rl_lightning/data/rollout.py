@@ -206,6 +206,14 @@ class RolloutDataset(IterableDataset):
         batch = self.collect()
         yield {"rollout": batch, "minibatches": minibatch_plan(batch.shape[0], self.plan, self.generator)}
 
+    def apply_pending_obs(self, device: torch.device | str | None = None) -> None:
+        """Move the policy's observation statistics by the last rollout's observations (kept by
+        :meth:`close_rollout`), once, before the next rollout acts; ``device``: where the policy is,
+        for observations that a checkpoint restored on the CPU."""
+        if self.pending_obs is not None:
+            self.policy.update_normalizer(self.pending_obs if device is None else self.pending_obs.to(device))
+            self.pending_obs = None
+
     def close_rollout(self, flat_obs, value: torch.Tensor, returns: torch.Tensor, **seconds: float) -> None:
         """A collected rollout's bookkeeping: what the next normalizer update reads (an encoder's vector keys: no
         images), the counters, and :attr:`last_collection` (``seconds``: its ``*_seconds`` fields)."""
@@ -248,9 +256,7 @@ class RolloutDataset(IterableDataset):
         policy, envs, T, N = self.policy, self.envs, self.rollout_steps, self.envs.num_envs
         # Observation statistics move once per rollout, after the update that used the
         # previous rollout: acting and learning on a rollout see the same normalization.
-        if self.pending_obs is not None:
-            policy.update_normalizer(self.pending_obs)
-            self.pending_obs = None
+        self.apply_pending_obs()
         sync_seconds = clock() - start
         env_seconds = inference_seconds = 0.0
         device = next(policy.parameters()).device
