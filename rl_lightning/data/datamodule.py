@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -21,7 +20,8 @@ from rl_lightning.envs.obs import leaves
 from rl_lightning.envs.tensor_group import TensorEnvGroup
 
 #: Learning settings this data module took before they moved to the algorithm (``PPO(gamma=...)``).
-MOVED_TO_ALGORITHM = tuple(field.name for field in dataclasses.fields(UpdatePlan))
+#: (``UpdatePlan``'s ``bptt_length`` came later, on the algorithm only.)
+MOVED_TO_ALGORITHM = ("gamma", "gae_lambda", "update_epochs", "num_minibatches")
 
 
 class RolloutDataModule(EnvDataModule):
