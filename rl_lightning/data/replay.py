@@ -262,11 +262,15 @@ class ReplayDataset(IterableDataset):
         steps_per_epoch: Env steps per rank per epoch (a multiple of ``envs.num_envs``).
         learning_starts: Env steps (over all ranks) of uniform random actions before learning.
         utd_ratio: Gradient steps per env step (update-to-data ratio); ``0.25`` means one
-            gradient step every 4 env steps.
+            gradient step every 4 env steps. Ignored with ``train_freq``.
         counters: Shared progress counters (owned by the data module).
         reset_seed: Seed of the envs' first reset.
         world_size: Number of ranks stepping their own envs; scales the step count.
         action_seed: Seed of the uniform random actions.
+        train_freq: Collect in chunks (Stable-Baselines3's schedule): this many vector steps,
+            then ``gradient_steps`` gradient steps, instead of spreading ``utd_ratio``'s steps
+            evenly. ``None``: ``utd_ratio``.
+        gradient_steps: Gradient steps after each chunk of ``train_freq`` vector steps.
     """
 
     def __init__(
@@ -281,6 +285,8 @@ class ReplayDataset(IterableDataset):
         reset_seed: int,
         world_size: int = 1,
         action_seed: int = 0,
+        train_freq: int | None = None,
+        gradient_steps: int | None = None,
     ):
         super().__init__()
         self.envs, self.buffer = envs, buffer
@@ -288,6 +294,7 @@ class ReplayDataset(IterableDataset):
         self.steps_per_epoch = steps_per_epoch
         self.learning_starts = learning_starts
         self.utd_ratio = Fraction(utd_ratio).limit_denominator(1000)
+        self.train_freq, self.gradient_steps = train_freq, gradient_steps
         self.counters = counters
         self.reset_seed = reset_seed
         self.world_size = world_size
@@ -322,7 +329,7 @@ class ReplayDataset(IterableDataset):
             self.step()
             self.epoch_steps += 1
             if self.learning:
-                self.gradient_credit += self.utd_ratio * self.envs.num_envs
+                self.gradient_credit += self._gradient_steps_due()
                 while self.gradient_credit >= 1:
                     self.gradient_credit -= 1
                     yield sample_batch(self.buffer)
@@ -337,6 +344,14 @@ class ReplayDataset(IterableDataset):
             inference_seconds=self._inference_seconds,
             sync_seconds=self._sync_seconds,
         )
+
+    def _gradient_steps_due(self) -> Fraction | int:
+        """Gradient steps the vector step just taken adds: ``utd_ratio`` per env step, or a chunk's
+        ``gradient_steps`` when it ends one (``train_freq``; chunks count from the epoch's start,
+        and every epoch is whole chunks, so a resumed epoch keeps its chunks' boundaries)."""
+        if self.train_freq is None:
+            return self.utd_ratio * self.envs.num_envs
+        return self.gradient_steps if self.epoch_steps % self.train_freq == 0 else 0
 
     def sync_actor(self) -> None:
         """An acting copy (``ActorCopy``) pulls the learner's weights when due, timed as ``sync_seconds``."""

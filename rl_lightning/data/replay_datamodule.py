@@ -57,12 +57,39 @@ def machine_memory() -> tuple[int, int]:
     return physical, available
 
 
+def _check_chunks(train_freq: Any, gradient_steps: Any, utd_ratio: float, steps_per_epoch: int, num_envs: Any) -> None:
+    """Refuse a chunk schedule that is half given, not positive, given beside ``utd_ratio``, or that does not cut
+    an epoch into whole chunks, naming the fix."""
+    if train_freq is None and gradient_steps is None:
+        return
+    if train_freq is None or gradient_steps is None:
+        raise ValueError(
+            f"train_freq={train_freq} and gradient_steps={gradient_steps}: give both (a chunk of train_freq vector "
+            "steps, then gradient_steps gradient steps), or neither and utd_ratio."
+        )
+    check_positive_int(train_freq=train_freq, gradient_steps=gradient_steps)
+    if utd_ratio != 1.0:
+        raise ValueError(
+            f"utd_ratio={utd_ratio} and train_freq/gradient_steps both set the gradient-step schedule: keep one "
+            f"(train_freq={train_freq}, gradient_steps={gradient_steps} is utd_ratio "
+            f"{gradient_steps}/({train_freq} x num_envs), in chunks)."
+        )
+    if isinstance(num_envs, int) and num_envs > 0 and (steps_per_epoch // num_envs) % train_freq:
+        raise ValueError(
+            f"steps_per_epoch={steps_per_epoch} is {steps_per_epoch // num_envs} vector steps of {num_envs} env(s), "
+            f"not a whole number of train_freq={train_freq} chunks: every epoch (and every DDP rank) takes whole "
+            "chunks. Make steps_per_epoch a multiple of train_freq x num_envs."
+        )
+
+
 class ReplayDataModule(EnvDataModule):
     """Replay-backed training data and evaluation on every object set.
 
     One training epoch is ``steps_per_epoch`` environment steps per rank; after
     ``learning_starts`` env steps each one is followed by ``utd_ratio`` gradient steps on
-    batches sampled from a torchrl replay buffer (see :mod:`rl_lightning.data.replay`).
+    batches sampled from a torchrl replay buffer (see :mod:`rl_lightning.data.replay`), or,
+    with ``train_freq`` and ``gradient_steps`` (Stable-Baselines3's spelling and schedule), every
+    ``train_freq`` vector steps by ``gradient_steps`` gradient steps.
     Validation and test are as in :class:`~rl_lightning.data.RolloutDataModule`.
 
     Args:
@@ -71,6 +98,11 @@ class ReplayDataModule(EnvDataModule):
         steps_per_epoch: Env steps per rank per epoch; a multiple of ``num_envs``.
         learning_starts: Env steps (over all ranks) of uniform random actions before learning.
         utd_ratio: Gradient steps per env step; ``steps_per_epoch * utd_ratio`` must be whole.
+        train_freq: Vector steps (every env steps once) per collection chunk; each chunk past
+            ``learning_starts`` is followed by ``gradient_steps`` gradient steps (RL-Zoo's
+            CartPole DQN: 256 and 128). Given with ``gradient_steps``, instead of ``utd_ratio``;
+            ``steps_per_epoch / num_envs`` must be a multiple of it. ``None``: ``utd_ratio``.
+        gradient_steps: Gradient steps after each chunk of ``train_freq`` vector steps.
         batch_size: Transitions per sampled batch.
         buffer_size: Replay capacity per rank, in transitions.
         storage: ``"memory"`` or ``"memmap"`` (memory-mapped files under ``scratch_dir``).
@@ -121,6 +153,8 @@ class ReplayDataModule(EnvDataModule):
         steps_per_epoch: int = 1000,
         learning_starts: int = 5000,
         utd_ratio: float = 1.0,
+        train_freq: int | None = None,
+        gradient_steps: int | None = None,
         batch_size: int = 256,
         buffer_size: int = 1_000_000,
         storage: str = "memory",
@@ -168,6 +202,7 @@ class ReplayDataModule(EnvDataModule):
                 f"steps_per_epoch x utd_ratio = {steps_per_epoch} x {utd_ratio} is not a whole number of gradient "
                 "steps; every epoch (and every DDP rank) must take the same count. Adjust either."
             )
+        _check_chunks(train_freq, gradient_steps, utd_ratio, steps_per_epoch, num_envs)
         if storage not in STORAGES:
             raise ValueError(f"storage must be one of {STORAGES}, got {storage!r}.")
         super().__init__(
@@ -231,6 +266,9 @@ class ReplayDataModule(EnvDataModule):
                 reset_seed=hp.seed + self.rank * hp.num_envs + self.counters.env_steps,
                 world_size=self.world_size,
                 action_seed=hp.seed + 7919 * (self.rank + 1) + self.counters.env_steps,
+                # .get: checkpoints of earlier versions have neither.
+                train_freq=hp.get("train_freq"),
+                gradient_steps=hp.get("gradient_steps"),
             )
             if "gradient_credit" in self._restored:
                 self._train_dataset.gradient_credit = Fraction(*self._restored["gradient_credit"])

@@ -35,12 +35,14 @@ class ConstantExplorer(nn.Module):
         return torch.ones(obs.shape[0], dtype=torch.long)
 
 
-def _dataset(num_envs=2, steps_per_epoch=10, learning_starts=4, utd_ratio=1.0, batch_size=2, max_episode_steps=None):
+def _dataset(
+    num_envs=2, steps_per_epoch=10, learning_starts=4, utd_ratio=1.0, batch_size=2, max_episode_steps=None, **chunks
+):
     envs = EnvGroup(SCRIPTED_ID, num_envs, obj_sets=SCRIPTED_SETS, max_episode_steps=max_episode_steps)
     buffer = make_replay_buffer(100, batch_size)
     policy = ConstantExplorer()
     dataset = ReplayDataset(
-        envs, policy, buffer, steps_per_epoch, learning_starts, utd_ratio, DataCounters(), reset_seed=0
+        envs, policy, buffer, steps_per_epoch, learning_starts, utd_ratio, DataCounters(), reset_seed=0, **chunks
     )
     return dataset, policy
 
@@ -61,6 +63,34 @@ def test_env_and_gradient_steps_per_epoch(num_envs, utd_ratio, expected_first, e
     second = list(dataset)
     assert dataset.counters.env_steps == 20 and len(second) == expected_second
     assert all(batch.batch_size == torch.Size([2]) for batch in first + second)
+
+
+def test_train_freq_and_gradient_steps_take_sb3s_chunks():
+    """Test the chunk schedule: every train_freq vector steps, gradient_steps batches, none before learning_starts
+    (RL-Zoo's CartPole DQN shape at a tenth: chunks of 8 env steps, 4 gradient steps, learning from env step 10)."""
+    dataset, _ = _dataset(num_envs=1, steps_per_epoch=32, learning_starts=10, train_freq=8, gradient_steps=4)
+    at = []
+    for _ in range(2):
+        at += [dataset.counters.env_steps for _batch in dataset]
+    # The chunks ending at 8 env steps come before learning_starts; the others each give 4 gradient steps.
+    assert at == [16] * 4 + [24] * 4 + [32] * 4 + [40] * 4 + [48] * 4 + [56] * 4 + [64] * 4
+    assert dataset.counters.env_steps == 64
+
+
+def test_a_chunk_cut_short_by_an_interruption_gives_the_rest_of_its_gradient_steps_after_a_resume():
+    """Test that a chunk's owed gradient steps and the epoch's position survive a stop between gradient steps (the
+    state a checkpoint keeps: gradient_credit and epoch_steps), so no env or gradient step is taken twice."""
+    dataset, _ = _dataset(num_envs=2, steps_per_epoch=16, learning_starts=0, train_freq=2, gradient_steps=3)
+    stream = iter(dataset)
+    taken = [next(stream) for _ in range(4)]  # the first chunk's 3, and one of the second's
+    assert len(taken) == 4 and dataset.counters.env_steps == 8 and dataset.epoch_steps == 4
+    resumed, _ = _dataset(num_envs=2, steps_per_epoch=16, learning_starts=0, train_freq=2, gradient_steps=3)
+    resumed.gradient_credit, resumed.epoch_steps = dataset.gradient_credit, dataset.epoch_steps
+    resumed.counters.env_steps = dataset.counters.env_steps
+    resumed.buffer.extend(dataset.buffer.storage[: len(dataset.buffer)])
+    rest = list(resumed)
+    # 2 owed by the second chunk, then the epoch's last two chunks (vector steps 5-8): 3 each.
+    assert len(taken) + len(rest) == 4 * 3 and resumed.counters.env_steps == 16
 
 
 def test_stored_next_obs_is_the_true_final_observation():
@@ -151,6 +181,10 @@ def test_without_saved_buffer_resume_warns_and_waits_for_a_batch():
         ({"utd_ratio": 0}, "utd_ratio"),
         ({"storage": "disk"}, "storage must be one of"),
         ({"batch_size": 0}, "batch_size"),
+        ({"train_freq": 4}, "give both"),
+        ({"train_freq": 0, "gradient_steps": 1}, "train_freq must be a positive integer"),
+        ({"train_freq": 4, "gradient_steps": 2, "utd_ratio": 0.5}, "keep one"),
+        ({"train_freq": 3, "gradient_steps": 2, "steps_per_epoch": 10}, "whole number of train_freq=3 chunks"),
     ],
 )
 def test_impossible_settings_are_refused_with_the_key(kwargs, match):
@@ -254,3 +288,25 @@ def test_a_saved_buffer_holds_its_transitions_not_its_capacity(storage, tmp_path
     torch.testing.assert_close(again.buffer.storage[:]["obs"], data.buffer.storage[:]["obs"])
     for module in (data, restored, again):
         module.close()
+
+
+def test_dqn_fits_on_chunks_and_a_checkpoint_keeps_the_schedule(tmp_path):
+    """Test that Trainer.fit takes gradient_steps per train_freq chunk (the target-network cadence and global_step
+    count them), and that the schedule is saved with the data module's settings."""
+    from rl_lightning import DQN
+    from tests.helpers import quiet_trainer, tiny_replay_data
+
+    pl.seed_everything(0, verbose=False)
+    data = tiny_replay_data("CartPole-v1", train_freq=20, gradient_steps=5, eval_interval=100)
+    model = DQN(hidden_sizes=[16], total_timesteps=120, target_update_interval=5)
+    updates = []
+    model.update_targets = lambda: updates.append(model.global_step)
+    trainer = quiet_trainer(tmp_path, max_epochs=-1)
+    trainer.fit(model, data)
+    # 120 env steps in chunks of 20: those ending at 40 (learning_starts), 60, ..., 120 learn, 5 steps each.
+    assert data.env_steps == 120 and trainer.global_step == 5 * 5
+    assert updates == [5, 10, 15, 20, 25]
+    trainer.save_checkpoint(tmp_path / "chunks.ckpt")
+    ckpt = torch.load(tmp_path / "chunks.ckpt", weights_only=True)
+    saved = ckpt["datamodule_hyper_parameters"]
+    assert (saved["train_freq"], saved["gradient_steps"]) == (20, 5)
