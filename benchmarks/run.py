@@ -49,6 +49,8 @@ THREADS = 1
 SIZES = {
     "ppo_env_steps": (65_536, 8_192),
     "dqn_env_steps": (6_000, 2_000),
+    # RL-Zoo's chunks (256 env steps, then 128 gradient steps): whole chunks, learning from env step 1,000.
+    "dqn_chunk_env_steps": (8_192, 2_048),
     "sac_env_steps": (2_100, 600),
     "solve_seeds": (3, 1),
     "atari_env_steps": (4_096, 1_024),
@@ -207,7 +209,9 @@ def suite_offpolicy(quick: bool, repeats: int, report: dict) -> list[str]:
 
     lines = []
     sac_steps, dqn_steps = SIZES["sac_env_steps"][quick], SIZES["dqn_env_steps"][quick]
+    chunk_steps = SIZES["dqn_chunk_env_steps"][quick]
     print(f"offpolicy: SAC Pendulum-v1 {sac_steps} env steps, DQN CartPole-v1 {dqn_steps} env steps", flush=True)
+    rl_zoo = (256, 128)
     for algo, contenders, steps in [
         (
             "SAC, Pendulum-v1",
@@ -225,6 +229,14 @@ def suite_offpolicy(quick: bool, repeats: int, report: dict) -> list[str]:
             },
             dqn_steps,
         ),
+        (
+            "DQN, CartPole-v1, RL-Zoo's chunks (train_freq 256, gradient_steps 128)",
+            {
+                "rl_lightning": lambda seed: throughput.dqn_ours(chunk_steps, seed, rl_zoo),
+                "stable_baselines3": lambda seed: throughput.dqn_sb3(chunk_steps, seed, rl_zoo),
+            },
+            chunk_steps,
+        ),
     ]:
         results = alternate(contenders, repeats)
         grad = summarize(results, "gradient_steps_per_second")
@@ -235,8 +247,9 @@ def suite_offpolicy(quick: bool, repeats: int, report: dict) -> list[str]:
             "gradient_steps_per_second": grad,
             "env_steps_per_second": env,
         }
+        schedule = "" if "chunks" in algo else ", one gradient step per env step after the random steps"
         lines += [
-            f"### {algo} ({steps} env steps per run, one gradient step per env step after the random steps)",
+            f"### {algo} ({steps} env steps per run{schedule})",
             table(algo.split(",")[0], grad, "gradient-steps/s", ["stable_baselines3"]),
             "",
             paired(results, "gradient_steps_per_second", "rl_lightning", "stable_baselines3"),

@@ -168,8 +168,9 @@ def ppo_plain(env_steps: int, seed: int) -> dict[str, float]:
     return plain_ppo_train(PPO_SETTINGS, env_steps, seed)
 
 
-def dqn_ours(env_steps: int, seed: int) -> dict[str, float]:
-    """rl_lightning's DQN, one gradient step per env step after the random steps."""
+def dqn_ours(env_steps: int, seed: int, chunks: tuple[int, int] | None = None) -> dict[str, float]:
+    """rl_lightning's DQN, one gradient step per env step after the random steps; ``chunks`` = ``(train_freq,
+    gradient_steps)``: that many gradient steps after each chunk of env steps instead (RL-Zoo: ``(256, 128)``)."""
     from rl_lightning import DQN, ReplayDataModule
 
     pl.seed_everything(seed, verbose=False)
@@ -179,6 +180,8 @@ def dqn_ours(env_steps: int, seed: int) -> dict[str, float]:
         steps_per_epoch=env_steps,
         learning_starts=DQN_LEARNING_STARTS,
         utd_ratio=1.0,
+        train_freq=chunks[0] if chunks else None,
+        gradient_steps=chunks[1] if chunks else None,
         batch_size=64,
         buffer_size=100_000,
         obj_sets=PLAIN,
@@ -187,11 +190,14 @@ def dqn_ours(env_steps: int, seed: int) -> dict[str, float]:
         seed=seed,
     )
     data.setup("fit")
-    model = DQN(lr=2.3e-3, target_update_interval=500, max_grad_norm=10.0, total_timesteps=env_steps)
+    # The target network's cadence counts gradient steps here, env steps in SB3: once per chunk (RL-Zoo's 10 env
+    # steps there update it after every chunk's gradient steps too), or every 500.
+    target_update_interval = chunks[1] if chunks else 500
+    model = DQN(lr=2.3e-3, target_update_interval=target_update_interval, max_grad_norm=10.0, total_timesteps=env_steps)
     return timed_fit(bare_trainer(max_epochs=1), model, data)
 
 
-def dqn_sb3(env_steps: int, seed: int) -> dict[str, float]:
+def dqn_sb3(env_steps: int, seed: int, chunks: tuple[int, int] | None = None) -> dict[str, float]:
     """Stable-Baselines3's DQN with the same settings (``target_update_interval`` counts env steps there)."""
     import gymnasium as gym
     from stable_baselines3 import DQN as SB3DQN
@@ -205,9 +211,9 @@ def dqn_sb3(env_steps: int, seed: int) -> dict[str, float]:
         buffer_size=100_000,
         learning_starts=DQN_LEARNING_STARTS,
         gamma=0.99,
-        train_freq=1,
-        gradient_steps=1,
-        target_update_interval=500,
+        train_freq=chunks[0] if chunks else 1,
+        gradient_steps=chunks[1] if chunks else 1,
+        target_update_interval=10 if chunks else 500,  # RL-Zoo's 10 with its chunks
         max_grad_norm=10.0,
         policy_kwargs={"net_arch": [256, 256]},
         seed=seed,
