@@ -114,9 +114,8 @@ class RecurrentRolloutDataset(RolloutDataset):
             the minibatches are over those ``S``.
         """
         batch, states = self.collect()
-        if self.plan.bptt_length is None:
-            batch, initial_state = batch, states[0]
-        else:
+        initial_state = states[0]  # whole env sequences: the state before the rollout's first step
+        if self.plan.bptt_length is not None:
             batch, initial_state = split_sequences(batch, states, self.plan.bptt_length)
         yield {
             "rollout": batch,
