@@ -40,7 +40,7 @@ def sac(gradient_steps: int, seed: int, num_envs: int, backend: str) -> dict[str
     step per batched step of ``num_envs`` transitions; env and gradient steps per second of the fit."""
     from rl_lightning import SAC, ReplayDataModule
 
-    env_steps = LEARNING_STARTS + (gradient_steps - 1) * num_envs
+    env_steps = LEARNING_STARTS + gradient_steps * num_envs  # one after each batched step past LEARNING_STARTS
     pl.seed_everything(seed, verbose=False)
     data = ReplayDataModule(
         env_id="Pendulum-v1",

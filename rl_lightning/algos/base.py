@@ -90,8 +90,6 @@ class RLModule(pl.LightningModule):
         self.spaces: tuple[gym.Space, gym.Space] | None = None
         #: Per applied update, its diagnostics stacked (logged as ``train/`` means once per epoch).
         self.train_terms: list[torch.Tensor] = []
-        #: The loss terms of the update in progress (automatic optimization: named if it is refused).
-        self.update_losses: Any = None
         self._fit_start: tuple[float, int] | None = None
         self._eval_returns: dict[str, float] = {}
         self._interruption: Interruption | None = None
@@ -218,22 +216,6 @@ class RLModule(pl.LightningModule):
             if starts.shape != (batch,):
                 raise ValueError(f"episode_start has {starts.numel()} entries, expected one per observation ({batch}).")
         return state_t, starts
-
-    def configure_gradient_clipping(self, optimizer, gradient_clip_val=None, gradient_clip_algorithm=None) -> None:
-        """Clip to the algorithm's ``max_grad_norm`` unless the Trainer was given its own clipping value,
-        and refuse (or skip) a non-finite update (:meth:`gradients_finite`).
-
-        Used by automatically optimized algorithms (DQN), where Lightning calls it between backward
-        and the optimizer step; PPO and SAC optimize manually and call :meth:`gradients_finite` by hand.
-        A skipped update leaves no gradients, so the optimizer step changes nothing.
-        """
-        if gradient_clip_val is not None:
-            self.clip_gradients(optimizer, gradient_clip_val, gradient_clip_algorithm)
-        if (
-            not self.gradients_finite(optimizer, self.update_losses, clip=gradient_clip_val is None)
-            and self.train_terms
-        ):
-            self.train_terms.pop()  # the epoch's train/ means are over the updates that were applied
 
     def gradients_finite(
         self, optimizer: torch.optim.Optimizer, losses: Any, clip_per_group: bool = False, clip: bool = True

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-#: Strategies that refuse (FSDP) or ignore (DeepSpeed) clipping through ``configure_gradient_clipping``.
+#: Strategies that refuse (FSDP) or ignore (DeepSpeed) the algorithms' clipping of gradients.
 _NO_HOOK_CLIPPING = {"FSDPStrategy": "refuses", "DeepSpeedStrategy": "ignores"}
 
 
@@ -18,6 +18,6 @@ def check_clipping_strategy(strategy: Any, max_grad_norm: float | None) -> None:
     if max_grad_norm is not None and verdict is not None:
         raise ValueError(
             f"{type(strategy).__name__} {verdict} the algorithm's gradient clipping (max_grad_norm={max_grad_norm}). "
-            "Set algo.max_grad_norm=null; under DeepSpeed, DQN can clip with trainer.gradient_clip_val instead "
-            "(PPO and SAC optimize manually, where Lightning refuses the Trainer's clipping)."
+            "Set algo.max_grad_norm=null (the algorithms optimize manually, where Lightning refuses the Trainer's "
+            "gradient_clip_val too)."
         )

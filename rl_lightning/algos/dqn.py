@@ -1,11 +1,11 @@
 """DQN (Mnih et al., 2015, "Human-level control through deep reinforcement learning") as a LightningModule.
 
 Data flow of one epoch: ``ReplayDataset`` steps the envs (epsilon-greedy actions from
-``QValueNetwork.explore``) and yields batches sampled from the replay buffer;
-``training_step`` returns the TD loss (``rl_lightning/algos/dqn_loss.py``); Lightning runs
-backward, gradient clipping (``max_grad_norm``) and the Adam step; every
-``target_update_interval`` gradient steps the target network moves toward the online one.
-See ``docs/algos/dqn.md``.
+``QValueNetwork.explore``) in chunks of ``train_freq`` vector steps and hands out each chunk;
+``training_step`` takes the chunk's gradient steps (manual optimization): for each batch
+sampled from the replay buffer the TD loss (``rl_lightning/algos/dqn_loss.py``), backward,
+gradient clipping (``max_grad_norm``) and the Adam step; every ``target_update_interval``
+gradient steps the target network moves toward the online one. See ``docs/algos/dqn.md``.
 """
 
 from __future__ import annotations
@@ -16,14 +16,14 @@ from typing import Any
 
 import gymnasium as gym
 import torch
-from tensordict import TensorDict
 from torch import nn
 
 from rl_lightning.algos.base import RLModule
 from rl_lightning.algos.dqn_loss import LOSS_FUNCTIONS, dqn_loss
-from rl_lightning.algos.update import adam
+from rl_lightning.algos.update import adam, clear_grads
 from rl_lightning.checks import check_hidden_sizes, check_positive, check_positive_int, check_unit_interval
 from rl_lightning.data import ReplayDataModule
+from rl_lightning.data.chunks import ReplayChunk
 from rl_lightning.nets.dqn import LinearSchedule, QValueNetwork
 from rl_lightning.nets.encoders import build_encoder, check_encoder_argument
 
@@ -47,8 +47,8 @@ class DQN(RLModule):
         double_dqn: Select the next action with the online network, value it with the target
             (van Hasselt et al., 2016).
         loss_function: ``"huber"`` (smooth L1) or ``"l2"``.
-        max_grad_norm: Global gradient-norm clip, applied through the Trainer's clipping
-            unless the Trainer sets its own ``gradient_clip_val``; ``None`` disables it.
+        max_grad_norm: Global gradient-norm clip before every optimizer step; ``None`` disables it.
+            The Trainer's ``gradient_clip_val`` does not apply (DQN optimizes manually): set this instead.
         total_timesteps: Environment-step budget over all ranks.
         save_interval: Epochs between checkpoints (``None``: the Trainer decides).
         keep_last: Interval checkpoints kept on disk (``None``: all).
@@ -97,6 +97,8 @@ class DQN(RLModule):
         encoder, own_encoder = check_encoder_argument(encoder)  # checked now, before any env is made
         self.save_hyperparameters(ignore=["encoder"] if own_encoder else None)
         self._encoder = encoder
+        # A chunk's gradient steps are taken inside training_step: one Lightning batch per chunk.
+        self.automatic_optimization = False
         self.target_net: QValueNetwork | None = None
 
     @property
@@ -121,33 +123,30 @@ class DQN(RLModule):
     def configure_optimizers(self):
         return adam(self.policy.parameters(), lr=self.hparams.lr)
 
-    def on_fit_start(self) -> None:
-        super().on_fit_start()
-        if self.trainer.accumulate_grad_batches != 1:
-            # global_step stands still on accumulating batches: the target update would repeat.
-            raise ValueError(
-                f"DQN takes one optimizer step per replay batch; Trainer(accumulate_grad_batches="
-                f"{self.trainer.accumulate_grad_batches}) is not supported. Raise the data's batch_size instead."
-            )
-
     def on_train_batch_start(self, batch, batch_idx: int) -> None:
+        # The env-step count is the chunk's for all its gradient steps: one learning rate per chunk.
         if self.hparams.anneal_lr:
             self.anneal_lr(self.hparams.lr)
 
-    def training_step(self, batch: TensorDict, batch_idx: int) -> torch.Tensor:
-        """The TD loss on one replay batch."""
-        hp = self.hparams
-        terms = dqn_loss(self.policy, self.target_net, batch, hp.gamma, hp.double_dqn, hp.loss_function)
-        self.train_terms.append(torch.stack([terms.loss.detach(), terms.q_value, terms.td_error]))
-        self.update_losses = terms  # named in the message if the gradients turn out non-finite
-        return terms.loss
+    def training_step(self, chunk: ReplayChunk, batch_idx: int) -> None:
+        """The chunk's gradient steps: per sampled batch the TD loss, backward, clipping, Adam; the target cadence.
 
-    def on_train_batch_end(self, outputs, batch, batch_idx: int) -> None:
-        # global_step counts optimizer steps (restored on resume), so the target schedule
-        # continues across a resume.
-        if self.global_step % self.hparams.target_update_interval == 0:
-            self.update_targets()
-        super().on_train_batch_end(outputs, batch, batch_idx)  # then a requested stop (after the target update)
+        Manual optimization: one Lightning batch is a whole collection chunk, so Lightning's per-batch
+        machinery runs once per chunk rather than once per gradient step (``rl_lightning/data/chunks.py``).
+        ``manual_backward`` keeps DDP's gradient all-reduce on every step; ``global_step`` counts the
+        optimizer steps, and with them the target network's cadence (restored on resume).
+        """
+        hp, optimizer = self.hparams, self.optimizers()
+        for batch in chunk:
+            terms = dqn_loss(self.policy, self.target_net, batch, hp.gamma, hp.double_dqn, hp.loss_function)
+            clear_grads(optimizer)
+            self.manual_backward(terms.loss)
+            # Clips to max_grad_norm and refuses (or, by option, skips) a NaN or inf update.
+            if self.gradients_finite(optimizer, terms):
+                self.step_optimizer(optimizer)
+                self.train_terms.append(torch.stack([terms.loss.detach(), terms.q_value, terms.td_error]))
+                if self.global_step % hp.target_update_interval == 0:
+                    self.update_targets()
 
     @torch.no_grad()
     def update_targets(self) -> None:

@@ -1,11 +1,12 @@
 """SAC (Haarnoja et al., 2018, "Soft Actor-Critic Algorithms and Applications") as a LightningModule.
 
-Data flow of one epoch: ``ReplayDataset`` steps the envs and yields batches sampled from
-the replay buffer; ``training_step`` computes the SAC losses (:func:`~rl_lightning.algos.sac_loss.sac_loss`:
+Data flow of one epoch: ``ReplayDataset`` steps the envs in chunks of ``train_freq`` vector
+steps and hands out each chunk; ``training_step`` takes the chunk's gradient steps: for each
+batch sampled from the replay buffer the SAC losses (:func:`~rl_lightning.algos.sac_loss.sac_loss`:
 twin Q with clipped double-Q targets from target critics, the reparameterized actor loss,
-and the entropy temperature loss; checked against torchrl's ``SACLoss``), steps one Adam over
-the actor, critic and temperature parameter groups by hand (manual optimization), then
-moves the target critics by Polyak averaging. See ``docs/algos/sac.md``.
+and the entropy temperature loss; checked against torchrl's ``SACLoss``), one Adam step over
+the actor, critic and temperature parameter groups by hand (manual optimization), then the
+target critics' Polyak averaging. See ``docs/algos/sac.md``.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from rl_lightning.algos.sac_loss import SACLossTerms, sac_loss
 from rl_lightning.algos.update import adam, clear_grads
 from rl_lightning.checks import check_hidden_sizes, check_positive, check_unit_interval
 from rl_lightning.data import ReplayDataModule
+from rl_lightning.data.chunks import ReplayChunk
 from rl_lightning.nets.encoders import build_encoder, check_encoder_argument
 from rl_lightning.nets.sac import QEnsemble, SquashedGaussianActor
 
@@ -139,10 +141,15 @@ class SAC(RLModule):
             self.target_entropy,
         )
 
-    def training_step(self, batch: TensorDict, batch_idx: int) -> None:
+    def training_step(self, chunk: ReplayChunk, batch_idx: int) -> None:
+        """The chunk's gradient steps (one Lightning batch per collection chunk, ``rl_lightning/data/chunks.py``)."""
+        optimizer = self.optimizers()
+        for batch in chunk:
+            self.update(batch, optimizer)
+
+    def update(self, batch: TensorDict, optimizer) -> None:
         """One SAC update on a replay batch: critics, actor, temperature, then the targets."""
         terms = self.loss(batch)
-        optimizer = self.optimizers()
         clear_grads(optimizer)
         # The three losses touch disjoint parameters (sac_loss detaches the critics inside the
         # actor loss and the log-probs inside the temperature loss): one backward serves all.

@@ -29,6 +29,7 @@ class ActorSync(pl.Callback):
     def __init__(
         self, device: str | None = "cpu", dtype: str = "float32", sync_interval: int = 1, verify: bool = False
     ):
+        self._steps_at_batch_start = 0
         self.device = device
         self.dtype = dtype
         self.sync_interval = sync_interval
@@ -61,8 +62,15 @@ class ActorSync(pl.Callback):
         self._attach(pl_module)
         pl_module.acting_copy.sync()
 
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        self._steps_at_batch_start = trainer.global_step
+
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
-        pl_module.acting_copy.mark_stale()
+        # One Lightning batch is a rollout's update phase or an off-policy chunk: it took as many optimizer steps
+        # as global_step moved (none for a chunk before learning_starts).
+        updates = trainer.global_step - self._steps_at_batch_start
+        if updates:
+            pl_module.acting_copy.mark_stale(updates)
 
     def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         pl_module.acting_copy = None

@@ -28,7 +28,8 @@ class Interruption(pl.Callback):
 
     On SIGINT, SIGTERM or SIGUSR1 the handler only records the request. The run stops at
     the next point where its state is consistent: between env steps of a rollout or of
-    replay collection, between PPO minibatches, between evaluation steps, or at the end
+    replay collection, between PPO minibatches, between the gradient steps of an off-policy
+    chunk, between evaluation steps, or at the end
     of a training batch (``RLModule.on_train_batch_end``, after the algorithm's own
     batch-end work). It then writes ``<run>/checkpoints/last.ckpt`` (atomically) and
     raises :class:`~rl_lightning.faults.TrainingInterrupted`, whose message names the
@@ -39,9 +40,8 @@ class Interruption(pl.Callback):
     update phase cut short keeps the minibatch steps it took), the env-step counter of the
     completed rollouts (a rollout cut short is dropped, its steps are not counted), the RNG
     and replay state; off-policy, the env steps of an epoch cut short are kept and the
-    resumed run takes only the rest of that epoch. So the step budget is spent exactly once.
-    (Off-policy, the one batch Lightning had fetched ahead is not trained on: one gradient
-    step per interruption.)
+    resumed run takes only the rest of that epoch, and a chunk stopped between its gradient
+    steps first takes the ones it still owed. So the step budget is spent exactly once.
 
     An :class:`~rl_lightning.faults.EnvFault` (an env beyond its restart limit) is written
     out the same way; a numerical fault is not (its state is not worth resuming, and the

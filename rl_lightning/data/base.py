@@ -39,6 +39,9 @@ from rl_lightning.envs.wrappers import check_wrappers
 # and their length is exact: Lightning's advice to add dataloader workers does not apply.
 warnings.filterwarnings("ignore", ".*does not have many workers.*")
 warnings.filterwarnings("ignore", ".*IterableDataset.*has .__len__. defined.*")
+# The streams are resumable through the data module's own state (env-step position, the chunk cut
+# short): Lightning's warning about resuming mid-epoch, which reads only the DataLoader, does not apply.
+warnings.filterwarnings("ignore", ".*resuming from a checkpoint that ended before the epoch ended.*")
 
 
 #: Offset of the final test's reset seeds from validation's (both far from training's).

@@ -10,9 +10,9 @@ write of ``num_envs`` transitions into a torchrl ``TensorDictReplayBuffer`` whos
 a truncated episode bootstraps from where the time limit cut it. Only ``terminated`` stops
 bootstrapping, as on the gymnasium path.
 
-The gradient-step schedule (``utd_ratio`` per env step, as an exact fraction), the epoch
+The chunks (``train_freq`` / ``gradient_steps``, or ``utd_ratio``'s smallest ones), the epoch
 bookkeeping and the counters are ``ReplayDataset``'s. With many envs and ``utd_ratio =
-1 / num_envs`` each batched step of transitions is followed by one gradient step
+1 / num_envs`` each batched step of transitions is a chunk followed by one gradient step
 (``conf/experiment/sac_batched.yaml``).
 """
 

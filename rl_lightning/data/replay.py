@@ -1,14 +1,18 @@
-"""The off-policy data stream: step the envs, store transitions in a replay buffer, yield sampled batches.
+"""The off-policy data stream: step the envs, store transitions in a replay buffer, hand out collection chunks.
 
 One iteration of :class:`ReplayDataset` is one Trainer epoch: ``steps_per_epoch``
-environment steps per rank. Until ``learning_starts`` environment steps (over all ranks)
-actions are drawn uniformly from the action space; after it, each environment step is
-followed by ``utd_ratio`` gradient steps, each on a batch sampled from the torchrl replay
-buffer. Every rank takes the same number of gradient steps, so DDP never waits.
+environment steps per rank, in chunks of ``train_freq`` vector steps. Until ``learning_starts``
+environment steps (over all ranks) actions are drawn uniformly from the action space; after
+it, each chunk is followed by ``gradient_steps`` gradient steps, each on a batch sampled
+from the torchrl replay buffer (Stable-Baselines3's schedule; ``utd_ratio`` is the same in
+the smallest chunks it allows, :func:`~rl_lightning.data.chunks.chunk_schedule`). Each chunk is
+one Lightning batch, a :class:`~rl_lightning.data.chunks.ReplayChunk` that the algorithm's
+``training_step`` iterates for its sampled batches. Every rank takes the same number of
+gradient steps, so DDP never waits.
 
-Staleness: Lightning fetches one batch ahead of ``training_step``, so the environment step
-that precedes batch ``k + 1`` runs before the update on batch ``k``: the acting policy is
-at most one gradient step behind the learner (``tests/data/test_replay.py`` checks it).
+Staleness: none. The stream has a length (its chunks per epoch), so Lightning fetches no
+batch ahead: a chunk's env steps are taken after the previous chunk's gradient steps, with the
+current weights (``tests/data/test_replay.py`` checks it), as Stable-Baselines3 acts.
 """
 
 from __future__ import annotations
@@ -18,7 +22,6 @@ import time
 import warnings
 from collections import OrderedDict
 from collections.abc import Callable
-from fractions import Fraction
 from typing import Any
 
 import gymnasium as gym
@@ -28,6 +31,7 @@ from tensordict import TensorDict, is_tensor_collection
 from torch.utils.data import IterableDataset
 
 from rl_lightning import fast
+from rl_lightning.data.chunks import ReplayChunk, chunk_schedule
 from rl_lightning.data.collection import CollectionMetrics, DataCounters, to_env_action
 from rl_lightning.data.compact_replay import CompactReplayBuffer
 from rl_lightning.data.protocol import ExplorationPolicy
@@ -248,7 +252,7 @@ def to_torchrl_batch(batch: TensorDict) -> TensorDict:
 
 
 class ReplayDataset(IterableDataset):
-    """Replay-backed dataset: each ``iter()`` takes ``steps_per_epoch`` env steps and yields sampled batches.
+    """Replay-backed dataset: each ``iter()`` takes ``steps_per_epoch`` env steps and yields them in chunks.
 
     Stored transitions: ``obs``, ``action``, ``reward``, ``next_obs`` and ``terminated``.
     ``next_obs`` is the true next observation: for an episode that ended, its final
@@ -262,14 +266,14 @@ class ReplayDataset(IterableDataset):
         steps_per_epoch: Env steps per rank per epoch (a multiple of ``envs.num_envs``).
         learning_starts: Env steps (over all ranks) of uniform random actions before learning.
         utd_ratio: Gradient steps per env step (update-to-data ratio); ``0.25`` means one
-            gradient step every 4 env steps. Ignored with ``train_freq``.
+            gradient step after every 4 env steps. Ignored with ``train_freq``.
         counters: Shared progress counters (owned by the data module).
         reset_seed: Seed of the envs' first reset.
         world_size: Number of ranks stepping their own envs; scales the step count.
         action_seed: Seed of the uniform random actions.
-        train_freq: Collect in chunks (Stable-Baselines3's schedule): this many vector steps,
-            then ``gradient_steps`` gradient steps, instead of spreading ``utd_ratio``'s steps
-            evenly. ``None``: ``utd_ratio``.
+        train_freq: Vector steps per chunk (Stable-Baselines3's schedule), each chunk past
+            ``learning_starts`` followed by ``gradient_steps`` gradient steps. ``None``:
+            ``utd_ratio``'s smallest chunks.
         gradient_steps: Gradient steps after each chunk of ``train_freq`` vector steps.
     """
 
@@ -293,8 +297,7 @@ class ReplayDataset(IterableDataset):
         self.set_policy(policy)
         self.steps_per_epoch = steps_per_epoch
         self.learning_starts = learning_starts
-        self.utd_ratio = Fraction(utd_ratio).limit_denominator(1000)
-        self.train_freq, self.gradient_steps = train_freq, gradient_steps
+        self.train_freq, self.gradient_steps = chunk_schedule(utd_ratio, envs.num_envs, train_freq, gradient_steps)
         self.counters = counters
         self.reset_seed = reset_seed
         self.world_size = world_size
@@ -304,10 +307,12 @@ class ReplayDataset(IterableDataset):
         start = getattr(envs.action_space, "start", None)
         self._action_start = start if isinstance(envs.action_space, gym.spaces.Discrete) and start else None
         self.random_actions.seed(action_seed)
-        # Owed gradient steps, as an exact fraction: every rank computes the same count.
-        self.gradient_credit = Fraction(0)
+        #: Gradient steps still to take on the chunk handed out last (saved: a chunk cut short finishes on resume).
+        self.gradient_credit = 0
         #: Vector steps taken in the current epoch (saved: a resumed run finishes an epoch cut short).
         self.epoch_steps = 0
+        self._owed_on_resume = 0
+        self._collect_seconds = 0.0
         self.last_collection: CollectionMetrics | None = None
         self._env_seconds = self._inference_seconds = self._sync_seconds = 0.0
 
@@ -318,40 +323,70 @@ class ReplayDataset(IterableDataset):
 
     @property
     def learning(self) -> bool:
-        """Whether gradient steps are due: past ``learning_starts`` and a batch's worth stored."""
-        return self.counters.env_steps >= self.learning_starts and len(self.buffer) >= self.buffer.batch_size
+        """Whether the chunk just collected is followed by gradient steps: more than ``learning_starts`` env steps
+        taken (Stable-Baselines3's ``num_timesteps > learning_starts``, so its schedules are reproduced exactly) and a
+        batch's worth stored."""
+        return self.counters.env_steps > self.learning_starts and len(self.buffer) >= self.buffer.batch_size
+
+    def resume(self, gradient_credit: int, epoch_steps: int) -> None:
+        """Continue from a checkpoint's position: the chunk cut short (its remaining gradient steps are handed
+        out first, as one chunk) and the vector steps its epoch had taken."""
+        self.gradient_credit = self._owed_on_resume = int(gradient_credit)
+        self.epoch_steps = int(epoch_steps)
+
+    def __len__(self) -> int:
+        """Chunks per epoch: the Lightning batches of every epoch (known, so Lightning fetches none ahead)."""
+        return self.steps_per_epoch // self.envs.num_envs // self.train_freq
 
     def __iter__(self):
-        start = time.perf_counter()
-        self._env_seconds = self._inference_seconds = self._sync_seconds = 0.0
-        first = self.epoch_steps  # > 0 when resuming an epoch an interruption cut short
-        while self.epoch_steps < self.steps_per_epoch // self.envs.num_envs:
-            self.step()
-            self.epoch_steps += 1
-            if self.learning:
-                self.gradient_credit += self._gradient_steps_due()
-                while self.gradient_credit >= 1:
-                    self.gradient_credit -= 1
-                    yield sample_batch(self.buffer)
-        taken, self.epoch_steps = self.epoch_steps - first, 0
+        """Collect the epoch's chunks; hand out each one, its env steps stored, as a :class:`ReplayChunk`.
+
+        Lightning takes exactly ``len(self)`` batches and resumes an epoch cut short at the batch
+        it was on: a resumed run first hands out what is left of the chunk being trained (its
+        env steps were taken), then collects the rest of the epoch (an interruption between env
+        steps left ``epoch_steps`` where it stopped).
+        """
+        self._env_seconds = self._inference_seconds = self._sync_seconds = self._collect_seconds = 0.0
+        first = self.epoch_steps
+        owed, self._owed_on_resume = self._owed_on_resume, 0
+        if owed:
+            if not self.learning:  # resumed without the buffer (save_replay_buffer=False): nothing to sample yet
+                self.gradient_credit = 0
+            yield self._chunk(0)
+        vector_steps = self.steps_per_epoch // self.envs.num_envs
+        while self.epoch_steps < vector_steps:
+            start, env_steps = time.perf_counter(), self.counters.env_steps
+            # To the chunk's end (chunks count from the epoch's start: an epoch is whole chunks, and a
+            # resumed epoch keeps their boundaries).
+            for _ in range(self.train_freq - self.epoch_steps % self.train_freq):
+                self.step()
+                self.epoch_steps += 1
+            self._collect_seconds += time.perf_counter() - start
+            self.gradient_credit = self.gradient_steps if self.learning else 0
+            chunk = self._chunk(self.counters.env_steps - env_steps)
+            if self.epoch_steps == vector_steps:
+                # The epoch's last chunk: Lightning takes no batch after it, so its bookkeeping comes first.
+                self._close_epoch(self.epoch_steps - first)
+                yield chunk
+                return
+            yield chunk
+
+    def _chunk(self, env_steps: int) -> ReplayChunk:
+        return ReplayChunk(lambda: sample_batch(self.buffer), self, env_steps)
+
+    def _close_epoch(self, taken: int) -> None:
+        """The epoch's counters and collection metrics (over its env steps, not the updates between chunks)."""
+        self.epoch_steps = 0
         self.counters.iterations += 1
         self.last_collection = CollectionMetrics(
             episodes=self.envs.pop_stats(),
             explained_variance=float("nan"),
             env_steps=taken * self.envs.num_envs * self.world_size,
-            rollout_seconds=time.perf_counter() - start,
+            rollout_seconds=self._collect_seconds,
             env_seconds=self._env_seconds,
             inference_seconds=self._inference_seconds,
             sync_seconds=self._sync_seconds,
         )
-
-    def _gradient_steps_due(self) -> Fraction | int:
-        """Gradient steps the vector step just taken adds: ``utd_ratio`` per env step, or a chunk's
-        ``gradient_steps`` when it ends one (``train_freq``; chunks count from the epoch's start,
-        and every epoch is whole chunks, so a resumed epoch keeps its chunks' boundaries)."""
-        if self.train_freq is None:
-            return self.utd_ratio * self.envs.num_envs
-        return self.gradient_steps if self.epoch_steps % self.train_freq == 0 else 0
 
     def sync_actor(self) -> None:
         """An acting copy (``ActorCopy``) pulls the learner's weights when due, timed as ``sync_seconds``."""

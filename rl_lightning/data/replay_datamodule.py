@@ -82,14 +82,22 @@ def _check_chunks(train_freq: Any, gradient_steps: Any, utd_ratio: float, steps_
         )
 
 
+def _owed(credit: tuple[int, int]) -> int:
+    """Whole gradient steps owed by a saved ``(numerator, denominator)`` credit (earlier versions kept fractions
+    of a step between env steps; the chunk schedule owes them at the chunk's end, where they are whole)."""
+    return int(Fraction(*credit))
+
+
 class ReplayDataModule(EnvDataModule):
     """Replay-backed training data and evaluation on every object set.
 
-    One training epoch is ``steps_per_epoch`` environment steps per rank; after
-    ``learning_starts`` env steps each one is followed by ``utd_ratio`` gradient steps on
-    batches sampled from a torchrl replay buffer (see :mod:`rl_lightning.data.replay`), or,
-    with ``train_freq`` and ``gradient_steps`` (Stable-Baselines3's spelling and schedule), every
-    ``train_freq`` vector steps by ``gradient_steps`` gradient steps.
+    One training epoch is ``steps_per_epoch`` environment steps per rank, in chunks of
+    ``train_freq`` vector steps; after ``learning_starts`` env steps each chunk is followed by
+    ``gradient_steps`` gradient steps on batches sampled from a torchrl replay buffer
+    (Stable-Baselines3's spelling and schedule; see :mod:`rl_lightning.data.replay`). Without
+    them, ``utd_ratio`` gradient steps per env step, in the smallest chunks that allows
+    (:func:`~rl_lightning.data.chunks.chunk_schedule`). Each chunk is one Lightning batch, a
+    :class:`~rl_lightning.data.chunks.ReplayChunk` that ``training_step`` iterates.
     Validation and test are as in :class:`~rl_lightning.data.RolloutDataModule`.
 
     Args:
@@ -97,7 +105,9 @@ class ReplayDataModule(EnvDataModule):
         num_envs: Training envs per rank.
         steps_per_epoch: Env steps per rank per epoch; a multiple of ``num_envs``.
         learning_starts: Env steps (over all ranks) of uniform random actions before learning.
-        utd_ratio: Gradient steps per env step; ``steps_per_epoch * utd_ratio`` must be whole.
+        utd_ratio: Gradient steps per env step; ``steps_per_epoch * utd_ratio`` must be whole. With
+            ``num_envs`` envs one vector step is ``utd_ratio * num_envs = a / b`` gradient steps: a
+            chunk of ``b`` vector steps, then ``a`` gradient steps (1 env at 1.0: one after every env step).
         train_freq: Vector steps (every env steps once) per collection chunk; each chunk past
             ``learning_starts`` is followed by ``gradient_steps`` gradient steps (RL-Zoo's
             CartPole DQN: 256 and 128). Given with ``gradient_steps``, instead of ``utd_ratio``;
@@ -249,7 +259,7 @@ class ReplayDataModule(EnvDataModule):
         return self.hparams.steps_per_epoch * self.world_size
 
     def train_dataloader(self) -> DataLoader:
-        """The replay stream: ``steps_per_epoch`` env steps and their gradient-step batches per epoch."""
+        """The replay stream: ``steps_per_epoch`` env steps per epoch, one chunk (one batch) at a time."""
         hp = self.hparams
         if self._train_dataset is None:
             self.check_buffer_memory()
@@ -270,9 +280,8 @@ class ReplayDataModule(EnvDataModule):
                 train_freq=hp.get("train_freq"),
                 gradient_steps=hp.get("gradient_steps"),
             )
-            if "gradient_credit" in self._restored:
-                self._train_dataset.gradient_credit = Fraction(*self._restored["gradient_credit"])
-            self._train_dataset.epoch_steps = self._restored.get("epoch_steps", 0)
+            if self._restored:
+                self._train_dataset.resume(_owed(self._restored["gradient_credit"]), self._restored["epoch_steps"])
         else:  # a later fit with this data module: act with what the algorithm acts with now
             self._train_dataset.set_policy(self._policy())
         return DataLoader(self._train_dataset, batch_size=None, collate_fn=identity_collate)
@@ -324,9 +333,10 @@ class ReplayDataModule(EnvDataModule):
     def rank_state_dict(self) -> dict[str, Any]:
         """The owed gradient steps and (with ``save_replay_buffer``) this rank's buffer shard."""
         dataset, restored = self._train_dataset, self._restored
-        credit = dataset.gradient_credit if dataset is not None else Fraction(*restored.get("gradient_credit", (0, 1)))
+        credit = dataset.gradient_credit if dataset is not None else _owed(restored.get("gradient_credit", (0, 1)))
         return {
-            "gradient_credit": (credit.numerator, credit.denominator),
+            # (numerator, denominator): earlier versions owed fractions of a gradient step.
+            "gradient_credit": (int(credit), 1),
             # An epoch an interruption cut short: the resumed run takes only its remaining steps.
             "epoch_steps": dataset.epoch_steps if dataset is not None else restored.get("epoch_steps", 0),
             "replay_buffer": buffer_state(self.buffer) if self.hparams.save_replay_buffer else None,
@@ -353,8 +363,7 @@ class ReplayDataModule(EnvDataModule):
         epoch_steps = 0 if state is None else int(state.get("epoch_steps", 0))
         self._restored = {"gradient_credit": credit, "epoch_steps": epoch_steps}
         if self._train_dataset is not None:
-            self._train_dataset.gradient_credit = Fraction(*credit)
-            self._train_dataset.epoch_steps = epoch_steps
+            self._train_dataset.resume(_owed(credit), epoch_steps)
         if state is not None and state.get("replay_buffer") is not None:
             load_buffer_state(self.buffer, state["replay_buffer"])
         elif state is not None and self.counters.env_steps and self._fitting():

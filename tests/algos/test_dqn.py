@@ -40,7 +40,7 @@ def test_two_epoch_fit_updates_and_logs_every_metric():
     """Test that a 2-epoch fit takes one gradient step per env step after learning_starts and logs its metrics."""
     model, data, trainer = fit(model_kwargs={"exploration_fraction": 0.5})
     assert data.env_steps == 2 * STEPS
-    assert trainer.global_step == 2 * STEPS - LEARNING_STARTS + 1
+    assert trainer.global_step == 2 * STEPS - LEARNING_STARTS  # after every env step past learning_starts
     metrics = trainer.callback_metrics
     for name in ("loss", "q_value", "td_error"):
         assert torch.isfinite(metrics[f"train/{name}"]), name
@@ -50,12 +50,12 @@ def test_two_epoch_fit_updates_and_logs_every_metric():
 
 
 class _TargetSpy(pl.Callback):
-    """Records, before each batch, how many gradient steps were taken and whether target == online."""
+    """Records, before each gradient step, how many were taken and whether target == online."""
 
     def __init__(self):
         self.seen: list[tuple[int, bool]] = []
 
-    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+    def on_before_backward(self, trainer, pl_module, loss):
         self.seen.append((trainer.global_step, _params_equal(pl_module.target_net, pl_module.policy)))
 
 
@@ -63,7 +63,7 @@ def test_hard_target_update_copies_every_interval_gradient_steps():
     """Test that with tau=1 the target equals the online network after every 5th gradient step, and only then."""
     spy = _TargetSpy()
     fit(max_epochs=1, callbacks=[spy])
-    assert len(spy.seen) == STEPS - LEARNING_STARTS + 1
+    assert len(spy.seen) == STEPS - LEARNING_STARTS
     for steps, equal in spy.seen:
         assert equal == (steps % 5 == 0), steps
 
@@ -223,11 +223,13 @@ def test_impossible_hyperparameters_are_refused(kwargs, match):
         DQN(**kwargs)
 
 
-def test_gradient_accumulation_is_refused():
-    """Test that accumulate_grad_batches > 1 stops DQN at start with a message naming it."""
+@pytest.mark.parametrize("setting", [{"accumulate_grad_batches": 2}, {"gradient_clip_val": 1.0}])
+def test_trainer_accumulation_and_clipping_are_refused(setting):
+    """Test that Trainer(accumulate_grad_batches=2) or Trainer(gradient_clip_val=...) stops DQN (which takes a
+    chunk's gradient steps by hand) at start, naming the Trainer setting."""
     pl.seed_everything(0)
-    trainer = quiet_trainer(accumulate_grad_batches=2, max_epochs=1)
-    with pytest.raises(ValueError, match="accumulate_grad_batches=2"):
+    trainer = quiet_trainer(max_epochs=1, **setting)
+    with pytest.raises(Exception, match=next(iter(setting))):
         trainer.fit(DQN(hidden_sizes=[16, 16], total_timesteps=1000), small_data())
 
 

@@ -12,6 +12,7 @@ import pytest
 from hydra import compose, initialize_config_dir
 
 from rl_lightning.launch.app import train
+from tests.helpers import succeeded
 
 CONF = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "conf")
 
@@ -56,7 +57,8 @@ def test_dqn_learns_a_dict_task_through_the_cnn_within_20k_steps():
     both sets), and that without the image it cannot (so the image, through the CNN, is what it learned from)."""
     cnn = {"cnn_channels": [16, 32], "cnn_kernels": [2, 2], "cnn_strides": [1, 1], "cnn_features": 64}
     metrics = _pixel_goal(cnn)
-    assert metrics["eval/success_rate"] >= 0.95, metrics
-    assert metrics["eval_ood/success_rate"] >= 0.95, metrics
+    # 20 evaluation episodes per object set: at least 19 succeeded.
+    assert succeeded(metrics["eval/success_rate"], 20) >= 19, metrics
+    assert succeeded(metrics["eval_ood/success_rate"], 20) >= 19, metrics
     blind = _pixel_goal({"mlp_keys": ["position"]})
     assert blind["eval/success_rate"] < 0.8, blind

@@ -117,8 +117,8 @@ def test_sac_nan_critic_loss(mode, monkeypatch):
 
 
 @pytest.mark.parametrize("mode", ["stop", "skip"])
-def test_dqn_nan_loss_under_automatic_optimization(mode, monkeypatch):
-    """Test that DQN (Lightning runs its optimizer step) refuses or skips a NaN update; skipped steps change nothing."""
+def test_dqn_nan_loss_between_a_chunks_gradient_steps(mode, monkeypatch):
+    """Test that DQN refuses or skips a NaN update inside a chunk; skipped steps change nothing, not even the target."""
     loss = dqn_module.dqn_loss
     monkeypatch.setattr(dqn_module, "dqn_loss", lambda *a, **k: (t := loss(*a, **k))._replace(loss=t.loss * NAN))
     pl.seed_everything(0)
@@ -131,8 +131,9 @@ def test_dqn_nan_loss_under_automatic_optimization(mode, monkeypatch):
     snapshot = _Snapshot()
     trainer = quiet_trainer(max_epochs=-1, callbacks=[snapshot])
     trainer.fit(model, data)
-    assert trainer.callback_metrics["train/skipped_updates"] == 60
+    assert trainer.callback_metrics["train/skipped_updates"] == 60 and trainer.global_step == 0
     assert all(torch.equal(snapshot.policy[k], v) for k, v in _params(model).items())
+    assert all(torch.equal(v, model.policy.state_dict()[k]) for k, v in model.target_net.state_dict().items())
 
 
 def test_impossible_on_nonfinite_is_refused():

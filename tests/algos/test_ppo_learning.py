@@ -14,6 +14,7 @@ import pytest
 from hydra import compose, initialize_config_dir
 
 from rl_lightning.launch.app import build_data, build_model
+from tests.helpers import succeeded
 
 CONF = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "conf")
 
@@ -44,9 +45,9 @@ def test_ppo_solves_cartpole_within_150k_steps(seed, tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.ci
-def test_ppo_on_the_batched_torch_cartpole_solves_within_300k_steps(tmp_path):
+def test_ppo_on_the_batched_torch_cartpole_solves_within_150k_steps(tmp_path):
     """Test that experiment=ppo_batched (env.backend=torch, 1024 envs on the device path) reaches a deterministic
-    train-set return >= 475 on CartPole within 300k steps."""
+    train-set return >= 475 on CartPole within 150k steps."""
     metrics = _train_and_test("ppo_batched", 0, tmp_path)
     assert metrics["eval/return_mean"] >= 475, metrics
     assert "eval_ood/return_mean" in metrics
@@ -93,8 +94,9 @@ def test_ppo_learns_a_dict_task_through_the_cnn_within_20k_steps():
     and that without the image it cannot (so the image, through the CNN, is what it learned from)."""
     cnn = {"cnn_channels": [16, 32], "cnn_kernels": [2, 2], "cnn_strides": [1, 1], "cnn_features": 64}
     metrics = _pixel_goal(cnn)
-    assert metrics["eval/success_rate"] >= 0.95, metrics
-    assert metrics["eval_ood/success_rate"] >= 0.95, metrics
+    # 20 evaluation episodes per object set: at least 19 succeeded.
+    assert succeeded(metrics["eval/success_rate"], 20) >= 19, metrics
+    assert succeeded(metrics["eval_ood/success_rate"], 20) >= 19, metrics
     blind = _pixel_goal({"mlp_keys": ["position"]})
     assert blind["eval/success_rate"] < 0.8, blind
 

@@ -40,7 +40,7 @@ def test_two_epoch_fit_updates_and_logs_every_metric():
     assert "eval/return_mean" in metrics and "eval_ood/return_mean" in metrics
     assert metrics["train/alpha"] < 1.0  # the temperature moved from its initial value
     # One gradient step after each env step from learning_starts on: one step of the one optimizer.
-    assert trainer.global_step == 2 * STEPS - LEARNING_STARTS + 1
+    assert trainer.global_step == 2 * STEPS - LEARNING_STARTS  # after every env step past learning_starts
 
 
 def test_target_critics_move_by_polyak_averaging():
@@ -77,7 +77,7 @@ def test_one_optimizer_steps_each_group_with_its_learning_rate_and_clips_groups_
 
     with pytest.MonkeyPatch.context() as mp:  # the update guard clips each group with its own norm
         mp.setattr(update_module, "scale_to_norm", spy)
-        model.training_step(sample_batch(data.buffer), 0)
+        model.update(sample_batch(data.buffer), model.optimizers())
     assert [count for count, _ in seen] == [6, 6, 1]
     assert all(norm == pytest.approx(1e-3, rel=1e-4) for _, norm in seen[:2])  # each group's own norm is clipped
 
@@ -109,11 +109,11 @@ def test_three_optimizer_states_of_older_checkpoints_merge_into_the_groups():
 
 
 def test_training_step_updates_critics_actor_and_temperature_from_one_batch():
-    """Test that one training step moves all three parameter sets and the targets by tau toward the new critics."""
+    """Test that one update moves all three parameter sets and the targets by tau toward the new critics."""
     model, data, trainer = fit(max_epochs=1, model_kwargs={"tau": 0.5})
     before = {k: v.clone() for k, v in model.state_dict().items()}
     batch = sample_batch(data.buffer)
-    model.training_step(batch, 0)
+    model.update(batch, model.optimizers())
     after = model.state_dict()
     for prefix in ("policy.net.", "critics.", "log_alpha", "target_critics."):
         assert any(not torch.equal(before[k], after[k]) for k in after if k.startswith(prefix)), prefix

@@ -106,7 +106,7 @@ def test_off_policy_copy_syncs_every_interval_gradient_steps(monkeypatch):
     )
     trainer = _trainer([ActorSync(device="cpu", sync_interval=4)], max_epochs=2)
     trainer.fit(model, data)
-    gradient_steps = trainer.global_step  # 101
+    gradient_steps = trainer.global_step  # 100: one after each env step past learning_starts
     # One sync per 4 updates while collecting, plus one as each of the 3 validation runs starts
     # (the sanity check and 2 evaluations).
     assert gradient_steps // 4 <= len(recorder.equal) <= gradient_steps // 4 + 3

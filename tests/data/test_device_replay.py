@@ -51,9 +51,10 @@ def test_stored_next_obs_is_the_final_observation_and_only_termination_stops_boo
 def test_steps_and_gradient_batches_follow_the_utd_ratio_with_one_step_per_batch_of_envs():
     """Test that utd_ratio = 1 / num_envs yields one sampled batch per batched step after learning starts."""
     dataset = _dataset(count_envs(4), steps_per_epoch=40, learning_starts=8, utd_ratio=0.25)
-    batches = list(dataset)
+    assert len(dataset) == 10  # a chunk (one Lightning batch) per batched step
+    batches = [batch for chunk in dataset for batch in chunk]
     assert dataset.counters.env_steps == 40 and len(dataset.buffer) == 40
-    assert len(batches) == (40 - 8) // 4 + 1  # from the step that reached learning_starts on
+    assert len(batches) == (40 - 8) // 4  # after each batched step past learning_starts
     assert dataset.policy.calls == (40 - 8) // 4  # random actions before learning_starts
     assert all(b.batch_size == torch.Size([4]) and b["obs"].device == dataset.envs.device for b in batches)
 
@@ -82,7 +83,7 @@ def test_sac_fits_on_the_torch_backend_with_its_buffer_on_the_env_device():
     trainer.fit(SAC(total_timesteps=120), data)
     assert isinstance(data._train_dataset, DeviceReplayDataset)
     assert data.env_steps == 120 and len(data.buffer) == 120
-    assert trainer.global_step == (120 - 40) // 4 + 1
+    assert trainer.global_step == (120 - 40) // 4  # a gradient step after each batched step past 40
     assert data.buffer.storage._storage["obs"].device == data.train_envs.device
 
 
@@ -95,7 +96,7 @@ def test_dqn_fits_on_the_torch_backend_with_discrete_actions_stored_as_indices()
     trainer.fit(DQN(total_timesteps=120), data)
     actions = data.buffer.storage[:120]["action"]
     assert actions.dtype == torch.int64 and set(actions.tolist()) == {0, 1}
-    assert trainer.global_step == (120 - 40) // 4 + 1
+    assert trainer.global_step == (120 - 40) // 4  # a gradient step after each batched step past 40
 
 
 @pytest.mark.parametrize(

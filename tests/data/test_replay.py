@@ -1,4 +1,4 @@
-"""The replay-backed data stream: step and gradient-step counts, stored transitions, staleness, state."""
+"""The replay-backed data stream: chunks, step and gradient-step counts, stored transitions, staleness, state."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from torch import nn
 
 from rl_lightning.algos import RLModule
 from rl_lightning.data import DataCounters, ReplayDataModule, ReplayDataset, make_replay_buffer
+from rl_lightning.data.chunks import chunk_schedule
 from rl_lightning.envs import EnvGroup
 from tests.conftest import SCRIPTED_ID, SCRIPTED_SETS
 
@@ -47,33 +48,61 @@ def _dataset(
     return dataset, policy
 
 
+def take_epoch(stream) -> list[tuple[int, list]]:
+    """One epoch of a dataset (or its DataLoader) consumed as ``training_step`` consumes it: per chunk, the env-step
+    count it was handed out at and its sampled batches (drawn before the next chunk is collected, as under
+    Lightning, which fetches none ahead)."""
+    counters = getattr(stream, "dataset", stream).counters
+    return [(counters.env_steps, list(chunk)) for chunk in stream]
+
+
+def gradient_batches(dataset) -> list:
+    """The sampled batches of one epoch, in order."""
+    return [batch for _, batches in take_epoch(dataset) for batch in batches]
+
+
 @pytest.mark.parametrize(
     ("num_envs", "utd_ratio", "expected_first", "expected_second"),
-    # 10 env steps per epoch in vector steps of num_envs; learning starts at 4 env steps.
-    [(2, 1.0, 8, 10), (1, 1.0, 7, 10), (2, 0.5, 4, 5), (2, 2.0, 16, 20)],
+    # 10 env steps per epoch in vector steps of num_envs; learning after the chunks past 4 env steps.
+    [(2, 1.0, 6, 10), (1, 1.0, 6, 10), (2, 0.5, 3, 5), (2, 2.0, 12, 20)],
 )
 def test_env_and_gradient_steps_per_epoch(num_envs, utd_ratio, expected_first, expected_second):
-    """Test that an epoch takes steps_per_epoch env steps, then utd_ratio gradient steps per env step."""
+    """Test that an epoch takes steps_per_epoch env steps in one chunk per vector step (utd_ratio x num_envs is whole
+    here), each past learning_starts followed by its utd_ratio gradient steps per env step."""
     dataset, policy = _dataset(num_envs=num_envs, utd_ratio=utd_ratio)
-    first = list(dataset)
+    chunks = take_epoch(dataset)
+    assert len(chunks) == len(dataset) == 10 // num_envs  # one Lightning batch per chunk, warm-up ones included
+    first = [batch for _, batches in chunks for batch in batches]
     assert dataset.counters.env_steps == 10 and len(dataset.buffer) == 10
     assert len(first) == expected_first
+    assert {len(batches) for _, batches in chunks if batches} == {int(utd_ratio * num_envs)}
     # Random actions until learning_starts: the policy acts only afterwards.
     assert policy.calls == (10 - 4) // num_envs
-    second = list(dataset)
+    second = gradient_batches(dataset)
     assert dataset.counters.env_steps == 20 and len(second) == expected_second
     assert all(batch.batch_size == torch.Size([2]) for batch in first + second)
+
+
+@pytest.mark.parametrize(
+    ("utd_ratio", "num_envs", "expected"),
+    [(1.0, 1, (1, 1)), (0.25, 1, (4, 1)), (0.5, 2, (1, 1)), (1 / 32, 32, (1, 1)), (2.0, 3, (1, 6)), (1.5, 1, (2, 3))],
+)
+def test_utd_ratio_takes_the_smallest_whole_chunks(utd_ratio, num_envs, expected):
+    """Test that utd_ratio becomes chunks of b vector steps and a gradient steps, where utd_ratio x num_envs = a/b."""
+    assert chunk_schedule(utd_ratio, num_envs) == expected
+    assert chunk_schedule(utd_ratio, num_envs, train_freq=256, gradient_steps=128) == (256, 128)
 
 
 def test_train_freq_and_gradient_steps_take_sb3s_chunks():
     """Test the chunk schedule: every train_freq vector steps, gradient_steps batches, none before learning_starts
     (RL-Zoo's CartPole DQN shape at a tenth: chunks of 8 env steps, 4 gradient steps, learning from env step 10)."""
     dataset, _ = _dataset(num_envs=1, steps_per_epoch=32, learning_starts=10, train_freq=8, gradient_steps=4)
+    assert len(dataset) == 4  # chunks (Lightning batches) per epoch
     at = []
     for _ in range(2):
-        at += [dataset.counters.env_steps for _batch in dataset]
-    # The chunks ending at 8 env steps come before learning_starts; the others each give 4 gradient steps.
-    assert at == [16] * 4 + [24] * 4 + [32] * 4 + [40] * 4 + [48] * 4 + [56] * 4 + [64] * 4
+        at += [(env_steps, len(batches)) for env_steps, batches in take_epoch(dataset)]
+    # The chunk ending at 8 env steps comes before learning_starts; the others each give 4 gradient steps.
+    assert at == [(8, 0), (16, 4), (24, 4), (32, 4), (40, 4), (48, 4), (56, 4), (64, 4)]
     assert dataset.counters.env_steps == 64
 
 
@@ -82,15 +111,19 @@ def test_a_chunk_cut_short_by_an_interruption_gives_the_rest_of_its_gradient_ste
     state a checkpoint keeps: gradient_credit and epoch_steps), so no env or gradient step is taken twice."""
     dataset, _ = _dataset(num_envs=2, steps_per_epoch=16, learning_starts=0, train_freq=2, gradient_steps=3)
     stream = iter(dataset)
-    taken = [next(stream) for _ in range(4)]  # the first chunk's 3, and one of the second's
+    taken = list(next(stream))  # the first chunk's 3
+    taken.append(next(iter(next(stream))))  # and one of the second's, then the stop
     assert len(taken) == 4 and dataset.counters.env_steps == 8 and dataset.epoch_steps == 4
+    assert dataset.gradient_credit == 2
     resumed, _ = _dataset(num_envs=2, steps_per_epoch=16, learning_starts=0, train_freq=2, gradient_steps=3)
-    resumed.gradient_credit, resumed.epoch_steps = dataset.gradient_credit, dataset.epoch_steps
+    resumed.resume(dataset.gradient_credit, dataset.epoch_steps)
     resumed.counters.env_steps = dataset.counters.env_steps
     resumed.buffer.extend(dataset.buffer.storage[: len(dataset.buffer)])
-    rest = list(resumed)
-    # 2 owed by the second chunk, then the epoch's last two chunks (vector steps 5-8): 3 each.
-    assert len(taken) + len(rest) == 4 * 3 and resumed.counters.env_steps == 16
+    rest = take_epoch(resumed)
+    # The second chunk again with the 2 it owes (Lightning resumes at the batch it was on), then the epoch's last
+    # two chunks (vector steps 5-8): 3 each. 4 chunks per epoch, 1 of them completed: 3 batches.
+    assert [(env_steps, len(batches)) for env_steps, batches in rest] == [(8, 2), (12, 3), (16, 3)]
+    assert len(rest) == len(resumed) - 1 and resumed.counters.env_steps == 16
 
 
 def test_stored_next_obs_is_the_true_final_observation():
@@ -113,22 +146,18 @@ def test_truncation_is_not_termination():
     assert data["terminated"].tolist() == [False, False, False, False]
 
 
-def test_acting_policy_is_at_most_one_gradient_step_stale():
-    """Test that, consumed the way Lightning does (one batch fetched ahead), every action uses weights <= 1 step old."""
-    dataset, policy = _dataset(num_envs=1, steps_per_epoch=20, learning_starts=2)
-    iterator = iter(dataset)
-    nxt = next(iterator, None)  # Lightning's prefetch: batch k+1 is fetched before step k trains
+def test_a_chunk_acts_with_the_weights_of_every_gradient_step_before_it():
+    """Test that, consumed chunk after chunk, every action uses the weights after all earlier chunks' gradient steps."""
+    dataset, policy = _dataset(num_envs=1, steps_per_epoch=20, learning_starts=2, train_freq=2, gradient_steps=3)
     steps = 0
-    while nxt is not None:
-        nxt = next(iterator, None)
-        steps += 1  # the gradient step on `current`
-        policy.learner_step = steps
-    assert steps == 19
-    # The k-th policy action (env step k + 3, right before batch k + 2 is fetched) saw the
-    # learner after k gradient steps, while k + 1 batches were already handed out: one step stale.
-    assert policy.acted_at == list(range(18))
-    lags = [(k + 1) - acted for k, acted in enumerate(policy.acted_at)]
-    assert max(lags) == 1
+    for chunk in dataset:
+        for _batch in chunk:
+            steps += 1  # the gradient step on this batch
+            policy.learner_step = steps
+    assert steps == 3 * 9  # every chunk past learning_starts learns (not the first, which ends at it)
+    # Env steps 3-20 act (the first two are random): the two of chunk k (k = 2..10) after the 3 (k - 2) steps
+    # of the chunks before it.
+    assert policy.acted_at == [3 * (k - 2) for k in range(2, 11) for _ in range(2)]
 
 
 def test_replay_buffer_state_round_trips_exactly(tmp_path):
@@ -166,9 +195,9 @@ def test_without_saved_buffer_resume_warns_and_waits_for_a_batch():
         restored.load_state_dict(state)
     restored.setup("fit")
     restored._policy = lambda: ConstantExplorer()
-    assert list(restored.train_dataloader()) == []  # 2 stored < batch of 4: no gradient step yet
-    assert len(list(restored.train_dataloader())) == 1  # the 4th transition completes a batch
-    assert len(list(restored.train_dataloader())) == 2  # from here one per env step
+    assert len(gradient_batches(restored.train_dataloader())) == 0  # 2 stored < batch of 4: no gradient step yet
+    assert len(gradient_batches(restored.train_dataloader())) == 1  # the 4th transition completes a batch
+    assert len(gradient_batches(restored.train_dataloader())) == 2  # from here one per env step
     restored.close()
 
 
@@ -216,27 +245,37 @@ def test_memmap_storage_holds_transitions_on_disk(tmp_path):
 
 
 class _ReplayLearner(RLModule):
-    """A minimal off-policy LightningModule: one parameter, a loss on each sampled batch."""
+    """A minimal off-policy LightningModule: one parameter, an SGD step on each sampled batch of a chunk."""
 
     def __init__(self):
         super().__init__(total_timesteps=10_000)
+        self.automatic_optimization = False
         self.batches_seen = 0
+        self.chunks_seen = 0
 
     def build_policy(self, observation_space, action_space):
         policy = ConstantExplorer()
         policy.act = lambda obs, deterministic=False: (torch.ones(obs.shape[0], dtype=torch.long), None, None)
         return policy
 
-    def training_step(self, batch, batch_idx):
-        self.batches_seen += 1
-        return (self.policy.dummy - batch["reward"].mean()) ** 2
+    def training_step(self, chunk, batch_idx):
+        self.chunks_seen += 1
+        optimizer = self.optimizers()
+        for batch in chunk:
+            self.batches_seen += 1
+            optimizer.zero_grad()
+            self.manual_backward((self.policy.dummy - batch["reward"].mean()) ** 2)
+            optimizer.step()
+            self.policy.learner_step = self.global_step
 
     def configure_optimizers(self):
         return torch.optim.SGD(self.parameters(), lr=0.01)
 
 
 def test_trainer_fit_runs_epochs_without_batches_until_learning_starts():
-    """Test that under Trainer.fit, epochs before learning_starts take env steps but no gradient steps."""
+    """Test that under Trainer.fit, epochs before learning_starts take env steps (one chunk per Lightning batch) but
+    no gradient steps, and that every action uses the weights of all gradient steps before it (no batch fetched
+    ahead)."""
     data = ReplayDataModule(
         env_id=SCRIPTED_ID,
         obj_sets=SCRIPTED_SETS,
@@ -250,8 +289,13 @@ def test_trainer_fit_runs_epochs_without_batches_until_learning_starts():
         max_epochs=3, logger=False, enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False
     )
     trainer.fit(model, data)
-    # Epoch 1: 10 random steps, no update; epoch 2: an update after each of env steps 15-20; epoch 3: 10.
-    assert data.env_steps == 30 and model.batches_seen == 6 + 10 and trainer.global_step == 16
+    # Epoch 1: 10 random steps, no update; epoch 2: an update after each of env steps 16-20 (past learning_starts);
+    # epoch 3: 10.
+    assert data.env_steps == 30 and model.batches_seen == 5 + 10 and trainer.global_step == 15
+    assert model.chunks_seen == 30
+    # Env steps 16-30 act (the first 15 are random), each right after the gradient steps of env steps 16 to the one
+    # before it.
+    assert model.policy.acted_at == list(range(0, 15))
     assert "eval/return_mean" in trainer.callback_metrics and "eval_ood/return_mean" in trainer.callback_metrics
     data.close()
 
@@ -303,9 +347,9 @@ def test_dqn_fits_on_chunks_and_a_checkpoint_keeps_the_schedule(tmp_path):
     model.update_targets = lambda: updates.append(model.global_step)
     trainer = quiet_trainer(tmp_path, max_epochs=-1)
     trainer.fit(model, data)
-    # 120 env steps in chunks of 20: those ending at 40 (learning_starts), 60, ..., 120 learn, 5 steps each.
-    assert data.env_steps == 120 and trainer.global_step == 5 * 5
-    assert updates == [5, 10, 15, 20, 25]
+    # 120 env steps in chunks of 20: those past learning_starts=40 (ending at 60, ..., 120) learn, 5 steps each.
+    assert data.env_steps == 120 and trainer.global_step == 4 * 5
+    assert updates == [5, 10, 15, 20]
     trainer.save_checkpoint(tmp_path / "chunks.ckpt")
     ckpt = torch.load(tmp_path / "chunks.ckpt", weights_only=True)
     saved = ckpt["datamodule_hyper_parameters"]

@@ -203,7 +203,7 @@ def test_the_atari_dqn_experiment_trains_on_uint8_frames_in_a_compact_buffer(tmp
         "env.eval_max_episode_steps=30",
     ]
     model, data, trainer = _fit_experiment(overrides, tmp_path)
-    assert data.env_steps == 300 and trainer.global_step == 200 // 4
+    assert data.env_steps == 300 and trainer.global_step == 200 // 4  # after the chunks ending at 104, ..., 300
     storage = data.buffer.storage[:300]
     assert storage["obs"].dtype == torch.uint8 and storage["obs"].shape[1:] == (4, 84, 84)
     assert "next_obs" not in storage.keys()
