@@ -24,7 +24,7 @@ import gymnasium as gym
 import torch
 from tensordict import TensorDict
 
-from rl_lightning.data.replay import ReplayDataset, store_transitions
+from rl_lightning.data.replay import ReplayDataset
 from rl_lightning.envs.tensor_group import TensorEnvGroup
 from rl_lightning.faults import interrupt_request
 
@@ -56,8 +56,8 @@ class DeviceReplayDataset(ReplayDataset):
         return low + unit * (high - low)
 
     @torch.no_grad()
-    def step(self) -> None:
-        """One batched step: act (random before ``learning_starts``), step, store ``num_envs`` transitions."""
+    def take_step(self) -> TensorDict:
+        """One batched step: act (random before ``learning_starts``), step; the ``num_envs`` transitions to store."""
         interrupt_request.check()  # a signal stops collection between env steps (callbacks/interrupt.py)
         envs = self.envs
         if envs.obs is None:
@@ -84,5 +84,5 @@ class DeviceReplayDataset(ReplayDataset):
             batch_size=[envs.num_envs],
             device=envs.device,
         )
-        store_transitions(self.buffer, transitions)
         self.counters.env_steps += envs.num_envs * self.world_size
+        return transitions

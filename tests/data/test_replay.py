@@ -126,6 +126,43 @@ def test_a_chunk_cut_short_by_an_interruption_gives_the_rest_of_its_gradient_ste
     assert len(rest) == len(resumed) - 1 and resumed.counters.env_steps == 16
 
 
+def test_a_chunk_is_stored_in_one_write_with_the_rows_of_step_by_step_writes(monkeypatch):
+    """Test that a chunk's transitions go into the buffer in one write per chunk, the same rows in the same order as
+    writing after every env step, and that a stop in the middle of a chunk still stores the steps it took."""
+    from rl_lightning.data import replay
+    from rl_lightning.faults import TrainingInterrupted, interrupt_request
+
+    writes = []
+    original = replay.store_transitions
+    monkeypatch.setattr(
+        replay, "store_transitions", lambda buffer, rows: (writes.append(len(rows)), original(buffer, rows))
+    )
+    chunked, _ = _dataset(num_envs=2, steps_per_epoch=32, learning_starts=100, train_freq=8, gradient_steps=1)
+    take_epoch(chunked)
+    assert writes == [16, 16]  # 2 chunks of 8 vector steps of 2 envs
+    stepwise, _ = _dataset(num_envs=2, steps_per_epoch=32, learning_starts=100)
+    for _ in range(16):
+        stepwise.step()
+    for key in ("obs", "action", "reward", "next_obs", "terminated"):
+        assert torch.equal(chunked.buffer.storage[:32][key], stepwise.buffer.storage[:32][key]), key
+
+    cut, _ = _dataset(num_envs=2, steps_per_epoch=32, learning_starts=100, train_freq=8, gradient_steps=1)
+    take_step = cut.take_step
+
+    def stop_after_five():
+        if cut.counters.env_steps == 10:
+            interrupt_request.request("SIGTERM")
+        return take_step()
+
+    cut.take_step = stop_after_five
+    try:
+        with pytest.raises(TrainingInterrupted):
+            next(iter(cut))
+    finally:
+        interrupt_request.clear()
+    assert cut.counters.env_steps == 10 and len(cut.buffer) == 10 and cut.epoch_steps == 5
+
+
 def test_stored_next_obs_is_the_true_final_observation():
     """Test that an episode's last transition stores its final observation (not the reset one), terminated."""
     dataset, _ = _dataset(num_envs=1, steps_per_epoch=6, learning_starts=100)  # scripted episodes: 5 steps
