@@ -385,7 +385,11 @@ class ReplayDataset(IterableDataset):
                     pending.append(transitions)
                 self.epoch_steps += 1
         finally:
-            if pending:
+            rows = sum(len(t) for t in pending)
+            if rows > self.buffer.storage.max_size:  # a chunk larger than the buffer: write in step order
+                for transitions in pending:
+                    store_transitions(self.buffer, transitions)
+            elif pending:
                 store_transitions(self.buffer, pending[0] if len(pending) == 1 else torch.cat(pending))
 
     def _chunk(self, env_steps: int) -> ReplayChunk:

@@ -146,6 +146,15 @@ def test_a_chunk_is_stored_in_one_write_with_the_rows_of_step_by_step_writes(mon
     for key in ("obs", "action", "reward", "next_obs", "terminated"):
         assert torch.equal(chunked.buffer.storage[:32][key], stepwise.buffer.storage[:32][key]), key
 
+    # A buffer smaller than a chunk keeps the newest rows, as step-by-step writes do.
+    small = ReplayDataset(
+        EnvGroup(SCRIPTED_ID, 2, obj_sets=SCRIPTED_SETS), ConstantExplorer(), make_replay_buffer(10, 2), 32, 100, 1.0,
+        DataCounters(), reset_seed=0, train_freq=8, gradient_steps=1,
+    )  # fmt: skip
+    take_epoch(small)
+    rows = stepwise.buffer.storage[:32]["obs"]
+    assert torch.equal(small.buffer.storage[:10]["obs"], torch.cat([rows[30:], rows[22:30]]))
+
     cut, _ = _dataset(num_envs=2, steps_per_epoch=32, learning_starts=100, train_freq=8, gradient_steps=1)
     take_step = cut.take_step
 
