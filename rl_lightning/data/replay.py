@@ -2,8 +2,8 @@
 
 One iteration of :class:`ReplayDataset` is one Trainer epoch: ``steps_per_epoch``
 environment steps per rank, in chunks of ``train_freq`` vector steps. Until ``learning_starts``
-environment steps (over all ranks) actions are drawn uniformly from the action space; after
-it, each chunk is followed by ``gradient_steps`` gradient steps, each on a batch sampled
+environment steps (over all ranks) actions are drawn uniformly from the action space; each
+chunk that ends past it is followed by ``gradient_steps`` gradient steps, each on a batch sampled
 from the torchrl replay buffer (Stable-Baselines3's schedule; ``utd_ratio`` is the same in
 the smallest chunks it allows, :func:`~rl_lightning.data.chunks.chunk_schedule`). Each chunk is
 one Lightning batch, a :class:`~rl_lightning.data.chunks.ReplayChunk` that the algorithm's

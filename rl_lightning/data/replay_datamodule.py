@@ -92,7 +92,7 @@ class ReplayDataModule(EnvDataModule):
     """Replay-backed training data and evaluation on every object set.
 
     One training epoch is ``steps_per_epoch`` environment steps per rank, in chunks of
-    ``train_freq`` vector steps; after ``learning_starts`` env steps each chunk is followed by
+    ``train_freq`` vector steps; each chunk that ends past ``learning_starts`` env steps is followed by
     ``gradient_steps`` gradient steps on batches sampled from a torchrl replay buffer
     (Stable-Baselines3's spelling and schedule; see :mod:`rl_lightning.data.replay`). Without
     them, ``utd_ratio`` gradient steps per env step, in the smallest chunks that allows
