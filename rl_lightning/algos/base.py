@@ -264,7 +264,8 @@ class RLModule(pl.LightningModule):
         checkpoints (the last ``keep_last`` kept) and ``best.ckpt``."""
         if self._trainer is None or self.trainer.state.fn != TrainerFn.FITTING:
             return []
-        callbacks: list[pl.Callback] = [EnvStepBudget(self.total_timesteps)]
+        # FlushDenormals: the fast path's denormal flushing for the fit (inert with it off; fast/denormals.py).
+        callbacks: list[pl.Callback] = [EnvStepBudget(self.total_timesteps), fast.FlushDenormals()]
         self._interruption = next((c for c in self.trainer.callbacks if isinstance(c, Interruption)), None)
         if self._interruption is None:
             self._interruption = Interruption()

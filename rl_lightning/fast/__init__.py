@@ -36,12 +36,16 @@ Each row: the seam (module) -- what it replaces, called from; when it falls back
   ``nets/encoders.MultiInputEncoder``; no gradients recorded, batches under 32, not the CPU.
 - :func:`sync_vector_env` (``vector_env.py``) -- gymnasium's ``SyncVectorEnv.step``, from
   ``envs/restart.py``; non-array spaces or actions.
+- :class:`FlushDenormals` (``denormals.py``) -- torch's default CPU float handling (denormal
+  numbers computed in full, slowly), from ``RLModule.configure_callbacks``; the fast path off, a
+  CPU without the flags, a thread that flushes already.
 - :func:`sample_batch`, :func:`store_transitions` (``replay.py``) -- ``TensorDictReplayBuffer``'s
   ``sample`` / ``extend``, from ``data/replay.py``; a prioritized sampler, transforms, ``dim_extend``.
 """
 
 from rl_lightning.fast.adam import fused_adam
 from rl_lightning.fast.conv import channels_last
+from rl_lightning.fast.denormals import FlushDenormals
 from rl_lightning.fast.grads import clear_grads, polyak, scale_to_norm, total_norm
 from rl_lightning.fast.lightning import PlainCalls, backward, optimizer_step, plain_calls
 from rl_lightning.fast.mlp_grad import ensemble_forward, ensemble_min
@@ -53,6 +57,7 @@ from rl_lightning.fast.vector_env import sync_vector_env
 
 __all__ = [
     "ENV_VAR",
+    "FlushDenormals",
     "PlainCalls",
     "backward",
     "channels_last",
