@@ -9,6 +9,7 @@ import torch
 from benchmarks import denormals
 from rl_lightning import DQN
 from rl_lightning.fast.denormals import flushing
+from tests.fast.conftest import fast_path_on  # noqa: F401 (autouse: the flush is the fast path's, on even without it)
 from tests.helpers import quiet_trainer, tiny_replay_data
 
 pytestmark = pytest.mark.skipif(
