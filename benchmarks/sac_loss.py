@@ -1,4 +1,4 @@
-"""Cost of one SAC update step and its parts: the plain loss (``sac_loss``) against torchrl's ``SACLoss``.
+"""Cost of one SAC update step and its parts: the plain loss (``sac_loss``), torchrl's ``SACLoss``, the written-out one.
 
     python -m benchmarks.sac_loss [--repeats 5] [--steps 100] [--batch 256] [--threads 1]
 
@@ -6,7 +6,9 @@ Update steps (loss, one backward, the three fused Adam steps, the Polyak update 
 target critics) compute the same thing in both variants (``tests/algos/test_sac_loss.py``)
 on Pendulum's 256x256 networks (the ``sac`` experiment's); a third runs the plain loss with
 the critics' layers through autograd's backward instead of ``relu_mlp``'s (a no-op forward
-hook on each layer sends ``QEnsemble`` down that path). The parts: the twin critics'
+hook on each layer sends ``QEnsemble`` down that path); a fourth the fast path's written-out
+objective (``fast/sac.py``: the whole loss as one autograd node, its gradient added to
+``.grad`` without autograd's engine, as ``SAC.update`` runs it). The parts: the twin critics'
 forward and backward as one ``QEnsemble`` (through ``relu_mlp``, and through autograd), as
 two separate networks and through ``torch.func.vmap`` (torchrl's way); one
 reparameterized action sample with its log-probability, on tensors and through torchrl's
@@ -31,7 +33,8 @@ from tensordict import TensorDict
 from tensordict.nn import TensorDictModule
 
 from benchmarks.timing import alternate, print_table
-from rl_lightning.algos.sac_loss import sac_loss
+from rl_lightning import fast
+from rl_lightning.algos.sac_loss import sac_loss, sac_objective
 from rl_lightning.algos.update import adam
 from rl_lightning.data.replay import make_replay_buffer, sample_batch, store_transitions, to_torchrl_batch
 from rl_lightning.nets.sac import QEnsemble, QNetwork, SquashedGaussianActor, squashed_gaussian_sample
@@ -69,7 +72,7 @@ def through_autograd(critics: QEnsemble) -> QEnsemble:
     return critics
 
 
-def plain_update(batch: TensorDict, autograd_critics: bool = False):
+def plain_update(batch: TensorDict, autograd_critics: bool = False, written_out: bool = False):
     policy = SquashedGaussianActor(OBS_SPACE, ACTION_SPACE, HIDDEN)
     critics = QEnsemble(3, 1, HIDDEN)
     targets = copy.deepcopy(critics).requires_grad_(False)
@@ -80,10 +83,14 @@ def plain_update(batch: TensorDict, autograd_critics: bool = False):
     target_params, online_params = list(targets.parameters()), list(critics.parameters())
 
     def step():
-        terms = sac_loss(policy, critics, targets, log_alpha, batch, GAMMA, -1.0)
         for optimizer in optimizers:
             optimizer.zero_grad()
-        (terms.loss_qvalue + terms.loss_actor + terms.loss_alpha).backward()
+        if written_out:
+            total, _ = sac_objective(policy, critics, targets, log_alpha, batch, GAMMA, -1.0)
+            fast.backward(total)  # manual_backward on the fast path
+        else:
+            terms = sac_loss(policy, critics, targets, log_alpha, batch, GAMMA, -1.0)
+            (terms.loss_qvalue + terms.loss_actor + terms.loss_alpha).backward()
         for optimizer in optimizers:
             optimizer.step()
         with torch.no_grad():
@@ -230,6 +237,7 @@ def main() -> None:
         "update: plain sac_loss": plain_update(batch),
         "update: plain sac_loss, critics through autograd": plain_update(batch, autograd_critics=True),
         "update: torchrl SACLoss": torchrl_update(batch),
+        "update: written-out objective (fast path)": plain_update(batch, written_out=True),
     }
     variants |= critic_variants(batch) | sample_variants(batch) | polyak_variants() | replay_variants(args.batch)
     times = alternate(variants, args.repeats, args.steps, warmup=10)
@@ -241,8 +249,14 @@ def main() -> None:
     ratio = medians["update: torchrl SACLoss"] / medians["update: plain sac_loss"]
     relu_ratio = medians["update: plain sac_loss, critics through autograd"] / medians["update: plain sac_loss"]
     print(f"SACLoss update / plain update: {ratio:.2f}x")
+    written_out_ratio = medians["update: plain sac_loss"] / medians["update: written-out objective (fast path)"]
     print(f"critics through autograd / through relu_mlp: {relu_ratio:.2f}x")
-    summary = {"ratio": round(ratio, 3), "relu_mlp_ratio": round(relu_ratio, 3)}
+    print(f"plain update / written-out objective's update: {written_out_ratio:.2f}x")
+    summary = {
+        "ratio": round(ratio, 3),
+        "relu_mlp_ratio": round(relu_ratio, 3),
+        "written_out_ratio": round(written_out_ratio, 3),
+    }
     print(json.dumps({"medians_ms": {k: round(v, 4) for k, v in medians.items()}} | summary))
 
 

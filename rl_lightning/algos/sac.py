@@ -4,9 +4,11 @@ Data flow of one epoch: ``ReplayDataset`` steps the envs in chunks of ``train_fr
 steps and hands out each chunk; ``training_step`` takes the chunk's gradient steps: for each
 batch sampled from the replay buffer the SAC losses (:func:`~rl_lightning.algos.sac_loss.sac_loss`:
 twin Q with clipped double-Q targets from target critics, the reparameterized actor loss,
-and the entropy temperature loss; checked against torchrl's ``SACLoss``), one Adam step over
-the actor, critic and temperature parameter groups by hand (manual optimization), then the
-target critics' Polyak averaging. See ``docs/algos/sac.md``.
+and the entropy temperature loss; checked against torchrl's ``SACLoss``), one backward of
+their sum (:func:`~rl_lightning.algos.sac_loss.sac_objective`; the fast path writes that
+gradient out, ``fast/sac.py``), one Adam step over the actor, critic and temperature
+parameter groups by hand (manual optimization), then the target critics' Polyak averaging.
+See ``docs/algos/sac.md``.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from torch import nn
 
 from rl_lightning import fast
 from rl_lightning.algos.base import RLModule
-from rl_lightning.algos.sac_loss import SACLossTerms, sac_loss
+from rl_lightning.algos.sac_loss import SACLossTerms, sac_loss, sac_objective
 from rl_lightning.algos.update import adam, clear_grads
 from rl_lightning.checks import check_hidden_sizes, check_positive, check_unit_interval
 from rl_lightning.data import ReplayDataModule
@@ -149,11 +151,14 @@ class SAC(RLModule):
 
     def update(self, batch: TensorDict, optimizer) -> None:
         """One SAC update on a replay batch: critics, actor, temperature, then the targets."""
-        terms = self.loss(batch)
-        clear_grads(optimizer)
+        hp = self.hparams
         # The three losses touch disjoint parameters (sac_loss detaches the critics inside the
-        # actor loss and the log-probs inside the temperature loss): one backward serves all.
-        self.manual_backward(terms.loss_qvalue + terms.loss_actor + terms.loss_alpha)
+        # actor loss and the log-probs inside the temperature loss): one backward of their sum serves all.
+        total, terms = sac_objective(
+            self.policy, self.critics, self.target_critics, self.log_alpha, batch, hp.gamma, self.target_entropy
+        )
+        clear_grads(optimizer)
+        self.manual_backward(total)
         # Each group clipped on its own, as separate optimizers would; a NaN or inf update is
         # refused (or, by option, skipped together with its target update).
         if self.gradients_finite(optimizer, terms, clip_per_group=True):

@@ -14,6 +14,9 @@ Each row: the seam (module) -- what it replaces, called from; when it falls back
 - :func:`ppo_minibatch_loss` (``ppo.py``) -- ``policy.evaluate_actions`` + ``algos/ppo_loss.ppo_loss``
   through autograd, from ``algos/ppo_loss.minibatch_loss``; networks other than the default tanh
   MLPs, a module or global hook, autocast.
+- :func:`sac_objective` (``sac.py``) -- the actor's layers, the squashed-Gaussian sample and the
+  three SAC losses through autograd, from ``algos/sac_loss.sac_objective``; networks other than the
+  default ReLU MLPs (an encoder, a hook), non-float32 tensors, autocast.
 - :func:`backward` (``lightning.py``) -- ``LightningModule.manual_backward`` (hook dispatch, then
   autograd's engine), from ``RLModule.manual_backward``; unless :func:`plain_calls` allowed it at
   fit start; the engine still runs for a tensor or post-accumulate hook, anomaly mode, inputs
@@ -52,6 +55,7 @@ from rl_lightning.fast.mlp_grad import ensemble_forward, ensemble_min
 from rl_lightning.fast.numpy_actor import explore
 from rl_lightning.fast.ppo import minibatch_loss as ppo_minibatch_loss
 from rl_lightning.fast.replay import sample_batch, store_transitions
+from rl_lightning.fast.sac import objective as sac_objective
 from rl_lightning.fast.switch import ENV_VAR, disabled, enabled, set_enabled
 from rl_lightning.fast.vector_env import sync_vector_env
 
@@ -72,6 +76,7 @@ __all__ = [
     "plain_calls",
     "polyak",
     "ppo_minibatch_loss",
+    "sac_objective",
     "sample_batch",
     "scale_to_norm",
     "set_enabled",

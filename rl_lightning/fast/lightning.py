@@ -4,8 +4,8 @@ Where Lightning would wrap a call in nothing but dispatch to hooks that do nothi
 call is made directly:
 
 - ``manual_backward(loss)`` becomes ``loss.backward()``, or, for a loss whose autograd
-  Function offers an ``accumulate_grads(node)`` (PPO's written-out objective,
-  ``fast/ppo.py``), the gradients added to ``.grad`` without autograd's engine.
+  Function offers an ``accumulate_grads(node)`` (PPO's and SAC's written-out objectives,
+  ``fast/ppo.py``, ``fast/sac.py``), the gradients added to ``.grad`` without autograd's engine.
 - ``LightningOptimizer.step()`` becomes the torch optimizer's ``step()`` between the two
   progress callbacks Lightning's manual loop installs (so ``global_step`` and a profiler's
   ``optimizer_step`` count as before).
@@ -89,7 +89,7 @@ def plain_calls(module: pl.LightningModule) -> PlainCalls:
 def backward_without_engine(loss: torch.Tensor) -> bool:
     """``loss.backward()`` by the ``accumulate_grads(node)`` of the autograd Function that made ``loss``, if it has one.
 
-    A Function whose backward is written out may offer it (``fast/ppo.py``): it adds the
+    A Function whose backward is written out may offer it (``fast/ppo.py``, ``fast/sac.py``): it adds the
     same gradients to ``.grad`` without autograd's engine, or returns ``False`` where that
     would not be the same. Only for a :func:`backward_runs_alone` fit: nothing else may need
     to see the backward.
@@ -100,6 +100,38 @@ def backward_without_engine(loss: torch.Tensor) -> bool:
     node = loss.grad_fn
     accumulate = getattr(getattr(node, "_forward_cls", None), "accumulate_grads", None)
     return accumulate is not None and accumulate(node)
+
+
+def engine_free_leaves(edges: Sequence[tuple[Any, int]]) -> list[torch.Tensor | None] | None:
+    """The tensors behind a graph node's edges, where its backward may skip autograd's engine.
+
+    For an ``accumulate_grads(node)`` (see :func:`backward_without_engine`): the engine's
+    result is ``.grad`` set or summed on each input only when every edge ends at a leaf with no
+    tensor hook (its ``AccumulateGrad`` node) and anomaly detection is off.
+
+    Returns:
+        One entry per edge, the leaf or ``None`` (an input without gradient); ``None``
+        where the engine must run.
+    """
+    if torch.is_anomaly_enabled():
+        return None
+    leaves = []
+    for fn, _ in edges:
+        leaf = getattr(fn, "variable", None) if fn is not None else None
+        if fn is not None and (leaf is None or leaf._backward_hooks or leaf._post_accumulate_grad_hooks):
+            return None
+        leaves.append(leaf)
+    return leaves
+
+
+def add_to_grads(leaves: Sequence[torch.Tensor | None], grads: Sequence[torch.Tensor | None]) -> None:
+    """Add ``grads`` to the leaves' ``.grad`` as ``AccumulateGrad`` does: set where there is none, else summed."""
+    for leaf, grad in zip(leaves, grads, strict=True):
+        if leaf is not None and grad is not None:
+            if leaf.grad is None:
+                leaf.grad = grad.contiguous()  # AccumulateGrad's layout for a contiguous parameter
+            else:
+                leaf.grad += grad
 
 
 def backward(loss: torch.Tensor) -> None:

@@ -66,6 +66,32 @@ def has_own_hooks(module: nn.Module) -> bool:
     )
 
 
+def mlp_params(net: nn.Module, activation: type[nn.Module]) -> list[torch.Tensor] | None:
+    """A plain MLP's tensors ``(weight 0, bias 0, weight 1, ...)``, or ``None`` where it is not one.
+
+    Plain means what :func:`~rl_lightning.nets.mlp.mlp` builds: an ``nn.Sequential`` of
+    ``nn.Linear`` (with bias) and ``activation``, alternating, first and last ``nn.Linear``
+    (exact classes: a subclass may compute something else), with no hook of their own that
+    would see their calls (global hooks are the caller's to check). Code that evaluates the
+    network by hand may then compute it in its place.
+    """
+    if type(net) is not nn.Sequential or has_own_hooks(net):
+        return None
+    params: list[torch.Tensor] = []
+    expected = nn.Linear
+    # Plain loops and attribute reads: this runs on every update.
+    for module in net._modules.values():
+        if type(module) is not expected or has_own_hooks(module):
+            return None
+        if expected is nn.Linear:
+            layer = module._parameters
+            if layer["bias"] is None:
+                return None
+            params += (layer["weight"], layer["bias"])
+        expected = activation if expected is nn.Linear else nn.Linear
+    return params if expected is not nn.Linear else None  # None: empty, or an activation last
+
+
 def _matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """``a @ b`` (2-D or batched 3-D), taken as ``(b^T a^T)^T`` when the result is narrow and tall (see above)."""
     if b.shape[-1] < NARROW <= a.shape[-2]:
@@ -183,19 +209,35 @@ class _MinOverNets(torch.autograd.Function):
     def backward(ctx, grad: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
         index, *saved = ctx.saved_tensors
         layers = len(saved) // 2
-        inputs, weights = saved[:layers], saved[layers:]
-        grad_x = inputs[0].new_zeros(inputs[0].shape)
-        needs = [True] + [False] * (2 * layers)
-        for net in range(grad_x.shape[0]):
-            # min's gradient reaches only the network that gave each row's minimum (torch's
-            # min(0) backward, the same index), so each network back-propagates its own rows.
-            rows = (index == net).nonzero().squeeze(-1)
-            if rows.numel():
-                net_inputs = [x[net].index_select(0, rows) for x in inputs]
-                net_grad = grad.index_select(0, rows).unsqueeze(-1)
-                grad_rows = mlp_backward(net_grad, net_inputs, [w[net] for w in weights], needs)[0]
-                grad_x[net].index_copy_(0, rows, grad_rows)
-        return (grad_x, *[None] * (2 * layers))
+        return (min_input_grad(grad, index, saved[:layers], saved[layers:]), *[None] * (2 * layers))
+
+
+def min_input_grad(
+    grad: torch.Tensor, index: torch.Tensor, inputs: Sequence[torch.Tensor], weights: Sequence[torch.Tensor]
+) -> torch.Tensor:
+    """The input gradient of ``min_i`` over stacked one-output networks (:func:`min_over_nets`), the weights held fixed.
+
+    Args:
+        grad: Gradient of the per-row minimum ``[B]``.
+        index: Which network gave each row's minimum ``[B]`` (``min(0).indices``).
+        inputs: The layers' inputs, as :func:`mlp_forward` returned them (``[n, B, ...]``).
+        weights: The layers' stacked weights.
+
+    Returns:
+        The gradient of the inputs ``[n, B, in]`` (zero where a network was not the minimum).
+    """
+    grad_x = inputs[0].new_zeros(inputs[0].shape)
+    needs = [True] + [False] * (2 * len(weights))
+    for net in range(grad_x.shape[0]):
+        # min's gradient reaches only the network that gave each row's minimum (torch's
+        # min(0) backward, the same index), so each network back-propagates its own rows.
+        rows = (index == net).nonzero().squeeze(-1)
+        if rows.numel():
+            net_inputs = [x[net].index_select(0, rows) for x in inputs]
+            net_grad = grad.index_select(0, rows).unsqueeze(-1)
+            grad_rows = mlp_backward(net_grad, net_inputs, [w[net] for w in weights], needs)[0]
+            grad_x[net].index_copy_(0, rows, grad_rows)
+    return grad_x
 
 
 def relu_mlp(x: torch.Tensor, weights: Sequence[torch.Tensor], biases: Sequence[torch.Tensor]) -> torch.Tensor:

@@ -20,7 +20,8 @@ import torch
 from torch import nn
 from torch.autograd.function import once_differentiable
 
-from rl_lightning.fast.mlp_grad import has_call_hooks, has_own_hooks, mlp_backward, mlp_forward
+from rl_lightning.fast.lightning import add_to_grads, engine_free_leaves
+from rl_lightning.fast.mlp_grad import has_call_hooks, mlp_backward, mlp_forward, mlp_params
 from rl_lightning.fast.switch import is_class, on_for
 
 #: The policy class whose default networks this path mirrors.
@@ -159,24 +160,8 @@ def tanh_layers(policy: nn.Module) -> tuple[list[torch.Tensor], list[torch.Tenso
     """
     if has_call_hooks(()):  # a global hook
         return None
-    layers: tuple[list[torch.Tensor], list[torch.Tensor]] = ([], [])
-    # One pass per network, plain loops and attribute reads: this runs on every minibatch.
-    for net, tensors in zip((policy.actor, policy.critic), layers, strict=True):
-        if type(net) is not nn.Sequential or has_own_hooks(net):
-            return None
-        expected = nn.Linear
-        for module in net._modules.values():
-            if type(module) is not expected or has_own_hooks(module):
-                return None
-            if expected is nn.Linear:
-                params = module._parameters
-                if params["bias"] is None:
-                    return None
-                tensors += (params["weight"], params["bias"])
-            expected = nn.Tanh if expected is nn.Linear else nn.Linear
-        if expected is nn.Linear:  # empty, or a Tanh last
-            return None
-    return layers
+    actor, critic = mlp_params(policy.actor, nn.Tanh), mlp_params(policy.critic, nn.Tanh)
+    return None if actor is None or critic is None else (actor, critic)
 
 
 class _ActorCriticObjective(torch.autograd.Function):
@@ -271,22 +256,12 @@ class _ActorCriticObjective(torch.autograd.Function):
         """
         # One edge per tensor input: features, the five rollout tensors, log_std (if a tensor), parameters.
         edges = node.next_functions
-        if edges[0][0] is not None or torch.is_anomaly_enabled():
+        leaves = engine_free_leaves(edges[6:])
+        if edges[0][0] is not None or leaves is None:
             return False
-        leaves = []
-        for fn, _ in edges[6:]:
-            leaf = getattr(fn, "variable", None) if fn is not None else None
-            if fn is not None and (leaf is None or leaf._backward_hooks or leaf._post_accumulate_grad_hooks):
-                return False
-            leaves.append(leaf)
         grads = _ActorCriticObjective._gradients(node, None)
         grads = ((grads[8],) if node.log_std_is_tensor else ()) + grads[_ActorCriticObjective._FIRST_PARAM :]
-        for leaf, grad in zip(leaves, grads, strict=True):
-            if leaf is not None and grad is not None:
-                if leaf.grad is None:
-                    leaf.grad = grad.contiguous()  # AccumulateGrad's layout for a contiguous parameter
-                else:
-                    leaf.grad += grad
+        add_to_grads(leaves, grads)
         return True
 
 

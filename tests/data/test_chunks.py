@@ -11,6 +11,7 @@ import torch
 
 from rl_lightning import DQN, SAC, ReplayDataModule
 from rl_lightning.algos.dqn_loss import dqn_loss
+from rl_lightning.algos.sac_loss import sac_objective
 from rl_lightning.data.chunks import ReplayChunk
 from rl_lightning.data.replay import sample_batch
 from rl_lightning.faults import TrainingInterrupted, interrupt_request
@@ -99,9 +100,13 @@ def _dqn_update(model, optimizer, batch, state):
 
 
 def _sac_update(model, optimizer, batch, state):
-    terms = model.loss(batch)
+    # The module's own objective (the fast path's written-out one where it is on): the loops are compared, not losses.
+    hp = model.hparams
+    total, _ = sac_objective(
+        model.policy, model.critics, model.target_critics, model.log_alpha, batch, hp.gamma, model.target_entropy
+    )
     optimizer.zero_grad()
-    (terms.loss_qvalue + terms.loss_actor + terms.loss_alpha).backward()
+    total.backward()
     optimizer.step()
     model.update_targets()
 
