@@ -151,14 +151,19 @@ class SAC(RLModule):
 
     def update(self, batch: TensorDict, optimizer) -> None:
         """One SAC update on a replay batch: critics, actor, temperature, then the targets."""
-        hp = self.hparams
         # The three losses touch disjoint parameters (sac_loss detaches the critics inside the
         # actor loss and the log-probs inside the temperature loss): one backward of their sum serves all.
-        total, terms = sac_objective(
-            self.policy, self.critics, self.target_critics, self.log_alpha, batch, hp.gamma, self.target_entropy
-        )
+        if type(self).loss is SAC.loss:
+            hp = self.hparams
+            total, terms = sac_objective(
+                self.policy, self.critics, self.target_critics, self.log_alpha, batch, hp.gamma, self.target_entropy
+            )
+        else:  # a subclass's own losses
+            terms = self.loss(batch)
+            total = terms.loss_qvalue + terms.loss_actor + terms.loss_alpha
         clear_grads(optimizer)
         self.manual_backward(total)
+        del total  # its graph and saved tensors go now, before the optimizer step
         # Each group clipped on its own, as separate optimizers would; a NaN or inf update is
         # refused (or, by option, skipped together with its target update).
         if self.gradients_finite(optimizer, terms, clip_per_group=True):

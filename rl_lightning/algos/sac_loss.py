@@ -93,7 +93,8 @@ def sac_objective(
     The three losses touch disjoint parameters, so one backward of their sum gives each
     parameter group its own loss's gradient. The fast path computes the sum, networks
     included, as one autograd node with its gradient written out
-    (:func:`rl_lightning.fast.sac_objective`: the same values, draws and gradients; its terms
+    (:func:`rl_lightning.fast.sac_objective`: the same values and draws, the gradients within float
+    rounding; its terms
     carry no gradient); the plain path sums :func:`sac_loss`'s terms. Arguments as :func:`sac_loss`.
     """
     written_out = fast.sac_objective(actor, critics, target_critics, log_alpha, batch, gamma, target_entropy)

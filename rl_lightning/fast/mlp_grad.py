@@ -1,9 +1,9 @@
-"""MLPs with their backward written out: ``relu_mlp`` for SAC's critics, the tanh layers of PPO's loss.
+"""MLPs with their backward written out: ``relu_mlp`` for SAC's critics, the layers of the written-out losses.
 
 :func:`mlp_forward` and :func:`mlp_backward` run ``Linear, act, ..., Linear`` (ReLU or tanh)
 and its gradient as plain tensor ops, for code that differentiates a whole loss by hand
-(PPO's, ``fast/ppo.py``); :func:`relu_mlp` wraps them in one
-``autograd.Function`` for SAC's critics.
+(PPO's, ``fast/ppo.py``; SAC's, ``fast/sac.py``, its actor and critics); :func:`relu_mlp`
+wraps them in one ``autograd.Function`` for SAC's critics where the loss goes through autograd.
 
 Why for SAC: its update (256x256 networks, batch 256) is bound by its matrix products, and on
 CPUs two things around them cost more than autograd's generic rules expect:
@@ -19,9 +19,10 @@ CPUs two things around them cost more than autograd's generic rules expect:
 
 The values are the same products in the same precision; ``tests/fast/test_mlp_grad.py``
 checks outputs and every gradient against autograd's, and ``docs/fast_path.md`` has the
-figures (``python -m benchmarks.sac_loss``). The actor's layers stay ``nn.Linear``: through
-this function its update was no faster, its products being half the critics' and its
-ReLUs a quarter.
+figures (``python -m benchmarks.sac_loss``). Where SAC's loss goes through autograd its actor's
+layers stay ``nn.Linear``: through :func:`relu_mlp` alone its update was no faster, its
+products being half the critics' and its ReLUs a quarter (the whole loss written out,
+``fast/sac.py``, is what made the actor's gradient cheaper).
 
 Without gradients (the target critics) the forward is the same ops with ReLU in place, and
 no ``autograd.Function`` is involved.

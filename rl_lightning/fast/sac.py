@@ -89,12 +89,25 @@ def _actor_params(actor: nn.Module) -> tuple[list[torch.Tensor], float, float, f
     if has_own_hooks(net) or len(net) != 2:
         return None
     body, head = net[0], net[1]
-    if not is_class(head, SCALE_HEAD) or has_own_hooks(head) or not is_class(head.scale_mapping, BIASED_SOFTPLUS):
+    if not is_class(head, SCALE_HEAD) or has_own_hooks(head):
+        return None
+    mapping = head.scale_mapping
+    if not is_class(mapping, BIASED_SOFTPLUS) or has_own_hooks(mapping):
         return None
     params = mlp_params(body, nn.ReLU)
-    if params is None:
+    constants = [_number(value) for value in (mapping.bias, mapping.min_val, head.scale_lb)]
+    if params is None or None in constants:
         return None
-    return params, float(head.scale_mapping.bias), float(head.scale_mapping.min_val), float(head.scale_lb)
+    return params, *constants
+
+
+def _number(value) -> float | None:
+    """A Python number or a one-element tensor as a float; ``None`` for anything else (per-dimension constants)."""
+    if isinstance(value, (int, float)):
+        return float(value)
+    if torch.is_tensor(value) and value.numel() == 1:
+        return float(value)
+    return None
 
 
 def _critic_params(critics: nn.Module) -> list[torch.Tensor] | None:
@@ -153,7 +166,7 @@ class _SACObjective(torch.autograd.Function):
         z_next = mlp_forward(s.next_obs, actor_params)[0]
         loc_next, scale_next = _loc_scale(z_next, s)[:2]
         _, _, next_action, next_log_prob = _squashed_sample(loc_next, scale_next, noise_next, s.low, s.high)
-        target_in = torch.cat([s.next_obs, next_action], -1).expand(nets, -1, -1)
+        target_in = torch.cat([s.next_obs, next_action], -1).expand(s.target_params[0].shape[0], -1, -1)
         next_q = mlp_forward(target_in, s.target_params)[0].squeeze(-1)
         next_value = (next_q - alpha * next_log_prob).min(0).values
         target = s.reward + s.gamma * (~s.terminated) * next_value
@@ -174,7 +187,7 @@ class _SACObjective(torch.autograd.Function):
             error, noise, u, tanh_u, scale, shifted, unfloored, min_index, alpha, log_prob,
             *q_inputs, *actor_inputs, *min_q_inputs, *params[0::2],
         )  # fmt: skip
-        ctx.settings = s
+        ctx.settings, ctx.critic_layers = s, len(critic_params) // 2
         ctx.mark_non_differentiable(terms)
         return loss_qvalue + loss_actor + loss_alpha, terms
 
@@ -188,10 +201,11 @@ class _SACObjective(torch.autograd.Function):
         """The gradients of ``log_alpha`` and the parameters; ``grad`` is the loss's (``None``: 1, nothing to scale)."""
         s: _Settings = ctx.settings
         error, noise, u, tanh_u, scale, shifted, unfloored, min_index, alpha, log_prob, *saved = ctx.saved_tensors
-        layers = len(s.target_params) // 2
-        q_inputs, actor_inputs = saved[:layers], saved[layers : 2 * layers]
-        min_q_inputs, weights = saved[2 * layers : 3 * layers], saved[3 * layers :]
-        actor_weights, critic_weights = weights[:layers], weights[layers:]
+        # Saved: the critics' layer inputs, the actor's, the critics' again (the actor loss's call), then
+        # the weights (the actor's, then the critics'); the two networks may differ in depth.
+        a, c = s.n_actor // 2, ctx.critic_layers
+        q_inputs, actor_inputs, min_q_inputs = saved[:c], saved[c : c + a], saved[c + a : 2 * c + a]
+        actor_weights, critic_weights = saved[2 * c + a : 2 * c + 2 * a], saved[2 * c + 2 * a :]
         batch = error.shape[1]
         needs = ctx.needs_input_grad[2:]
         scale_by = 1.0 / batch if grad is None else grad / batch
@@ -204,13 +218,13 @@ class _SACObjective(torch.autograd.Function):
         # Back through a~ = mid + half * clamp(tanh(u)): the clamp passes where |tanh u| <= lim.
         lim = 1.0 - torch.finfo(u.dtype).resolution
         passed = (tanh_u >= -lim) & (tanh_u <= lim)
-        squash_grad = action_grad * ((s.high - s.low) / 2) * passed
+        squash_grad = torch.where(passed, action_grad * ((s.high - s.low) / 2), 0.0)
         log_prob_grad = alpha * scale_by  # d/dlog pi of mean(alpha log pi)
         two_u = -2.0 * u
         jacobian_grad = 2.0 - 4.0 * torch.ops.aten.softplus_backward(torch.ones_like(u), two_u, _BETA, _THRESHOLD)
         u_grad = torch.ops.aten.tanh_backward(squash_grad, tanh_u) + log_prob_grad * jacobian_grad
         # u = loc + scale * noise; log pi has -log(scale); scale = max(softplus(x + bias) + min, lb).
-        scale_grad = (u_grad * noise - log_prob_grad / scale) * (unfloored >= s.scale_lb)
+        scale_grad = torch.where(unfloored >= s.scale_lb, u_grad * noise - log_prob_grad / scale, 0.0)
         raw_grad = torch.ops.aten.softplus_backward(scale_grad, shifted, _BETA, _THRESHOLD)
         actor_grads = mlp_backward(torch.cat([u_grad, raw_grad], -1), actor_inputs, actor_weights, actor_needs)
         # Temperature: d/dlog_alpha of -mean(log_alpha (log pi + target_entropy)).
@@ -248,7 +262,7 @@ def objective(
 
     Args:
         actor: A :class:`~rl_lightning.nets.sac.SquashedGaussianActor`.
-        critics: Its :class:`~rl_lightning.nets.sac.QEnsemble` (two critics).
+        critics: Its :class:`~rl_lightning.nets.sac.QEnsemble` (stacked critics).
         target_critics: Their Polyak-averaged copy.
         log_alpha: The learned log temperature.
         batch: Replay batch with ``obs``, ``action``, ``reward``, ``next_obs``, ``terminated``.
@@ -259,9 +273,10 @@ def objective(
         ``(loss_qvalue + loss_actor + loss_alpha, terms)``, ``terms`` the five
         ``SACLossTerms`` values stacked (no gradient), as ``algos/sac_loss.sac_loss``
         computes them; or ``None``: the switch is off, a network is not the default one
-        (an encoder, another class, a hook, the modules' own or a global one), the
-        observations are not flat vectors, the tensors are not all float32 on one device,
-        or autocast is on.
+        (an encoder, another class or scale mapping, a hook, the modules' own or a global
+        one), the observations are not flat vectors, a batch tensor needs a gradient,
+        the tensors are not float32 (``terminated`` bool) on one device, ``log_alpha`` is not
+        a scalar, or autocast is on.
     """
     if not (
         on_for("torch") and is_class(actor, ACTOR) and all(is_class(c, CRITICS) for c in (critics, target_critics))
@@ -272,14 +287,21 @@ def objective(
     if actor_part is None or critic_params is None or target_params is None or has_call_hooks(()):
         return None
     actor_params, scale_bias, scale_min, scale_lb = actor_part
-    obs = batch["obs"]
+    obs, action, next_obs, terminated = batch["obs"], batch["action"], batch["next_obs"], batch["terminated"]
     if obs.dim() != 2 or obs.shape[1] != actor.obs_dim or torch.is_autocast_enabled(obs.device.type):
         return None
-    tensors = (obs, batch["action"], batch["next_obs"], log_alpha, *actor_params, *critic_params, *target_params)
-    if any(t.dtype != torch.float32 or t.device != obs.device for t in tensors):
+    if log_alpha.dim() or terminated.dtype != torch.bool or terminated.device != obs.device:
+        return None
+    if obs.requires_grad or action.requires_grad or next_obs.requires_grad:  # their gradients are not written out
+        return None
+    tensors = (obs, action, next_obs, batch["reward"], actor.low, actor.high, log_alpha)
+    if any(
+        t.dtype != torch.float32 or t.device != obs.device
+        for t in (*tensors, *actor_params, *critic_params, *target_params)
+    ):
         return None
     settings = _Settings(
-        obs, batch["action"], batch["reward"], batch["next_obs"], batch["terminated"], actor.low, actor.high,
+        obs, action, batch["reward"], next_obs, terminated, actor.low, actor.high,
         tuple(target_params), float(gamma), float(target_entropy), scale_bias, scale_min, scale_lb, len(actor_params),
     )  # fmt: skip
     return _SACObjective.apply(settings, log_alpha, *actor_params, *critic_params)

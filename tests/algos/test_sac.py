@@ -219,3 +219,28 @@ def test_impossible_hyperparameters_are_refused(kwargs, match):
     """Test that impossible SAC hyperparameters raise a ValueError naming them."""
     with pytest.raises(ValueError, match=match):
         SAC(**kwargs)
+
+
+class _ZeroActorLoss(SAC):
+    """A subclass with its own losses: the actor loss is dropped, so the actor never moves."""
+
+    def loss(self, batch):
+        terms = super().loss(batch)
+        self.calls = getattr(self, "calls", 0) + 1
+        return terms._replace(loss_actor=0.0 * terms.loss_actor)
+
+
+def test_a_subclass_loss_is_what_the_update_differentiates():
+    """Test that SAC.update takes a subclass's own loss (on every path), not the built-in objective."""
+    pl.seed_everything(0)
+    model = _ZeroActorLoss(total_timesteps=120, hidden_sizes=(16, 16))
+    trainer = quiet_trainer(max_epochs=-1)
+    data = small_data()
+    data.setup("fit")
+    model._ensure_policy(data.observation_space, data.action_space)
+    actor_before = {k: v.clone() for k, v in model.policy.state_dict().items()}
+    critics_before = {k: v.clone() for k, v in model.critics.state_dict().items()}
+    trainer.fit(model, data)
+    assert trainer.global_step > 0 and model.calls == trainer.global_step
+    assert all(torch.equal(actor_before[k], v) for k, v in model.policy.state_dict().items())
+    assert any(not torch.equal(critics_before[k], v) for k, v in model.critics.state_dict().items())

@@ -132,6 +132,22 @@ def test_saturated_actions_and_wide_scales_take_the_plain_gradient():
         torch.testing.assert_close(got_grads[name], grad, rtol=1e-4, atol=1e-5, msg=name)
 
 
+def test_an_actor_and_critics_of_different_depths_take_the_plain_gradient():
+    """Test the written-out objective on an actor of two hidden layers and critics of one."""
+    space = BOUNDS["asymmetric-2d"]
+    torch.manual_seed(0)
+    actor = SquashedGaussianActor(OBS, space, (32, 32))
+    critics = QEnsemble(OBS.shape[0], space.shape[0], (16,))
+    targets = copy.deepcopy(critics).requires_grad_(False)
+    log_alpha = nn.Parameter(torch.tensor(-0.5))
+    args = (actor, critics, targets, log_alpha, _batch(space), 0.99, -2.0)
+    _, terms, grads, _ = _run(*args, written_out=False)
+    _, got_terms, got_grads, _ = _run(*args, written_out=True, accumulate=True)
+    torch.testing.assert_close(got_terms, terms, rtol=1e-5, atol=1e-6)
+    for name, grad in grads.items():
+        torch.testing.assert_close(got_grads[name], grad, rtol=1e-4, atol=1e-6, msg=name)
+
+
 def test_a_scaled_loss_scales_every_gradient_and_accumulate_adds_to_existing_ones():
     """Test that backward of 3 * loss gives 3 times the gradients, and accumulate_grads sums like AccumulateGrad."""
     space = BOUNDS["pendulum"]
@@ -163,12 +179,18 @@ def test_frozen_parameters_get_no_gradient_and_hooked_ones_send_the_engine():
     batch = _batch(space)
     _, _, expected, _ = _run(actor, critics, targets, log_alpha, batch, 0.99, -1.0, written_out=False)
     expected = {k: g.clone() for k, g in expected.items()}
-    actor.net[0][0].weight.requires_grad_(False)
+    frozen = ("actor.net.0.0.weight", "critics.layers.1.bias", "log_alpha")
+    for p in (actor.net[0][0].weight, critics.layers[1].bias, log_alpha):
+        p.requires_grad_(False)
     _, _, grads, _ = _run(actor, critics, targets, log_alpha, batch, 0.99, -1.0, written_out=True, accumulate=True)
-    assert grads["actor.net.0.0.weight"] is None
     for name, grad in grads.items():
-        if name != "actor.net.0.0.weight":
+        if name in frozen:
+            assert grad is None, name
+        else:
             torch.testing.assert_close(grad, expected[name], rtol=1e-4, atol=1e-6, msg=name)
+    with torch.autograd.set_detect_anomaly(True):
+        total, _ = objective(actor, critics, targets, log_alpha, batch, 0.99, -1.0)
+        assert not _SACObjective.accumulate_grads(total.grad_fn)  # anomaly mode: the engine's backward
     seen = []
     critics.layers[0].bias.register_hook(seen.append)
     torch.manual_seed(7)
@@ -204,8 +226,12 @@ def _image_actor():
 
 
 @pytest.mark.parametrize(
-    "why", ["switch_off", "encoder", "layer_hook", "global_hook", "scale_mapping", "subclass", "bf16", "autocast"]
-)
+    "why",
+    [
+        "switch_off", "encoder", "critic_encoder", "layer_hook", "global_hook", "mapping_hook", "scale_mapping",
+        "subclass", "bf16", "float64_reward", "obs_grad", "obs_shape", "autocast",
+    ],
+)  # fmt: skip
 def test_the_plain_path_runs_where_the_networks_are_not_the_default(why):
     """Test that the written-out objective declines (None) where it does not mirror the networks, and
     sac_objective then gives the plain losses with their gradients."""
@@ -226,16 +252,29 @@ def test_the_plain_path_runs_where_the_networks_are_not_the_default(why):
         critics.__class__ = type("MyCritics", (QEnsemble,), {})
     elif why == "bf16":
         actor = actor.to(torch.bfloat16)
+    elif why == "critic_encoder":
+        critics.encoder = nn.Identity()
+    elif why == "mapping_hook":
+        actor.net[1].scale_mapping.register_forward_hook(lambda *a: calls.append(1))
+    elif why == "float64_reward":
+        batch["reward"] = batch["reward"].double()
+    elif why == "obs_grad":
+        batch["obs"] = batch["obs"].clone().requires_grad_()
+    elif why == "obs_shape":
+        batch["obs"] = batch["obs"].unsqueeze(1)  # [B, 1, 5]: flattened by the actor, not by the written-out path
     try:
         with fast.disabled() if why == "switch_off" else torch.autocast("cpu", enabled=why == "autocast"):
             assert objective(actor, critics, targets, log_alpha, batch, 0.99, -1.0) is None
-            if why not in ("encoder", "bf16"):  # (these two need their own batch / would not compute in float32)
+            if why not in ("encoder", "bf16", "obs_shape"):  # (their own batch, dtype or a critic on flat obs)
                 total, terms = sac_objective(actor, critics, targets, log_alpha, batch, 0.99, -1.0)
                 assert total.grad_fn is not None and terms.loss_actor.requires_grad  # the plain terms, differentiable
+                if why == "obs_grad":
+                    total.backward()
+                    assert batch["obs"].grad is not None and batch["obs"].grad.abs().sum() > 0
     finally:
         if handle is not None:
             handle.remove()
-    if why in ("layer_hook", "global_hook"):
+    if why in ("layer_hook", "global_hook", "mapping_hook"):
         assert calls
 
 
