@@ -24,6 +24,7 @@ from rl_lightning.algos.loading import check_resume
 from rl_lightning.callbacks import ActorSync, BestCheckpoint, Interruption
 from rl_lightning.callbacks.checkpoint import check_checkpoint_file, run_checkpoint_dir
 from rl_lightning.data import ReplayDataModule
+from rl_lightning.data.chunks import chunk_schedule
 from rl_lightning.envs import NoObjectSetsWarning
 from rl_lightning.faults import EnvFault, NumericalFault, TrainingInterrupted
 from rl_lightning.launch.errors import ConfigError, explain_build_error, explain_run_error
@@ -115,7 +116,7 @@ def explained_errors(cfg: DictConfig):
 
 
 def warm_up(cfg: DictConfig) -> None:
-    """A few-second dry run: a few env steps, one update and one evaluation of each object set.
+    """A few-second dry run: a few env steps (one replay chunk), one update and one evaluation of each object set.
 
     It builds its own small data module and model from the same config on one device,
     surfacing dataflow errors (shapes, dtypes, env settings) before the real run starts.
@@ -123,7 +124,12 @@ def warm_up(cfg: DictConfig) -> None:
     """
     small, one_update = dict(eval_interval=1, eval_episodes=1, eval_num_envs=1), dict(save_interval=None)
     if issubclass(get_class(cfg.data._target_), ReplayDataModule):
-        small.update(steps_per_epoch=8 * cfg.env.num_envs, learning_starts=0, batch_size=8)
+        # An epoch is whole chunks: one chunk of the run's own schedule (RL-Zoo's DQN: 256 env steps),
+        # at least 8 vector steps, then a single gradient step where the schedule names its count.
+        steps = _warm_up_vector_steps(cfg.data, cfg.env.num_envs)
+        small.update(steps_per_epoch=steps * cfg.env.num_envs, learning_starts=0, batch_size=8)
+        if cfg.data.get("train_freq") is not None and cfg.data.get("gradient_steps") is not None:
+            small.update(gradient_steps=1)
     else:
         # A recurrent run's truncated BPTT needs rollouts of whole sequences: one of them.
         small.update(rollout_steps=cfg.algo.get("bptt_length") or 8)
@@ -152,6 +158,20 @@ def warm_up(cfg: DictConfig) -> None:
         data.close()
     seconds = time.perf_counter() - start
     _print(f"Warm-up passed in {seconds:.1f} s (a few env steps, one update, one evaluation per set).")
+
+
+def _warm_up_vector_steps(data: DictConfig, num_envs: Any) -> int:
+    """The warm-up's vector steps: the fewest whole chunks of the run's schedule that make at least 8.
+
+    A schedule that is not numbers gives 8: building the data module then refuses it, naming the key.
+    """
+    try:
+        chunk, _ = chunk_schedule(
+            data.get("utd_ratio", 1.0), int(num_envs), data.get("train_freq"), data.get("gradient_steps")
+        )
+    except (TypeError, ValueError, ZeroDivisionError):
+        return 8
+    return -(-8 // chunk) * chunk if chunk > 0 else 8
 
 
 @rank_zero_only
