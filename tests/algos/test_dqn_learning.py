@@ -1,7 +1,7 @@
 """Learning tests: DQN reaches the off-policy issue's threshold on CartPole-v1 (slow; not in CI), and learns a Dict
 image task (slow; in CI).
 
-The CartPole test takes about 7 minutes on a 2-core CPU machine: run with ``pytest -m slow``. It runs the ``dqn``
+The CartPole test takes about 2 minutes on a 2-core CPU machine: run with ``pytest -m slow``. It runs the ``dqn``
 experiment as ``train.py`` does (``launch.app.train``): the final test evaluates
 ``best.ckpt``, chosen by the train set's evaluations, on episodes other than those.
 """
@@ -24,7 +24,7 @@ def test_dqn_reaches_475_on_cartpole_within_100k_steps(tmp_path):
         overrides = ["+experiment=dqn", "seed=0", f"run_dir={tmp_path}", "logger=csv", "callbacks=none"]
         cfg = compose("config", overrides=overrides)
     summary = train(cfg)
-    assert summary.env_steps == cfg.algo.total_timesteps == 100_000
+    assert summary.env_steps == cfg.algo.total_timesteps <= 100_000
     assert summary.tested_checkpoint == os.path.join(str(tmp_path), "checkpoints", "best.ckpt")
     assert summary.eval_return >= 475, summary
     assert summary.eval_ood_return is not None

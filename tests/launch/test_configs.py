@@ -97,7 +97,7 @@ def test_every_group_option_and_experiment_composes_and_builds(overrides, tmp_pa
 
 
 def test_experiments_match_their_measured_settings(tmp_path):
-    """Test that the experiments carry the settings docs/algos/ppo.md reports figures for."""
+    """Test that the experiments carry the settings docs/algos/ppo.md and dqn.md report figures for."""
     cartpole = _compose(["+experiment=ppo"], str(tmp_path))
     assert (cartpole.env.env_id, cartpole.env.num_envs, cartpole.data.rollout_steps) == ("CartPole-v1", 8, 32)
     assert cartpole.algo.total_timesteps == 150_000 and cartpole.algo.lr == 1e-3
@@ -109,6 +109,12 @@ def test_experiments_match_their_measured_settings(tmp_path):
     )
     assert (cartpole.algo.gamma, cartpole.algo.gae_lambda, cartpole.algo.update_epochs) == (0.98, 0.8, 20)
     assert mujoco.algo.total_timesteps == 200_000
+    # docs/algos/dqn.md: RL-Zoo's CartPole DQN, its update schedule included, in whole chunks within 100k steps.
+    dqn = _compose(["+experiment=dqn"], str(tmp_path))
+    assert (dqn.data.train_freq, dqn.data.gradient_steps, dqn.algo.target_update_interval) == (256, 128, 128)
+    assert (dqn.algo.lr, dqn.data.batch_size, dqn.data.learning_starts, dqn.env.num_envs) == (2.3e-3, 64, 1000, 1)
+    assert dqn.algo.total_timesteps <= 100_000 and dqn.algo.total_timesteps % dqn.data.steps_per_epoch == 0
+    assert dqn.data.steps_per_epoch % dqn.data.train_freq == 0
 
 
 def test_debug_makes_the_acting_copy_check_every_sync(tmp_path, monkeypatch):

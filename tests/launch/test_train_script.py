@@ -141,11 +141,16 @@ def test_bad_config_ends_with_one_paragraph_naming_key_and_fix(tmp_path, overrid
     assert not os.path.exists(tmp_path / "runs") or not glob.glob(str(tmp_path / "runs" / "*" / "checkpoints"))
 
 
-@pytest.mark.parametrize(("experiment", "loss_key"), [("sac", "train/loss_qvalue"), ("dqn", "train/loss")])
-def test_off_policy_experiment_runs_with_its_warm_up(experiment, loss_key, tmp_path):
-    """Test that +experiment=sac / dqn (replay data) runs end to end from train.py, warm-up included."""
+@pytest.mark.parametrize(
+    ("experiment", "loss_key", "schedule"),
+    [("sac", "train/loss_qvalue", []), ("dqn", "train/loss", ["data.train_freq=10", "data.gradient_steps=5"])],
+)
+def test_off_policy_experiment_runs_with_its_warm_up(experiment, loss_key, schedule, tmp_path):
+    """Test that +experiment=sac / dqn (replay data) runs end to end from train.py, warm-up included (dqn in
+    smaller chunks than its 256 env steps, which a 100-step epoch cannot hold)."""
     overrides = [
         f"+experiment={experiment}",
+        *schedule,
         "debug=true",
         "algo.total_timesteps=200",
         "algo.hidden_sizes=[16,16]",
@@ -319,6 +324,8 @@ def test_dqn_on_image_observations_under_ddp_saves_and_resumes_its_compact_image
         "algo.hidden_sizes=[16]",
         "algo.save_interval=1",
         "data.steps_per_epoch=100",
+        "data.train_freq=10",
+        "data.gradient_steps=5",
         "data.learning_starts=50",
         "data.batch_size=16",
         "data.optimize_memory_usage=true",
