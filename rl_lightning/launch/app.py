@@ -124,10 +124,10 @@ def warm_up(cfg: DictConfig) -> None:
     """
     small, one_update = dict(eval_interval=1, eval_episodes=1, eval_num_envs=1), dict(save_interval=None)
     if issubclass(get_class(cfg.data._target_), ReplayDataModule):
-        # An epoch is whole chunks: one chunk of the run's own schedule (RL-Zoo's DQN: 256 env steps),
-        # at least 8 vector steps, then a single gradient step where the schedule names its count.
-        steps = _warm_up_vector_steps(cfg.data, cfg.env.num_envs)
-        small.update(steps_per_epoch=steps * cfg.env.num_envs, learning_starts=0, batch_size=8)
+        # limit_train_batches=1 trains one Lightning batch, one chunk: the epoch is that chunk of the run's
+        # own schedule (an epoch must be whole chunks; RL-Zoo's DQN: 256 env steps), with one gradient step
+        # where the schedule names its count.
+        small.update(steps_per_epoch=_one_chunk(cfg.data, cfg.env.num_envs), learning_starts=0, batch_size=8)
         if cfg.data.get("train_freq") is not None and cfg.data.get("gradient_steps") is not None:
             small.update(gradient_steps=1)
     else:
@@ -160,18 +160,16 @@ def warm_up(cfg: DictConfig) -> None:
     _print(f"Warm-up passed in {seconds:.1f} s (a few env steps, one update, one evaluation per set).")
 
 
-def _warm_up_vector_steps(data: DictConfig, num_envs: Any) -> int:
-    """The warm-up's vector steps: the fewest whole chunks of the run's schedule that make at least 8.
-
-    A schedule that is not numbers gives 8: building the data module then refuses it, naming the key.
-    """
+def _one_chunk(data: DictConfig, num_envs: Any) -> int:
+    """Env steps in one chunk of the run's schedule; 8 per env where the schedule is not numbers (building the
+    data module then refuses it, naming the key)."""
     try:
-        chunk, _ = chunk_schedule(
+        vector_steps, _ = chunk_schedule(
             data.get("utd_ratio", 1.0), int(num_envs), data.get("train_freq"), data.get("gradient_steps")
         )
+        return vector_steps * int(num_envs) if vector_steps > 0 else 8 * int(num_envs)
     except (TypeError, ValueError, ZeroDivisionError):
-        return 8
-    return -(-8 // chunk) * chunk if chunk > 0 else 8
+        return 8 * num_envs
 
 
 @rank_zero_only
