@@ -21,7 +21,6 @@ import hydra
 from omegaconf import DictConfig
 
 from rl_lightning.faults import EnvFault, NumericalFault, TrainingInterrupted
-from rl_lightning.launch.aliases import renamed_overrides
 from rl_lightning.launch.app import check_resume_before_hydra, train
 from rl_lightning.launch.errors import ConfigError, check_overrides
 
@@ -47,13 +46,9 @@ def main(cfg: DictConfig) -> float | None:
 
 
 if __name__ == "__main__":
-    # Keys of earlier releases run under their new names (one release), with a warning.
-    sys.argv[1:], renamed = renamed_overrides(sys.argv[1:])
     # Hydra's own messages for a typo'd key or an unknown option are terse; compose once
     # first and explain. (Skipped inside DDP child processes, which rerun this script.)
     if "LOCAL_RANK" not in os.environ or os.environ.get("LOCAL_RANK") == "0":
-        for note in renamed:
-            print(f"Warning: {note}", file=sys.stderr)
         overrides = [a for a in sys.argv[1:] if not a.startswith("-")]
         try:
             check_overrides(CONFIG_DIR, "config", overrides)

@@ -9,11 +9,10 @@ clip 0.1 (values clipped too), entropy 0.01, value 0.5, max grad norm 0.5, the N
 shared by linear actor and critic heads. Every contender steps the same envs, built by the
 same function: ``ALE/Breakout-v5`` with the wrapper stack of ``conf/env/atari_breakout.yaml``
 (4x84x84 uint8 frame stacks), vectorized in-process (gymnasium's ``SyncVectorEnv``, SB3's
-``DummyVecEnv``), so the envs cost the same and the difference is the learner;
-``rl_lightning_plain`` is ours with the fast path off. Each
-contender first runs one untimed rollout-and-update (one-time costs: torch's kernels, the
-fast path's compiled Adam), then the timed runs alternate; env-steps/s, medians, ranges and
-the ratios of the medians and of each repeat's pair.
+``DummyVecEnv``), so the envs cost the same and the difference is the learner. Each contender
+first runs one untimed rollout-and-update (one-time costs: torch's kernels), then the timed
+runs alternate; env-steps/s, medians, ranges and the ratios of the medians and of each repeat's
+pair.
 """
 
 from __future__ import annotations
@@ -50,16 +49,9 @@ def make_env() -> gym.Env:
     return apply_wrappers(gym.make(ENV_ID, **MAKE_KWARGS), check_wrappers(wrappers()))
 
 
-def ours(env_steps: int, seed: int, fast_path: bool = True) -> dict[str, float]:
-    """rl_lightning's PPO through the Python API, its default encoder (the Nature CNN) and linear heads.
-
-    ``fast_path=False`` runs it with every shortcut of ``rl_lightning.fast`` off (``rl_lightning_plain``).
-    """
-    from rl_lightning import RolloutDataModule, fast
-
-    if not fast_path:
-        with fast.disabled():
-            return ours(env_steps, seed)
+def ours(env_steps: int, seed: int) -> dict[str, float]:
+    """rl_lightning's PPO through the Python API, its default encoder (the Nature CNN) and linear heads."""
+    from rl_lightning import RolloutDataModule
 
     s = SETTINGS
     pl.seed_everything(seed, verbose=False)
@@ -99,7 +91,6 @@ def plain(env_steps: int, seed: int) -> dict[str, float]:
 
 CONTENDERS = {
     "rl_lightning": ours,
-    "rl_lightning_plain": lambda env_steps, seed: ours(env_steps, seed, fast_path=False),
     "stable_baselines3": sb3,
     "cleanrl_style": plain,
 }
@@ -107,16 +98,16 @@ CONTENDERS = {
 
 def report(results: dict[str, list[dict]]) -> list[str]:
     """The table of medians and ranges, and the per-repeat ratios, as markdown lines."""
-    from benchmarks.run import fast_path_pairs, summarize, table
+    from benchmarks.run import pairs, summarize, table
 
     return [
         table(
             "PPO, Breakout",
             summarize(results, "env_steps_per_second"),
             "env-steps/s",
-            ["stable_baselines3", "cleanrl_style", "rl_lightning_plain"],
+            ["stable_baselines3", "cleanrl_style"],
         ),
-        *fast_path_pairs(results, "env_steps_per_second", "cleanrl_style"),
+        *pairs(results, "env_steps_per_second", "cleanrl_style"),
     ]
 
 

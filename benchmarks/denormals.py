@@ -4,7 +4,8 @@ Usage::
 
     python -m benchmarks.denormals [--repeats 3] [--quick]
 
-The fast path flushes denormals to zero while a fit runs (``rl_lightning/fast/denormals.py``).
+The algorithms flush denormals to zero while a fit runs (``flush_denormal=True``,
+``rl_lightning/callbacks/denormals.py``).
 This runs, alternating within every repeat, at the off-policy suite's settings
 (``benchmarks/run.py --suites offpolicy``): DQN on CartPole-v1 at RL-Zoo's chunks and SAC on
 Pendulum-v1 at 1/1, each as
@@ -49,20 +50,22 @@ def flushed() -> Iterator[None]:
 
 def ours(run: Callable[[int], dict], flush: bool) -> Callable[[int], dict]:
     """Our run, timing every optimizer step; ``flush=False`` leaves the fit's flush out (nothing else changes)."""
-    from rl_lightning.algos.base import RLModule
-    from rl_lightning.fast.denormals import FlushDenormals
+    from lightning.pytorch.core.optimizer import LightningOptimizer
+
+    from rl_lightning.callbacks.denormals import FlushDenormals
 
     def timed(seed: int) -> dict:
         spent = []
-        step = RLModule.step_optimizer
+        step = LightningOptimizer.step
 
-        def step_optimizer(module, optimizer):
+        def timed_step(optimizer, *args, **kwargs):
             start = time.perf_counter()
-            step(module, optimizer)
+            out = step(optimizer, *args, **kwargs)
             spent.append(time.perf_counter() - start)
+            return out
 
         with contextlib.ExitStack() as stack:
-            stack.enter_context(mock.patch.object(RLModule, "step_optimizer", step_optimizer))
+            stack.enter_context(mock.patch.object(LightningOptimizer, "step", timed_step))
             if not flush:
                 stack.enter_context(mock.patch.object(FlushDenormals, "on_fit_start", lambda *args: None))
             result = run(seed)

@@ -5,7 +5,7 @@ One invocation measures, alternating the contenders over repeats (``benchmarks/r
 
 1. **Throughput.** rl_lightning's PPO inside ``Trainer.fit`` on the batched torch CartPole
    (``RolloutDataModule(backend="torch")``: rollout, GAE, minibatches and update on one
-   device; with the fast path on and off) against the plain PyTorch loop on the same batched env
+   device) against the plain PyTorch loop on the same batched env
    (``benchmarks/plain_ppo.py``'s ``train_batched``, the "no framework" ceiling), both at
    :data:`SETTINGS` (``conf/experiment/ppo_batched.yaml``'s update: 1024 envs x 16 steps,
    4 epochs of 16 minibatches, lr 1e-3 annealed, no entropy bonus, clipped value loss), without
@@ -46,14 +46,10 @@ from benchmarks.throughput import PLAIN, bare_trainer, ppo_model, timed_fit
 SETTINGS = PPOSettings(num_envs=1024, rollout_steps=16, num_minibatches=16, update_epochs=4, lr=1e-3, ent_coef=0.0)
 
 
-def ours(s: PPOSettings, env_steps: int, seed: int, device: str = "cpu", fast_path: bool = True) -> dict[str, float]:
-    """rl_lightning's PPO through ``Trainer.fit`` on the batched torch env of ``s.env_id`` on ``device``
-    (``fast_path=False``: inside ``rl_lightning.fast.disabled()``, the plain torch/Lightning path)."""
-    from rl_lightning import RolloutDataModule, fast
-
-    if not fast_path:
-        with fast.disabled():
-            return ours(s, env_steps, seed, device)
+def ours(s: PPOSettings, env_steps: int, seed: int, device: str = "cpu", **extra) -> dict[str, float]:
+    """rl_lightning's PPO through ``Trainer.fit`` on the batched torch env of ``s.env_id`` on ``device``; ``extra``:
+    more of ``PPO``'s arguments (``compile=True``)."""
+    from rl_lightning import RolloutDataModule
 
     pl.seed_everything(seed, verbose=False)
     data = RolloutDataModule(
@@ -69,7 +65,7 @@ def ours(s: PPOSettings, env_steps: int, seed: int, device: str = "cpu", fast_pa
     trainer = bare_trainer(accelerator="gpu" if device.startswith("cuda") else "cpu", devices=1)
     if device == "cpu":
         data.setup("fit")  # envs built before the clock starts, as the plain loop's
-    return timed_fit(trainer, ppo_model(s, env_steps, normalize_obs=False), data)
+    return timed_fit(trainer, ppo_model(s, env_steps, normalize_obs=False, **extra), data)
 
 
 def plain(s: PPOSettings, env_steps: int, seed: int, device: str = "cpu") -> dict[str, float]:
@@ -132,7 +128,6 @@ def main(argv: list[str] | None = None) -> dict:
     results = alternate(
         {
             "rl_lightning": lambda seed: ours(s, args.env_steps, seed, args.device),
-            "rl_lightning_plain": lambda seed: ours(s, args.env_steps, seed, args.device, fast_path=False),
             "plain_pytorch": lambda seed: plain(s, args.env_steps, seed, args.device),
         },
         args.repeats,
@@ -145,9 +140,6 @@ def main(argv: list[str] | None = None) -> dict:
         table("PPO", summary, "env-steps/s", ["plain_pytorch"]),
         "",
         paired(results, "env_steps_per_second", "rl_lightning", "plain_pytorch"),
-        paired(results, "env_steps_per_second", "rl_lightning_plain", "plain_pytorch"),
-        "",
-        "`rl_lightning_plain` is rl_lightning with the fast path off (`RL_LIGHTNING_FAST=0`, docs/fast_path.md).",
     ]
     cost = tensordict_cost(s.num_envs)
     step_us = 1e6 / summary["rl_lightning"]["median"] * s.num_envs  # one batched step's share of our wall time

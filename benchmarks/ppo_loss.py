@@ -1,12 +1,12 @@
-"""Cost of one PPO update step: rl_lightning's ``minibatch_loss`` against torchrl's ``ClipPPOLoss``.
+"""Cost of one PPO update step: rl_lightning's ``ppo_loss`` against torchrl's ``ClipPPOLoss``, and Adam's kernels.
 
     python -m benchmarks.ppo_loss [--repeats 5] [--steps 300] [--batch 128] [--threads 1]
 
-Both variants compute the same loss (``tests/algos/test_ppo_loss.py``) on the same
-CartPole-sized actor-critic and batch, and each step includes backward (through autograd's
-engine) and the same (unfused) Adam step. With the default networks ``minibatch_loss`` takes
-its written-out path (networks, distribution and objective as one autograd node).
-Repeats alternate the two variants; the table reports medians and the ratio.
+The loss variants compute the same loss (``tests/algos/test_ppo_loss.py``) on the same
+CartPole-sized actor-critic and batch, and each step includes backward and the same Adam
+step. The Adam variants time ``torch.optim.Adam``'s step alone on the same gradients: its
+``for``-loop, ``foreach`` and ``fused`` kernels (``rl_lightning.algos.update.adam`` takes the fused
+one). Repeats alternate the variants; the table reports medians and the ratios.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from tensordict.nn import TensorDictModule
 from torch.distributions import Categorical
 
 from benchmarks.timing import alternate, print_table
-from rl_lightning.algos.ppo_loss import minibatch_loss
+from rl_lightning.algos.ppo_loss import ppo_loss
 from rl_lightning.nets import ActorCritic
 
 with warnings.catch_warnings():
@@ -35,7 +35,7 @@ with warnings.catch_warnings():
 def make_batch(policy: ActorCritic, n: int) -> TensorDict:
     obs = torch.randn(n, 4)
     with torch.no_grad():
-        action, log_prob, value = policy.act(obs)
+        action, log_prob, value, _ = policy.act(obs)
     return TensorDict(
         {
             "obs": obs,
@@ -50,7 +50,9 @@ def make_batch(policy: ActorCritic, n: int) -> TensorDict:
 
 
 def our_step(policy, optimizer, batch):
-    terms = minibatch_loss(policy, batch, clip_coef=0.2, ent_coef=0.01, vf_coef=0.5)
+    log_prob, entropy, value = (x[0] for x in policy.evaluate_actions(batch["obs"][None], batch["action"][None]))
+    old = (batch[key] for key in ("log_prob", "value", "advantage", "return"))
+    terms = ppo_loss(log_prob, entropy, value, *old, clip_coef=0.2, ent_coef=0.01, vf_coef=0.5)
     optimizer.zero_grad()
     terms.loss.backward()
     optimizer.step()
@@ -107,9 +109,16 @@ def main() -> None:
         },
         batch_size=[args.batch],
     )
+    our_step(policy, optimizer, batch)  # gradients for the Adam variants
+    adams = {
+        f"Adam step, {kind}": torch.optim.Adam(policy.parameters(), lr=1e-4, eps=1e-5, **{kind: True})
+        for kind in ("foreach", "fused")
+    }
+    adams["Adam step, for-loop"] = torch.optim.Adam(policy.parameters(), lr=1e-4, eps=1e-5, foreach=False)
     variants = {
-        "minibatch_loss": lambda: our_step(policy, optimizer, batch),
+        "ppo_loss": lambda: our_step(policy, optimizer, batch),
         "torchrl ClipPPOLoss": lambda: torchrl_step(loss_module, optimizer, td),
+        **{name: adam.step for name, adam in adams.items()},
     }
     times = alternate(variants, args.repeats, args.steps)
     print(
@@ -117,8 +126,10 @@ def main() -> None:
         f"{args.repeats} alternating repeats of {args.steps} steps"
     )
     medians = print_table(times)
-    ratio = medians["torchrl ClipPPOLoss"] / medians["minibatch_loss"]
-    print(f"ClipPPOLoss / minibatch_loss: {ratio:.2f}x")
+    ratio = medians["torchrl ClipPPOLoss"] / medians["ppo_loss"]
+    print(f"ClipPPOLoss / ppo_loss: {ratio:.2f}x")
+    for kind in ("foreach", "for-loop"):
+        print(f"Adam {kind} / fused: {medians[f'Adam step, {kind}'] / medians['Adam step, fused']:.2f}x")
     print(json.dumps({"medians_ms": medians, "ratio": ratio}))
 
 

@@ -6,9 +6,8 @@
 Suites (all in one invocation, contenders alternating within every repeat so a shared
 machine's noise falls on all of them alike; medians, ranges and ratios reported):
 
-- ``ppo``: PPO on CartPole-v1 at CleanRL's settings, env-steps/s of rl_lightning (with
-  its fast path on, and off: ``rl_lightning_plain``), Stable-Baselines3 and the plain loop
-  (``benchmarks/throughput.py``).
+- ``ppo``: PPO on CartPole-v1 at CleanRL's settings, env-steps/s of rl_lightning,
+  Stable-Baselines3 and the plain loop (``benchmarks/throughput.py``).
 - ``solve``: wall time and env steps to solve CartPole-v1, our tuned experiment against
   Stable-Baselines3 with RL-Zoo's preset, over seeds (``benchmarks/solve_cartpole.py``).
 - ``offpolicy``: SAC on Pendulum-v1 (``benchmarks/sac_vs_sb3.py``) and DQN on CartPole-v1
@@ -144,7 +143,6 @@ def suite_ppo(quick: bool, repeats: int, report: dict) -> list[str]:
     results = alternate(
         {
             "rl_lightning": lambda seed: throughput.ppo_ours(steps, seed),
-            "rl_lightning_plain": lambda seed: throughput.ppo_ours(steps, seed, fast_path=False),
             "stable_baselines3": lambda seed: throughput.ppo_sb3(steps, seed),
             "plain_pytorch": lambda seed: throughput.ppo_plain(steps, seed),
         },
@@ -154,20 +152,16 @@ def suite_ppo(quick: bool, repeats: int, report: dict) -> list[str]:
     report["ppo"] = {"env_steps": steps, "runs": results, "env_steps_per_second": summary}
     return [
         f"### PPO, CartPole-v1, CleanRL's settings ({steps} env steps per run, {repeats} alternating repeats)",
-        table("PPO", summary, "env-steps/s", ["stable_baselines3", "plain_pytorch", "rl_lightning_plain"]),
-        *fast_path_pairs(results, "env_steps_per_second", "plain_pytorch"),
+        table("PPO", summary, "env-steps/s", ["stable_baselines3", "plain_pytorch"]),
+        *pairs(results, "env_steps_per_second", "plain_pytorch"),
     ]
 
 
-def fast_path_pairs(results: dict[str, list[dict]], metric: str, other: str) -> list[str]:
-    """The note on ``rl_lightning_plain``, then per-repeat ratios of ours (fast path on, off) to SB3 and ``other``."""
+def pairs(results: dict[str, list[dict]], metric: str, other: str) -> list[str]:
+    """Per-repeat ratios of ours to Stable-Baselines3 and to ``other``."""
     return [
         "",
-        "`rl_lightning_plain` is rl_lightning with the fast path off (`RL_LIGHTNING_FAST=0`, docs/fast_path.md).",
-        "",
         paired(results, metric, "rl_lightning", "stable_baselines3"),
-        paired(results, metric, "rl_lightning_plain", "stable_baselines3"),
-        paired(results, metric, "rl_lightning", "rl_lightning_plain"),
         paired(results, metric, "rl_lightning", other),
     ]
 

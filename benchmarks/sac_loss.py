@@ -1,22 +1,16 @@
-"""Cost of one SAC update step and its parts: the plain loss (``sac_loss``), torchrl's ``SACLoss``, the written-out one.
+"""Cost of one SAC update step and its parts: the loss as a pure function (``sac_loss``) against torchrl's ``SACLoss``.
 
     python -m benchmarks.sac_loss [--repeats 5] [--steps 100] [--batch 256] [--threads 1]
 
-Update steps (loss, one backward, the three fused Adam steps, the Polyak update of the
-target critics) compute the same thing in both variants (``tests/algos/test_sac_loss.py``)
-on Pendulum's 256x256 networks (the ``sac`` experiment's); a third runs the plain loss with
-the critics' layers through autograd's backward instead of ``relu_mlp``'s (a no-op forward
-hook on each layer sends ``QEnsemble`` down that path); a fourth the fast path's written-out
-objective (``fast/sac.py``: the whole loss as one autograd node, its gradient added to
-``.grad`` without autograd's engine, as ``SAC.update`` runs it). The parts: the twin critics'
-forward and backward as one ``QEnsemble`` (through ``relu_mlp``, and through autograd), as
-two separate networks and through ``torch.func.vmap`` (torchrl's way); one
-reparameterized action sample with its log-probability, on tensors and through torchrl's
-``TanhNormal``; the Polyak update as
-one ``_foreach_lerp_`` and as SB3's per-tensor loop; a replay batch through
-``buffer.sample()`` and ``sample_batch``; a one-transition ``extend`` with and without the
-storage's device on the TensorDict, and through ``store_transitions``. Repeats alternate all variants; the table reports
-medians and ranges.
+Update steps (loss, one backward, the fused Adam steps, the Polyak update of the target
+critics) compute the same thing in both variants (``tests/algos/test_sac_loss.py``) on
+Pendulum's 256x256 networks (the ``sac`` experiment's). The parts: the twin critics' forward and
+backward as one ``QEnsemble``, as two separate networks and through ``torch.func.vmap``
+(torchrl's way); one reparameterized action sample with its log-probability, on tensors and
+through torchrl's ``TanhNormal``; the Polyak update of the stacked critics against SB3's
+per-tensor loop over two networks; a replay batch through ``buffer.sample()``; a
+one-transition ``extend`` with and without the storage's device on the TensorDict. Repeats
+alternate all variants; the table reports medians and ranges.
 """
 
 from __future__ import annotations
@@ -33,10 +27,9 @@ from tensordict import TensorDict
 from tensordict.nn import TensorDictModule
 
 from benchmarks.timing import alternate, print_table
-from rl_lightning import fast
-from rl_lightning.algos.sac_loss import sac_loss, sac_objective
+from rl_lightning.algos.sac_loss import sac_loss
 from rl_lightning.algos.update import adam
-from rl_lightning.data.replay import make_replay_buffer, sample_batch, store_transitions, to_torchrl_batch
+from rl_lightning.data.replay import make_replay_buffer, to_torchrl_batch
 from rl_lightning.nets.sac import QEnsemble, QNetwork, SquashedGaussianActor, squashed_gaussian_sample
 
 with warnings.catch_warnings():
@@ -63,21 +56,10 @@ def make_batch(n: int) -> TensorDict:
     )
 
 
-def through_autograd(critics: QEnsemble) -> QEnsemble:
-    """``critics`` with a no-op forward hook on each layer: their forward takes the per-layer
-    ``baddbmm``/``relu`` path and autograd's backward instead of ``relu_mlp`` (the hooks themselves
-    cost about 1 us per layer call)."""
-    for layer in critics.layers:
-        layer.register_forward_hook(lambda module, args, output: None)
-    return critics
-
-
-def plain_update(batch: TensorDict, autograd_critics: bool = False, written_out: bool = False):
+def plain_update(batch: TensorDict):
     policy = SquashedGaussianActor(OBS_SPACE, ACTION_SPACE, HIDDEN)
     critics = QEnsemble(3, 1, HIDDEN)
     targets = copy.deepcopy(critics).requires_grad_(False)
-    if autograd_critics:
-        critics, targets = through_autograd(critics), through_autograd(targets)
     log_alpha = torch.nn.Parameter(torch.zeros(()))
     optimizers = [adam(policy.parameters(), 1e-3), adam(critics.parameters(), 1e-3), adam([log_alpha], 1e-3)]
     target_params, online_params = list(targets.parameters()), list(critics.parameters())
@@ -85,16 +67,13 @@ def plain_update(batch: TensorDict, autograd_critics: bool = False, written_out:
     def step():
         for optimizer in optimizers:
             optimizer.zero_grad()
-        if written_out:
-            total, _ = sac_objective(policy, critics, targets, log_alpha, batch, GAMMA, -1.0)
-            fast.backward(total)  # manual_backward on the fast path
-        else:
-            terms = sac_loss(policy, critics, targets, log_alpha, batch, GAMMA, -1.0)
-            (terms.loss_qvalue + terms.loss_actor + terms.loss_alpha).backward()
+        terms = sac_loss(policy, critics, targets, log_alpha, batch, GAMMA, -1.0)
+        (terms.loss_qvalue + terms.loss_actor + terms.loss_alpha).backward()
         for optimizer in optimizers:
             optimizer.step()
         with torch.no_grad():
-            torch._foreach_lerp_(target_params, online_params, TAU)
+            for target, online in zip(target_params, online_params, strict=True):
+                target.lerp_(online, TAU)
 
     return step
 
@@ -138,7 +117,6 @@ def critic_variants(batch: TensorDict) -> dict:
     """Forward and backward of both critics on (obs, action), three ways."""
     obs, action = batch["obs"], batch["action"]
     ensemble = QEnsemble(3, 1, HIDDEN)
-    hooked = through_autograd(copy.deepcopy(ensemble))
     nets = [QNetwork(3, 1, HIDDEN) for _ in range(2)]
     base = copy.deepcopy(nets[0]).to("meta")
     params = {k: torch.stack([n.state_dict()[k] for n in nets]).requires_grad_() for k in nets[0].state_dict()}
@@ -151,9 +129,6 @@ def critic_variants(batch: TensorDict) -> dict:
     def stacked():
         ensemble(obs, action).sum().backward()
 
-    def autograd():
-        hooked(obs, action).sum().backward()
-
     def separate():
         sum(net(obs, action).sum() for net in nets).backward()
 
@@ -162,7 +137,6 @@ def critic_variants(batch: TensorDict) -> dict:
 
     return {
         "critics: QEnsemble": stacked,
-        "critics: QEnsemble through autograd": autograd,
         "critics: two QNetworks": separate,
         "critics: torch.func.vmap": vmap,
     }
@@ -191,21 +165,22 @@ def polyak_variants() -> dict:
     loop_online = [p for c in (QNetwork(3, 1, HIDDEN), QNetwork(3, 1, HIDDEN)) for p in c.parameters()]
     loop_target = [p.detach().clone() for p in loop_online]
 
-    def foreach():
+    def stacked():  # SAC.update_targets: a lerp_ per stacked tensor
         with torch.no_grad():
-            torch._foreach_lerp_(target_params, online_params, TAU)
+            for target, online in zip(target_params, online_params, strict=True):
+                target.lerp_(online, TAU)
 
     def per_tensor():  # SB3's polyak_update: a mul_ and an add per tensor of the two separate critics
         with torch.no_grad():
             for p, t in zip(loop_online, loop_target, strict=True):
                 t.mul_(1 - TAU).add_(p, alpha=TAU)
 
-    return {"polyak: _foreach_lerp_ (stacked)": foreach, "polyak: per-tensor loop (two nets)": per_tensor}
+    return {"polyak: lerp_ per stacked tensor": stacked, "polyak: per-tensor loop (two nets)": per_tensor}
 
 
 def replay_variants(batch_size: int) -> dict:
-    """Sampling a batch (two ways) and storing one transition (three ways) in a filled 1M-transition buffer."""
-    buffers = [make_replay_buffer(1_000_000, batch_size) for _ in range(4)]
+    """Sampling a batch and storing one transition (two ways) in a filled 1M-transition buffer."""
+    buffers = [make_replay_buffer(1_000_000, batch_size, device="cpu") for _ in range(3)]
 
     def transition(device=None) -> TensorDict:
         data = {"obs": torch.randn(1, 3), "action": torch.randn(1, 1), "reward": torch.randn(1)}
@@ -216,10 +191,8 @@ def replay_variants(batch_size: int) -> dict:
         buffer.extend(make_batch(5000).update({"action": torch.zeros(5000, 1)}))
     return {
         "replay: buffer.sample()": buffers[0].sample,
-        "replay: sample_batch": lambda: sample_batch(buffers[0]),
         "replay: extend (TensorDict without device)": lambda: buffers[1].extend(transition()),
         "replay: extend (TensorDict on the storage's device)": lambda: buffers[2].extend(transition("cpu")),
-        "replay: store_transitions (on the storage's device)": lambda: store_transitions(buffers[3], transition("cpu")),
     }
 
 
@@ -235,9 +208,7 @@ def main() -> None:
     batch = make_batch(args.batch)
     variants = {
         "update: plain sac_loss": plain_update(batch),
-        "update: plain sac_loss, critics through autograd": plain_update(batch, autograd_critics=True),
         "update: torchrl SACLoss": torchrl_update(batch),
-        "update: written-out objective (fast path)": plain_update(batch, written_out=True),
     }
     variants |= critic_variants(batch) | sample_variants(batch) | polyak_variants() | replay_variants(args.batch)
     times = alternate(variants, args.repeats, args.steps, warmup=10)
@@ -247,16 +218,8 @@ def main() -> None:
     )
     medians = print_table(times)
     ratio = medians["update: torchrl SACLoss"] / medians["update: plain sac_loss"]
-    relu_ratio = medians["update: plain sac_loss, critics through autograd"] / medians["update: plain sac_loss"]
     print(f"SACLoss update / plain update: {ratio:.2f}x")
-    written_out_ratio = medians["update: plain sac_loss"] / medians["update: written-out objective (fast path)"]
-    print(f"critics through autograd / through relu_mlp: {relu_ratio:.2f}x")
-    print(f"plain update / written-out objective's update: {written_out_ratio:.2f}x")
-    summary = {
-        "ratio": round(ratio, 3),
-        "relu_mlp_ratio": round(relu_ratio, 3),
-        "written_out_ratio": round(written_out_ratio, 3),
-    }
+    summary = {"ratio": round(ratio, 3)}
     print(json.dumps({"medians_ms": {k: round(v, 4) for k, v in medians.items()}} | summary))
 
 

@@ -77,17 +77,9 @@ def timed_learn(model, env_steps: int, gradient_steps: bool = False) -> dict[str
     return result
 
 
-def ppo_ours(env_steps: int, seed: int, fast_path: bool = True) -> dict[str, float]:
-    """rl_lightning's PPO through the Python API (``Trainer.fit(PPO(...), RolloutDataModule(...))``).
-
-    ``fast_path=False`` runs it with every shortcut of ``rl_lightning.fast`` off (envs built
-    and the fit run inside ``fast.disabled()``): the plain torch/Lightning/gymnasium path.
-    """
-    from rl_lightning import fast
-
-    if not fast_path:
-        with fast.disabled():
-            return ppo_ours(env_steps, seed)
+def ppo_ours(env_steps: int, seed: int, **extra) -> dict[str, float]:
+    """rl_lightning's PPO through the Python API (``Trainer.fit(PPO(...), RolloutDataModule(...))``); ``extra``: more
+    of ``PPO``'s arguments (``compile=True``)."""
     from rl_lightning import RolloutDataModule
 
     s = PPO_SETTINGS
@@ -102,7 +94,7 @@ def ppo_ours(env_steps: int, seed: int, fast_path: bool = True) -> dict[str, flo
         seed=seed,
     )
     data.setup("fit")  # envs built before the clock starts, as for the other contenders
-    return timed_fit(bare_trainer(), ppo_model(s, env_steps, normalize_obs=False), data)
+    return timed_fit(bare_trainer(), ppo_model(s, env_steps, normalize_obs=False, **extra), data)
 
 
 def ppo_model(s: PPOSettings, env_steps: int, **extra):

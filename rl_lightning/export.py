@@ -23,7 +23,7 @@ Contract (also stored in the file as the JSON metadata ``rl_lightning``):
 A recurrent policy (``PPO(recurrent=True)``) has one more input and one more output (the
 metadata's ``state`` entry gives names and shape):
 
-- input ``state_in``: float32 ``[C, K, batch, H]`` (``C`` 2 for an LSTM's ``h`` and ``c``, 1 for
+- input ``state_in``: float32 ``[batch, C, K, H]`` (``C`` 2 for an LSTM's ``h`` and ``c``, 1 for
   a GRU; ``K`` 1 for a shared core, 2 for actor and critic cores; ``H`` the recurrent size),
   after the observations. Zeros for an env whose episode begins with this observation;
   otherwise the ``state_out`` of that env's previous step;
@@ -89,7 +89,7 @@ class DeployedActor(nn.Module):
             policy.critic = None  # forward() is the mode of the actor; the critic plays no part
         self.policy = policy
         self.greedy = isinstance(policy, QValueNetwork)  # its forward is Q-values, greedy() the action
-        self.recurrent = hasattr(policy, "initial_state")
+        self.recurrent = policy.initial_state(1) is not None
         self.obs_bound = None if obs_bound is None else float(obs_bound)
         observation_space, action_space = model.spaces
         self.inputs = export_inputs(observation_space)
@@ -125,7 +125,7 @@ class DeployedActor(nn.Module):
                 "input": "state_in",
                 "output": "state_out",
                 "dtype": "float32",
-                "shape": [shape[0], shape[1], "batch", shape[3]],
+                "shape": ["batch", *shape[1:]],
                 "cell": policy.cell,
                 "initial": "zeros, for an env whose episode begins with this observation",
             }
@@ -150,7 +150,7 @@ class DeployedActor(nn.Module):
             return self.policy.greedy(x).long() + self.start
         if self.recurrent:
             # The caller zeroes the state where an episode begins, so no step begins one here.
-            starts = torch.zeros_like(state[0, 0, :, 0], dtype=torch.bool)
+            starts = torch.zeros_like(state[:, 0, 0, 0], dtype=torch.bool)
             action, state_out = self.policy(x, state.float(), starts)
             return self._env_action(action), state_out
         return self._env_action(self.policy(x))
@@ -206,8 +206,7 @@ def _example(actor: DeployedActor) -> tuple[Any, ...]:
     obs = parts[0] if actor.keys is None else parts
     if not actor.recurrent:
         return (obs,)
-    c, k, _, h = actor.state_shape
-    return obs, torch.zeros(c, k, 2, h)
+    return obs, torch.zeros(2, *actor.state_shape[1:])
 
 
 def _torchscript(actor: DeployedActor, path: str) -> None:
@@ -235,7 +234,7 @@ def _onnx(actor: DeployedActor, path: str) -> None:
     names = [i["name"] for i in actor.inputs]
     outputs = ["action"]
     if actor.recurrent:
-        dynamic_shapes["state"] = {2: dim}
+        dynamic_shapes["state"] = {0: dim}
         names, outputs = [*names, "state_in"], ["action", "state_out"]
     exporter_log = logging.getLogger("torch.onnx")
     level = exporter_log.level
@@ -279,8 +278,7 @@ def export_policy(
         model: A trained algorithm.
         path: The file to write (``.pt`` for TorchScript, ``.onnx`` for ONNX, by convention).
         format: ``"torchscript"`` or ``"onnx"``.
-        metadata: More entries for the stored contract (``rl-lightning export`` adds ``env_id``,
-            and, for one release, ``env``: its old name).
+        metadata: More entries for the stored contract (``rl-lightning export`` adds ``env_id``).
         obs_bound: The run's ``obs_bound`` when its mode was ``clip`` (see :class:`DeployedActor`).
 
     Returns:

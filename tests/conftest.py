@@ -48,38 +48,26 @@ SCRIPTED_SETS = {
 
 
 class ObsValuePolicy(nn.Module):
-    """Stub policy for the rollout protocol: action 0, log-prob 0, value = first obs feature."""
+    """Stub policy for the rollout protocol: action 0, log-prob 0, value = first obs feature, no memory."""
 
     def __init__(self):
         super().__init__()
         self.dummy = nn.Parameter(torch.zeros(1))
-        self.normalizer_updates = 0
 
-    def act(self, obs, deterministic=False):
+    def initial_state(self, batch_size, device=None):
+        return None
+
+    def act(self, obs, state=None, episode_start=None, deterministic=False):
         n = obs.shape[0]
-        return torch.zeros(n, dtype=torch.long), torch.zeros(n), obs[:, 0].clone()
+        return torch.zeros(n, dtype=torch.long), torch.zeros(n), obs[:, 0].clone(), None
 
     def explore(self, obs, env_steps=0):
         return torch.zeros(obs.shape[0], dtype=torch.long)
 
-    def evaluate_actions(self, obs, action):
-        n = obs.shape[0]
-        return torch.zeros(n), torch.zeros(n), obs[:, 0].clone()
-
-    def value(self, obs):
+    def value(self, obs, state=None, episode_start=None):
         return obs[:, 0].clone()
-
-    def update_normalizer(self, obs):
-        self.normalizer_updates += 1
 
 
 @pytest.fixture
 def scripted_sets():
     return SCRIPTED_SETS
-
-
-def pytest_report_header(config):
-    """Say whether this run tests the fast path or the plain path (``RL_LIGHTNING_FAST``)."""
-    from rl_lightning import fast
-
-    return f"rl_lightning fast path: {'on' if fast.enabled() else 'off (RL_LIGHTNING_FAST=0: plain path only)'}"

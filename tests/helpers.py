@@ -8,7 +8,7 @@ import numpy as np
 import torch
 
 from rl_lightning import PPO, ReplayDataModule, RolloutDataModule
-from rl_lightning.envs.tensor_group import TensorEnvGroup
+from rl_lightning.envs import EnvGroup
 
 #: The update plan of the tiny PPO runs: 2 passes of 2 minibatches over each rollout.
 TINY_PLAN = {"update_epochs": 2, "num_minibatches": 2}
@@ -107,11 +107,11 @@ class CountDynamics:
         return state.float()
 
 
-def count_envs(num_envs: int, terminate_at: int = 0) -> TensorEnvGroup:
-    """A ``TensorEnvGroup`` of :class:`CountDynamics` (episodes of 3 steps unless they terminate sooner)."""
+def count_envs(num_envs: int, terminate_at: int = 0) -> EnvGroup:
+    """A batched ``EnvGroup`` of :class:`CountDynamics` (episodes of 3 steps unless they terminate sooner)."""
     from rl_lightning.envs.batched import TorchVectorEnv
 
     def make(env_id, n, device, seed, limit):
         return TorchVectorEnv(CountDynamics(terminate_at), n, device=device, seed=seed)
 
-    return TensorEnvGroup("CartPole-v1", num_envs, obj_sets={"train": [{}]}, make_env=make)
+    return EnvGroup("Count-v0", num_envs, obj_sets={"train": [{}]}, backend="torch", env_factory=make)

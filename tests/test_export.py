@@ -302,11 +302,11 @@ def test_a_recurrent_policy_exports_with_state_and_equals_predict_step_for_step_
     path = str(tmp_path / f"actor.{'pt' if fmt == 'torchscript' else 'onnx'}")
     contract = export_policy(model, path, fmt)
     parts, cores = (2 if cell == "lstm" else 1), (1 if shared_core else 2)
-    assert contract["state"]["shape"] == [parts, cores, "batch", 8]
+    assert contract["state"]["shape"] == ["batch", parts, cores, 8]
     assert (contract["state"]["input"], contract["state"]["output"]) == ("state_in", "state_out")
     env = gym.make("CartPole-v1")
     obs, _ = env.reset(seed=0)
-    state = exported_state = np.zeros((parts, cores, 1, 8), np.float32)  # zeros: an episode begins
+    state = exported_state = np.zeros((1, parts, cores, 8), np.float32)  # zeros: an episode begins
     steps = episodes = 0
     largest = 0.0
     while episodes < 2:

@@ -98,6 +98,8 @@ class _SigtermAt(pl.Callback):
 
     def on_train_batch_start(self, trainer, module, batch, batch_idx):
         self._maybe(trainer, "update")  # PPO: the rollout is complete, the update stops after one minibatch
+
+    def on_before_optimizer_step(self, trainer, module, optimizer):
         if self.hook == "replay" and trainer.global_step == 30:  # DQN: inside the second epoch of 60 steps
             os.kill(os.getpid(), signal.SIGTERM)
 

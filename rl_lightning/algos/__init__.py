@@ -5,7 +5,7 @@ from rl_lightning.algos.dqn import DQN
 from rl_lightning.algos.dqn_loss import DQNLossTerms, dqn_loss
 from rl_lightning.algos.loading import ALGORITHMS, load_checkpoint, load_with_data_settings, read_checkpoint
 from rl_lightning.algos.ppo import PPO
-from rl_lightning.algos.ppo_loss import PPOLossTerms, minibatch_loss, ppo_loss
+from rl_lightning.algos.ppo_loss import PPOLossTerms, compute_gae, ppo_loss
 from rl_lightning.algos.sac import SAC
 
 __all__ = [
@@ -19,7 +19,7 @@ __all__ = [
     "dqn_loss",
     "load_checkpoint",
     "load_with_data_settings",
-    "minibatch_loss",
+    "compute_gae",
     "ppo_loss",
     "read_checkpoint",
 ]

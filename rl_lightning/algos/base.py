@@ -18,21 +18,17 @@ import gymnasium as gym
 import lightning.pytorch as pl
 import numpy as np
 import torch
-from lightning.pytorch.core.optimizer import LightningOptimizer
 from lightning.pytorch.trainer.states import TrainerFn
 from torch import nn
 
-from rl_lightning import fast
 from rl_lightning.algos import compat, metrics
 from rl_lightning.algos.checks import check_clipping_strategy
 from rl_lightning.algos.update import UpdateGuard
-from rl_lightning.callbacks import BestCheckpoint, EnvStepBudget, Interruption, IntervalCheckpoint
+from rl_lightning.callbacks import BestCheckpoint, EnvStepBudget, FlushDenormals, Interruption, IntervalCheckpoint
 from rl_lightning.callbacks.checkpoint import check_checkpoint_file, install_atomic_checkpoint_io
 from rl_lightning.callbacks.interrupt import stop_if_requested
 from rl_lightning.checks import check_positive_int
 from rl_lightning.data.base import EnvDataModule, collected_since, last_collection
-from rl_lightning.data.collection import to_env_action
-from rl_lightning.deprecation import warn_renamed
 from rl_lightning.envs.obs import Obs, map_obs, single_to_batch, to_tensor
 from rl_lightning.loggers import CHECKPOINT_KEY as LOGGERS_KEY
 from rl_lightning.loggers import logger_state, rewind_loggers
@@ -61,6 +57,10 @@ class RLModule(pl.LightningModule):
             ``train/skipped_updates``) and such an env episode is cut short (counted in
             ``rollout/nonfinite_steps``).
         max_grad_norm: The algorithm's global gradient-norm clip (``None``: none).
+        flush_denormal: Flush denormal floats (below 1.2e-38) to zero on the fit's thread
+            (:class:`~rl_lightning.callbacks.FlushDenormals`): Adam's second moments sink that low,
+            and the CPU computes on them several times slower (DQN's optimizer step 0.52 against
+            0.09 ms; ``python -m benchmarks.denormals``). A value that small reads as 0.
     """
 
     #: The data module class this algorithm's training_step expects batches from.
@@ -73,6 +73,7 @@ class RLModule(pl.LightningModule):
         keep_last: int | None = 5,
         on_nonfinite: str = "stop",
         max_grad_norm: float | None = None,
+        flush_denormal: bool = True,
     ):
         super().__init__()
         check_positive_int(total_timesteps=total_timesteps)
@@ -82,6 +83,7 @@ class RLModule(pl.LightningModule):
         self.save_interval = save_interval
         self.keep_last = keep_last
         self.on_nonfinite = on_nonfinite
+        self.flush_denormal = flush_denormal
         self.guard = UpdateGuard(max_grad_norm, on_nonfinite)
         self.policy: nn.Module | None = None
         #: An acting copy of ``policy`` on another device or dtype (set by the ``ActorSync`` callback).
@@ -90,13 +92,13 @@ class RLModule(pl.LightningModule):
         self.spaces: tuple[gym.Space, gym.Space] | None = None
         #: Per applied update, its diagnostics stacked (logged as ``train/`` means once per epoch).
         self.train_terms: list[torch.Tensor] = []
+        #: The epoch's explained variance of the critic (on-policy; logged over ranks, NaN where undefined).
+        self.explained_variance = float("nan")
         self._fit_start: tuple[float, int] | None = None
         self._eval_returns: dict[str, float] = {}
         self._interruption: Interruption | None = None
         # The collection whose epoch row was logged last (log_cut_epoch compares against it).
         self._logged_collection: Any = None
-        #: Which manual-optimization calls may skip Lightning's wrapping (the fast path; decided at fit start).
-        self._plain_calls = fast.PlainCalls()
 
     # ---------------------------------------------------------------- policy
     def build_policy(self, observation_space: gym.Space, action_space: gym.Space) -> nn.Module:
@@ -139,12 +141,6 @@ class RLModule(pl.LightningModule):
         self._ensure_policy(datamodule.observation_space, datamodule.action_space)
 
     @property
-    def actor(self) -> ActorCopy | None:
-        """Deprecated name of :attr:`acting_copy` (kept for one release; "actor" names the actor network)."""
-        warn_renamed("RLModule.actor", "RLModule.acting_copy")
-        return self.acting_copy
-
-    @property
     def acting_policy(self) -> nn.Module | ActorCopy:
         """What rollouts, replay collection and evaluation act with: the actor copy if any, else ``policy``."""
         return self.policy if self.acting_copy is None else self.acting_copy
@@ -165,15 +161,14 @@ class RLModule(pl.LightningModule):
 
         Needs no data module: after ``load_from_checkpoint`` this is the deployed policy.
         ``Dict`` observations are a dict of arrays (one entry per key, batched or single).
-        Box actions are clipped to the action space's bounds.
+        Box actions are clipped to the action space's bounds, ``Discrete`` indices shifted by its ``start``.
 
-        A recurrent policy (``PPO(recurrent=True)``) takes and returns its state, as
-        sb3-contrib's ``RecurrentPPO.predict`` does: ``action, state = predict(obs, state=state,
-        episode_start=starts)``. ``state`` is float32 ``[C, K, B, H]`` (see
-        :mod:`rl_lightning.nets.recurrent`; ``B`` is 1 for a single observation); ``None``
-        starts every env from the initial state. ``episode_start`` (``[B]`` bools) marks the envs
-        whose episode begins with this observation: their state is zeroed first. Without it,
-        no env begins one, unless ``state`` is ``None``.
+        A recurrent policy (``PPO(recurrent=True)``) takes and returns its state, as sb3-contrib's
+        ``RecurrentPPO.predict`` does: ``action, state = predict(obs, state=state, episode_start=starts)``.
+        ``state`` is float32 ``[B, C, K, H]`` (see :mod:`rl_lightning.nets.recurrent`; ``B`` is 1 for a
+        single observation); ``None`` starts every env from the initial state. ``episode_start``
+        (``[B]`` bools) marks the envs whose episode begins with this observation: their state is
+        zeroed first. Without it, no env begins one, unless ``state`` is ``None``.
 
         Raises:
             TypeError: ``state`` or ``episode_start`` given to a policy without a recurrent state.
@@ -181,41 +176,37 @@ class RLModule(pl.LightningModule):
         """
         obs_space, action_space = self.spaces
         obs, single = single_to_batch(map_obs(lambda x: x.cpu().numpy() if torch.is_tensor(x) else x, obs), obs_space)
-        obs_t = to_tensor(obs, self.device)
-        if not hasattr(self.policy, "initial_state"):
-            if state is not None or episode_start is not None:
-                raise TypeError(
-                    f"This {type(self).__name__} policy has no recurrent state: call predict(obs) without state or "
-                    "episode_start (PPO(recurrent=True) takes them)."
-                )
-            action = to_env_action(self.policy.act(obs_t, deterministic)[0], action_space)
-            return action[0] if single else action
-        batch = len(next(iter(obs.values())) if isinstance(obs, dict) else obs)
-        state_t, starts = self._recurrent_inputs(batch, state, episode_start)
-        action, _, _, next_state = self.policy.act(obs_t, state_t, starts, deterministic)
-        action = to_env_action(action, action_space)
-        return (action[0] if single else action), next_state.cpu().numpy()
-
-    def _recurrent_inputs(self, batch: int, state: Any, episode_start: Any) -> tuple[torch.Tensor, torch.Tensor]:
-        """``predict``'s state and episode starts as tensors on the policy's device, checked."""
+        obs_t = to_tensor(obs, self.device, batch_dims=1)
+        batch = obs_t.shape[0]
         initial = self.policy.initial_state(batch, self.device)
-        if state is None:
-            starts = torch.ones(batch, dtype=torch.bool, device=self.device)
-            state_t = initial
-        else:
-            state_t = torch.as_tensor(state, dtype=torch.float32, device=self.device)
-            if state_t.shape != initial.shape:
+        if initial is None and (state is not None or episode_start is not None):
+            raise TypeError(
+                f"This {type(self).__name__} policy has no recurrent state: call predict(obs) without state or "
+                "episode_start (PPO(recurrent=True) takes them)."
+            )
+        starts = torch.ones(batch, dtype=torch.bool, device=self.device)
+        if state is not None:
+            state = torch.as_tensor(state, dtype=torch.float32, device=self.device)
+            if state.shape != initial.shape:
                 raise ValueError(
-                    f"state has shape {tuple(state_t.shape)}, expected {tuple(initial.shape)} ([C, K, batch, "
+                    f"state has shape {tuple(state.shape)}, expected {tuple(initial.shape)} ([batch, C, K, "
                     f"recurrent_size]) for this policy and a batch of {batch}: pass the state the previous "
                     "predict returned, or None to start every env afresh."
                 )
-            starts = torch.zeros(batch, dtype=torch.bool, device=self.device)
+            starts = torch.zeros_like(starts)
         if episode_start is not None:
             starts = torch.as_tensor(np.asarray(episode_start), dtype=torch.bool, device=self.device).reshape(-1)
             if starts.shape != (batch,):
                 raise ValueError(f"episode_start has {starts.numel()} entries, expected one per observation ({batch}).")
-        return state_t, starts
+        action, _, _, next_state = self.policy.act(obs_t, state if state is not None else initial, starts,
+                                                   deterministic)  # fmt: skip
+        action = action.cpu().numpy()
+        if isinstance(action_space, gym.spaces.Box):
+            action = np.clip(action, action_space.low, action_space.high)
+        elif getattr(action_space, "start", None) is not None:
+            action = action + action_space.start
+        action = action[0] if single else action
+        return action if next_state is None else (action, next_state.cpu().numpy())
 
     def gradients_finite(
         self, optimizer: torch.optim.Optimizer, losses: Any, clip_per_group: bool = False, clip: bool = True
@@ -264,8 +255,9 @@ class RLModule(pl.LightningModule):
         checkpoints (the last ``keep_last`` kept) and ``best.ckpt``."""
         if self._trainer is None or self.trainer.state.fn != TrainerFn.FITTING:
             return []
-        # FlushDenormals: the fast path's denormal flushing for the fit (inert with it off; fast/denormals.py).
-        callbacks: list[pl.Callback] = [EnvStepBudget(self.total_timesteps), fast.FlushDenormals()]
+        callbacks: list[pl.Callback] = [EnvStepBudget(self.total_timesteps)]
+        if self.flush_denormal:
+            callbacks.append(FlushDenormals())
         self._interruption = next((c for c in self.trainer.callbacks if isinstance(c, Interruption)), None)
         if self._interruption is None:
             self._interruption = Interruption()
@@ -286,24 +278,6 @@ class RLModule(pl.LightningModule):
                 "algorithms clip and check gradients themselves. Use trainer.precision=bf16-mixed or 32."
             )
         self._fit_start = (time.perf_counter(), self.env_steps)
-        self._plain_calls = fast.plain_calls(self)
-
-    def on_fit_end(self) -> None:
-        self._plain_calls = fast.PlainCalls()
-
-    def manual_backward(self, loss: torch.Tensor, *args: Any, **kwargs: Any) -> None:
-        """Lightning's ``manual_backward`` (on the fast path ``loss.backward()``, where Lightning adds nothing)."""
-        if self._plain_calls.backward and not args and not kwargs:
-            fast.backward(loss)
-        else:
-            super().manual_backward(loss, *args, **kwargs)
-
-    def step_optimizer(self, optimizer: LightningOptimizer) -> None:
-        """``optimizer.step()`` (on the fast path the torch step, where Lightning adds only progress tracking)."""
-        if self._plain_calls.optimizer_step:
-            fast.optimizer_step(optimizer)
-        else:
-            optimizer.step()
 
     def on_train_start(self) -> None:
         self.loops_started = True
@@ -371,7 +345,10 @@ class RLModule(pl.LightningModule):
         rank_metrics = dict(rank_metrics or {})
         global_metrics = {}
         if rollout is not None:
-            global_metrics, rollout_rank = metrics.rollout_metrics(self, rollout, self._fit_start, time.perf_counter())
+            global_metrics, rollout_rank = metrics.rollout_metrics(
+                self, rollout, self._fit_start, time.perf_counter(), self.explained_variance
+            )
+            self.explained_variance = float("nan")
             rank_metrics.update(rollout_rank)
         if rollout is not None or rank_metrics:
             metrics.log_epoch(self, global_metrics, rank_metrics)

@@ -18,8 +18,6 @@ import lightning.pytorch as pl
 import torch
 
 from rl_lightning.data.base import EnvDataModule
-from rl_lightning.data.datamodule import MOVED_TO_ALGORITHM
-from rl_lightning.data.rollout import take_plan_settings
 from rl_lightning.envs.spaces import space_from_dict, space_to_dict
 
 #: The checkpoint entry holding the algorithm's name, the data module's class and the spaces.
@@ -36,43 +34,6 @@ def checkpoint_entry(module: pl.LightningModule) -> dict[str, Any]:
         "observation_space": space_to_dict(module.spaces[0]),
         "action_space": space_to_dict(module.spaces[1]),
     }
-
-
-def upgraded_settings(checkpoint: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
-    """A checkpoint's model and data-module settings in this version's spelling.
-
-    Earlier versions saved the on-policy learning settings (``gamma``, ``gae_lambda``,
-    ``update_epochs``, ``num_minibatches``) with the data module; they are the algorithm's
-    now, so they move to the model's settings (where those lack them). The env id they
-    saved as ``env`` is ``env_id``.
-
-    Returns:
-        ``(model settings, data-module settings)``, copies.
-    """
-    model = dict(checkpoint.get("hyper_parameters") or {})
-    data = dict(checkpoint.get("datamodule_hyper_parameters") or {})
-    if "env" in data:
-        data.setdefault("env_id", data.pop("env"))
-    for name in MOVED_TO_ALGORITHM:
-        if name in data:
-            value = data.pop(name)
-            if value is not None:
-                model.setdefault(name, value)
-    return model, data
-
-
-def take_moved_settings(module: pl.LightningModule, checkpoint: Mapping[str, Any]) -> None:
-    """Give an on-policy ``module`` the learning settings an earlier version saved with the data module.
-
-    Only those ``load_from_checkpoint`` was not given: ``PPO.load_from_checkpoint`` of such a
-    file then learns as the run did (its ``update_plan`` and saved settings take them).
-    """
-    own = checkpoint.get("hyper_parameters") or {}
-    given = (_LOADING.get() or {}).get("overrides") or {}
-    model, _ = upgraded_settings(checkpoint)
-    moved = {name: model[name] for name in MOVED_TO_ALGORITHM if name in model and name not in {*own, *given}}
-    if moved:
-        take_plan_settings(module, moved)
 
 
 def checked_spaces(module: pl.LightningModule, checkpoint: dict[str, Any]) -> tuple[gym.Space, gym.Space]:
@@ -158,7 +119,7 @@ def _describe_space(space: gym.Space) -> str:
 
 def _spaces_mismatch(module: pl.LightningModule, where: str, checkpoint: dict[str, Any], spaces: tuple) -> str:
     """Explain a checkpoint trained on other spaces than the env this model was built for."""
-    saved_env = upgraded_settings(checkpoint)[1].get("env_id")
+    saved_env = (checkpoint.get("datamodule_hyper_parameters") or {}).get("env_id")
     trainer = module._trainer
     datamodule = getattr(trainer, "datamodule", None) if trainer else (_LOADING.get() or {}).get("datamodule")
     env = datamodule.env_id if isinstance(datamodule, EnvDataModule) else "the data module's env"

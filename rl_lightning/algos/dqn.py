@@ -1,11 +1,11 @@
 """DQN (Mnih et al., 2015, "Human-level control through deep reinforcement learning") as a LightningModule.
 
-Data flow of one epoch: ``ReplayDataset`` steps the envs (epsilon-greedy actions from
-``QValueNetwork.explore``) in chunks of ``train_freq`` vector steps and hands out each chunk;
-``training_step`` takes the chunk's gradient steps (manual optimization): for each batch
-sampled from the replay buffer the TD loss (``rl_lightning/algos/dqn_loss.py``), backward,
-gradient clipping (``max_grad_norm``) and the Adam step; every ``target_update_interval``
-gradient steps the target network moves toward the online one. See ``docs/algos/dqn.md``.
+Data flow of one epoch: ``training_step`` iterates the epoch's ``ReplayEpoch``, which collects
+each chunk of ``train_freq`` vector steps (epsilon-greedy actions from ``QValueNetwork.explore``)
+and then hands out that chunk's sampled batches (``rl_lightning/data/chunks.py``); for each
+batch (manual optimization): the TD loss (``rl_lightning/algos/dqn_loss.py``), backward, gradient
+clipping (``max_grad_norm``) and the Adam step; every ``target_update_interval`` gradient steps
+the target network moves toward the online one. See ``docs/algos/dqn.md``.
 """
 
 from __future__ import annotations
@@ -20,10 +20,10 @@ from torch import nn
 
 from rl_lightning.algos.base import RLModule
 from rl_lightning.algos.dqn_loss import LOSS_FUNCTIONS, dqn_loss
-from rl_lightning.algos.update import adam, clear_grads
+from rl_lightning.algos.update import adam
 from rl_lightning.checks import check_hidden_sizes, check_positive, check_positive_int, check_unit_interval
 from rl_lightning.data import ReplayDataModule
-from rl_lightning.data.chunks import ReplayChunk
+from rl_lightning.data.chunks import ReplayEpoch
 from rl_lightning.nets.dqn import LinearSchedule, QValueNetwork
 from rl_lightning.nets.encoders import build_encoder, check_encoder_argument
 
@@ -59,6 +59,7 @@ class DQN(RLModule):
             encoder, a module or a callable that builds it from the observation space (not
             saved in the hyperparameters; pass it again to ``load_from_checkpoint``). The
             target network is a copy, encoder included. Vector observations do not use it.
+        flush_denormal: Flush denormal floats to zero during ``fit`` (see :class:`~rl_lightning.algos.RLModule`).
     """
 
     datamodule_class = ReplayDataModule
@@ -82,8 +83,9 @@ class DQN(RLModule):
         keep_last: int | None = 5,
         on_nonfinite: str = "stop",
         encoder: dict[str, Any] | nn.Module | Callable[[gym.Space], nn.Module] | None = None,
+        flush_denormal: bool = True,
     ):
-        super().__init__(total_timesteps, save_interval, keep_last, on_nonfinite, max_grad_norm)
+        super().__init__(total_timesteps, save_interval, keep_last, on_nonfinite, max_grad_norm, flush_denormal)
         check_positive(lr=lr)
         check_unit_interval(gamma=gamma, tau=tau, open_low=True)
         for name in ("exploration_fraction", "exploration_initial_eps", "exploration_final_eps"):
@@ -123,27 +125,25 @@ class DQN(RLModule):
     def configure_optimizers(self):
         return adam(self.policy.parameters(), lr=self.hparams.lr)
 
-    def on_train_batch_start(self, batch, batch_idx: int) -> None:
-        # The env-step count is the chunk's for all its gradient steps: one learning rate per chunk.
-        if self.hparams.anneal_lr:
-            self.anneal_lr(self.hparams.lr)
+    def training_step(self, epoch: ReplayEpoch, batch_idx: int) -> None:
+        """The epoch's gradient steps: per sampled batch the TD loss, backward, clipping, Adam; the target cadence.
 
-    def training_step(self, chunk: ReplayChunk, batch_idx: int) -> None:
-        """The chunk's gradient steps: per sampled batch the TD loss, backward, clipping, Adam; the target cadence.
-
-        Manual optimization: one Lightning batch is a whole collection chunk, so Lightning's per-batch
-        machinery runs once per chunk rather than once per gradient step (``rl_lightning/data/chunks.py``).
-        ``manual_backward`` keeps DDP's gradient all-reduce on every step; ``global_step`` counts the
-        optimizer steps, and with them the target network's cadence (restored on resume).
+        Manual optimization: one Lightning batch is a whole epoch of collection chunks, each collected
+        when its batches are first asked for (``rl_lightning/data/chunks.py``), so Lightning's
+        per-batch machinery runs once per epoch rather than once per gradient step. ``manual_backward``
+        keeps DDP's gradient all-reduce on every step; ``global_step`` counts the optimizer steps, and
+        with them the target network's cadence (restored on resume).
         """
         hp, optimizer = self.hparams, self.optimizers()
-        for batch in chunk:
+        for batch in epoch:
+            if hp.anneal_lr:  # the env-step count is the chunk's for all its gradient steps
+                self.anneal_lr(hp.lr)
             terms = dqn_loss(self.policy, self.target_net, batch, hp.gamma, hp.double_dqn, hp.loss_function)
-            clear_grads(optimizer)
+            optimizer.zero_grad(set_to_none=True)
             self.manual_backward(terms.loss)
             # Clips to max_grad_norm and refuses (or, by option, skips) a NaN or inf update.
             if self.gradients_finite(optimizer, terms):
-                self.step_optimizer(optimizer)
+                optimizer.step()
                 self.train_terms.append(torch.stack([terms.loss.detach(), terms.q_value, terms.td_error]))
                 if self.global_step % hp.target_update_interval == 0:
                     self.update_targets()

@@ -10,7 +10,6 @@ import torch
 
 from rl_lightning.algos import compat
 from rl_lightning.algos.base import CHECKPOINT_KEY, RLModule
-from rl_lightning.algos.compat import upgraded_settings
 from rl_lightning.algos.dqn import DQN
 from rl_lightning.algos.ppo import PPO
 from rl_lightning.algos.sac import SAC
@@ -102,7 +101,7 @@ def load_with_data_settings(
     ``eval_max_episode_steps``, ...; empty when the checkpoint was saved without a data module)."""
     checkpoint = read_checkpoint(path)
     algorithm = checkpoint[CHECKPOINT_KEY]["algorithm"]
-    _, data = upgraded_settings(checkpoint)  # an earlier version's file in this version's spelling
+    data = dict(checkpoint.get("datamodule_hyper_parameters") or {})
     del checkpoint  # the weights are read again by load_from_checkpoint; free this copy first
     model = ALGORITHMS[algorithm].load_from_checkpoint(path, map_location=map_location, **kwargs).eval()
     return model, data

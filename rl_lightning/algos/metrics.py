@@ -62,7 +62,7 @@ def log_epoch(
 
 
 def rollout_metrics(
-    module: pl.LightningModule, rollout: Any, fit_start: tuple[float, int] | None, now: float
+    module: pl.LightningModule, rollout: Any, fit_start: tuple[float, int] | None, now: float, ev: float = math.nan
 ) -> tuple[dict[str, float], dict[str, float]]:
     """The ``rollout/``, ``time/`` and explained-variance metrics of the rollout that fed this epoch.
 
@@ -71,6 +71,7 @@ def rollout_metrics(
         rollout: The data module's ``last_collection`` (a :class:`~rl_lightning.data.collection.CollectionMetrics`).
         fit_start: ``(perf_counter, env_steps)`` at fit start, for ``time/sps``.
         now: ``time.perf_counter()`` now.
+        ev: The critic's explained variance on this rank's rollout (NaN: undefined, or off-policy).
 
     Returns:
         ``(global_metrics, rank_metrics)`` for :func:`log_epoch`.
@@ -84,7 +85,6 @@ def rollout_metrics(
     rank_metrics["time/rollout_seconds"] = rollout.rollout_seconds
     episodes = rollout.episodes
     returns, lengths = np.asarray(episodes.returns), np.asarray(episodes.lengths)
-    ev = rollout.explained_variance
     faults = [episodes.env_restarts, episodes.nonfinite_steps, episodes.obs_clipped]
     sums = global_sums(
         module, [len(returns), returns.sum(), lengths.sum(), not math.isnan(ev), np.nan_to_num(ev), *faults]

@@ -1,10 +1,11 @@
 """PPO (Schulman et al., 2017) as a LightningModule.
 
-Data flow of one epoch: ``RolloutDataset`` collects a rollout and yields it with its
-shuffled minibatch plan; ``training_step`` runs the update phase: for each minibatch the
-clipped loss (``rl_lightning/algos/ppo_loss.py``), backward, gradient clipping
-(``max_grad_norm``) and the optimizer step. Implementation details follow CleanRL's
-``ppo.py`` / ``ppo_continuous_action.py``; see ``docs/algos/ppo.md``.
+One epoch: ``RolloutDataset`` yields a rollout of ``[T, N]`` tensors (``rl_lightning/data/rollout.py``);
+``training_step`` is the whole update phase, in CleanRL's and rsl_rl's shape: GAE over the
+rollout, then ``update_epochs`` passes over shuffled minibatches, each the clipped loss
+(``rl_lightning/algos/ppo_loss.py``), backward, gradient clipping (``max_grad_norm``) and the
+optimizer step; then the observation statistics take in the rollout. Implementation details
+follow CleanRL's ``ppo.py`` / ``ppo_continuous_action.py``; see ``docs/algos/ppo.md``.
 """
 
 from __future__ import annotations
@@ -14,30 +15,39 @@ from typing import Any
 
 import gymnasium as gym
 import torch
+from tensordict import TensorDict
 from torch import nn
 
-from rl_lightning.algos import compat
 from rl_lightning.algos.base import RLModule
-from rl_lightning.algos.ppo_loss import LOSS_COEFS, minibatch_loss, sequence_minibatch_loss
-from rl_lightning.algos.update import adam, clear_grads
-from rl_lightning.checks import check_hidden_sizes, check_non_negative, check_positive, check_positive_int
-from rl_lightning.data import RolloutDataModule, UpdatePlan
+from rl_lightning.algos.ppo_loss import LOSS_COEFS, compute_gae, ppo_loss
+from rl_lightning.algos.update import adam
+from rl_lightning.checks import (
+    check_hidden_sizes,
+    check_non_negative,
+    check_positive,
+    check_positive_int,
+    check_unit_interval,
+)
+from rl_lightning.data import RolloutDataModule
 from rl_lightning.faults import interrupt_request
 from rl_lightning.nets import ActorCritic
 from rl_lightning.nets.encoders import build_encoder, check_encoder_argument
 from rl_lightning.nets.recurrent import CELLS, RecurrentActorCritic
 
 _TRAIN_METRICS = ("policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction")
-ROLLOUT_KEYS = ("obs", "action", "log_prob", "value", "advantage", "return")
+
+
+def explained_variance(value: torch.Tensor, returns: torch.Tensor) -> float:
+    """``1 - Var[return - value] / Var[return]``: 1 is a perfect critic, <= 0 a useless one."""
+    var = returns.var()
+    return float("nan") if var == 0 else float(1 - (returns - value).var() / var)
 
 
 class PPO(RLModule):
     """Proximal Policy Optimization with the clipped surrogate objective.
 
-    This module holds every learning setting; the data
-    (:class:`~rl_lightning.data.RolloutDataModule`) says how experience is gathered (env,
-    ``num_envs``, ``rollout_steps``, object sets) and prepares each rollout by this module's
-    :attr:`update_plan`.
+    This module holds every learning setting; the data (:class:`~rl_lightning.data.RolloutDataModule`)
+    says how experience is gathered (env, ``num_envs``, ``rollout_steps``, object sets).
 
     Args:
         lr: Adam learning rate (``eps=1e-5``, CleanRL's detail 3).
@@ -45,15 +55,14 @@ class PPO(RLModule):
         gamma: Discount factor.
         gae_lambda: GAE's lambda (CleanRL's detail 5).
         update_epochs: Passes over each rollout.
-        num_minibatches: Minibatches per pass; must divide ``rollout_steps * num_envs``
-            (checked when training starts, where the rollout's size is known).
+        num_minibatches: Minibatches per pass; must divide ``rollout_steps * num_envs`` (a recurrent
+            policy's: the number of sequences, ``num_envs`` or ``num_envs * rollout_steps / bptt_length``).
         clip_coef: Ratio clipping epsilon.
         clip_vloss: Clip value updates around the rollout's values.
         ent_coef: Entropy bonus coefficient.
         vf_coef: Value loss coefficient.
-        max_grad_norm: Global gradient-norm clip before every optimizer step (Lightning's
-            ``clip_gradients``); ``None`` disables it. The Trainer's ``gradient_clip_val`` does
-            not apply (PPO optimizes manually): set this instead.
+        max_grad_norm: Global gradient-norm clip before every optimizer step; ``None`` disables it.
+            The Trainer's ``gradient_clip_val`` does not apply (PPO optimizes manually).
         norm_adv: Normalize advantages per minibatch.
         hidden_sizes: Hidden widths of the default actor and critic MLPs (``[]``: linear heads, as on
             CleanRL's Atari CNN).
@@ -62,26 +71,25 @@ class PPO(RLModule):
         total_timesteps: Environment-step budget over all ranks.
         save_interval: Epochs between checkpoints (``None``: the Trainer decides).
         keep_last: Interval checkpoints kept on disk (``None``: all).
-        on_nonfinite: ``"stop"`` or ``"skip"`` on a NaN or inf (see :class:`~rl_lightning.algos.RLModule`).
+        on_nonfinite: ``"stop"`` or ``"skip"`` an update whose loss or gradients hold a NaN or inf
+            (see :class:`~rl_lightning.algos.RLModule`).
         actor: Optional actor network (normalized obs -> logits or means); not saved in
             hyperparameters, so pass it again to ``load_from_checkpoint``.
         critic: Optional critic network (normalized obs -> value ``[B, 1]``); likewise.
-        encoder: How image and ``Dict`` observations become features for both heads: the
-            settings of the default :class:`~rl_lightning.nets.encoders.MultiInputEncoder`
-            (``{"cnn_keys": [...], "mlp_keys": [...], "cnn_kernels": [...], ...}``; Hydra:
-            ``algo.encoder.cnn_keys=[rgb]``; ``None``: chosen from the space), or one's own
-            encoder: a module, or a callable that builds it from the observation space (Hydra:
-            ``_target_`` with ``_partial_: true``), with a ``features_dim`` attribute. One's
-            own is not saved in hyperparameters: pass it again to ``load_from_checkpoint``.
+        encoder: How image and ``Dict`` observations become features for both heads: the settings of
+            the default :class:`~rl_lightning.nets.encoders.MultiInputEncoder` (Hydra:
+            ``algo.encoder.cnn_keys=[rgb]``; ``None``: chosen from the space), or one's own encoder:
+            a module, or a callable that builds it from the observation space, with a
+            ``features_dim`` attribute (not saved in hyperparameters).
         recurrent: A policy with memory (:class:`~rl_lightning.nets.recurrent.RecurrentActorCritic`):
-            rollouts carry its state (:mod:`rl_lightning.data.recurrent_rollout`) and the update
-            replays whole env sequences; ``num_minibatches`` must then divide ``num_envs``.
+            rollouts carry its state and the update replays whole env sequences.
         cell: The recurrent core, ``"lstm"`` or ``"gru"`` (with ``recurrent``).
         recurrent_size: Width of the recurrent state (with ``recurrent``).
         shared_core: One core for actor and critic, or one each (with ``recurrent``).
-        bptt_length: Truncated backpropagation through time (with ``recurrent``): the update
-            replays sequences of this many steps, each from the state the rollout acted with at
-            its first step; must divide ``rollout_steps``. ``None``: the whole rollout.
+        bptt_length: Truncated backpropagation through time (with ``recurrent``): the update replays
+            sequences of this many steps, each from the state the rollout acted with at its first
+            step; must divide ``rollout_steps``. ``None``: the whole rollout.
+        flush_denormal: Flush denormal floats to zero during ``fit`` (see :class:`RLModule`).
     """
 
     datamodule_class = RolloutDataModule
@@ -115,48 +123,39 @@ class PPO(RLModule):
         recurrent_size: int = 128,
         shared_core: bool = True,
         bptt_length: int | None = None,
+        flush_denormal: bool = True,
     ):
-        super().__init__(total_timesteps, save_interval, keep_last, on_nonfinite, max_grad_norm)
-        if recurrent:
-            if actor is not None or critic is not None:
-                raise ValueError(
-                    "recurrent=True builds its own heads after the recurrent core; a custom actor or critic cannot be "
-                    "combined with it. Drop algo.actor / algo.critic, or set recurrent=false."
-                )
-            if cell not in CELLS:
-                raise ValueError(f"cell must be one of {CELLS}, got {cell!r} (Hydra: algo.cell=lstm).")
-            check_positive_int(recurrent_size=recurrent_size)
-        elif bptt_length is not None:
+        super().__init__(total_timesteps, save_interval, keep_last, on_nonfinite, max_grad_norm, flush_denormal)
+        if recurrent and (actor is not None or critic is not None):
+            raise ValueError(
+                "recurrent=True builds its own heads after the recurrent core; a custom actor or critic cannot be "
+                "combined with it. Drop algo.actor / algo.critic, or set recurrent=false."
+            )
+        if recurrent and cell not in CELLS:
+            raise ValueError(f"cell must be one of {CELLS}, got {cell!r} (Hydra: algo.cell=lstm).")
+        if not recurrent and bptt_length is not None:
             raise ValueError(
                 f"bptt_length={bptt_length} truncates the backpropagation through a recurrent core; this policy "
                 "has none. Set recurrent=true (Hydra: algo.recurrent=true), or drop bptt_length."
             )
-        self.automatic_optimization = False  # the update phase runs inside training_step
-        check_positive(lr=lr, clip_coef=clip_coef)
+        check_positive_int(update_epochs=update_epochs, num_minibatches=num_minibatches, recurrent_size=recurrent_size)
+        check_positive_int(bptt_length=bptt_length, none="None")
+        check_unit_interval(gamma=gamma, gae_lambda=gae_lambda)
+        check_positive(lr=lr, clip_coef=clip_coef, max_grad_norm=max_grad_norm)
         check_non_negative(ent_coef=ent_coef, vf_coef=vf_coef)
-        if max_grad_norm is not None:
-            check_positive(max_grad_norm=max_grad_norm)
         check_hidden_sizes(hidden_sizes, allow_empty=True)
-        #: GAE's and the minibatch plan's settings, which the rollout stream reads (``OnPolicyLearner``).
-        self.update_plan = UpdatePlan(gamma, gae_lambda, update_epochs, num_minibatches, bptt_length)
+        self.automatic_optimization = False  # the update phase runs inside training_step
         encoder, own_encoder = check_encoder_argument(encoder)  # checked now, before any env is made
         self.save_hyperparameters(ignore=["actor", "critic", *(["encoder"] if own_encoder else [])])
         self._actor, self._critic, self._encoder = actor, critic, encoder
 
-    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        """Rebuild the policy (``RLModule``); ``load_from_checkpoint`` of an earlier version's file takes the
-        learning settings it kept with the data module (``compat.take_moved_settings``)."""
-        super().on_load_checkpoint(checkpoint)
-        if self._trainer is None:  # load_from_checkpoint, not a resume (where the caller's settings hold)
-            compat.take_moved_settings(self, checkpoint)
-
     def build_policy(self, observation_space: gym.Space, action_space: gym.Space) -> ActorCritic:
-        """An :class:`ActorCritic` for these spaces (with the user's networks, if given)."""
+        """An :class:`ActorCritic` (or :class:`RecurrentActorCritic`) for these spaces, with the user's networks."""
         hp = self.hparams
         encoder = self._encoder
         if callable(encoder) and not isinstance(encoder, nn.Module):
             encoder = build_encoder(encoder, observation_space, hp.normalize_obs)
-        if hp.get("recurrent"):  # .get: checkpoints of earlier versions have none
+        if hp.recurrent:
             return RecurrentActorCritic(observation_space, action_space, tuple(hp.hidden_sizes), hp.normalize_obs,
                                         hp.init_log_std, encoder, hp.cell, hp.recurrent_size,
                                         hp.shared_core)  # fmt: skip
@@ -166,38 +165,93 @@ class PPO(RLModule):
     def configure_optimizers(self) -> torch.optim.Optimizer:
         return adam(self.policy.parameters(), lr=self.hparams.lr, eps=1e-5)
 
+    def sequence_length(self, rollout_steps: int) -> int:
+        """Steps per sequence the update replays: 1 (each step on its own) without memory; a recurrent policy's
+        ``bptt_length``, or the whole rollout."""
+        return (self.hparams.bptt_length or rollout_steps) if self.hparams.recurrent else 1
+
+    def check_rollout(self, rollout_steps: int, num_envs: int) -> None:
+        """Refuse, naming the fix, a rollout that does not cut into whole sequences and equal minibatches."""
+        length = self.sequence_length(rollout_steps)
+        if rollout_steps % length:
+            raise ValueError(
+                f"bptt_length={length} does not divide rollout_steps={rollout_steps}: each env's rollout is cut into "
+                "sequences of bptt_length steps. Choose a divisor (Hydra: algo.bptt_length), or change "
+                "data.rollout_steps."
+            )
+        sequences = num_envs * rollout_steps // length
+        if sequences % self.hparams.num_minibatches:
+            what = (
+                f"transitions: rollout_steps x num_envs = {rollout_steps} x {num_envs} = {sequences}"
+                if length == 1
+                else f"sequences of a recurrent policy: num_envs x rollout_steps / sequence length = {num_envs} x "
+                f"{rollout_steps} / {length} = {sequences}"
+            )
+            raise ValueError(
+                f"num_minibatches={self.hparams.num_minibatches} does not divide the rollout's {what}; choose a "
+                "divisor so every minibatch has the same size: PPO(num_minibatches=...) (Hydra: "
+                "algo.num_minibatches=...; CLI: --model.num_minibatches)."
+            )
+
+    def setup(self, stage: str) -> None:
+        super().setup(stage)
+        data = self.trainer.datamodule
+        if stage == "fit" and isinstance(data, RolloutDataModule):
+            self.check_rollout(data.hparams.rollout_steps, data.hparams.num_envs)
+
+    def on_fit_start(self) -> None:
+        super().on_fit_start()
+        if self.hparams.recurrent and self.acting_copy is not None:
+            raise ValueError(
+                "A recurrent policy (algo.recurrent=true) acts with its own state; an acting copy (ActorSync, "
+                "callbacks=split_actor) of it is not supported. Drop the ActorSync callback, or set "
+                "algo.recurrent=false."
+            )
+
     def on_train_epoch_start(self) -> None:
         # One rollout per epoch: the learning rate steps down once per rollout (CleanRL's detail 4).
         if self.hparams.anneal_lr:
             self.anneal_lr(self.hparams.lr)
 
-    def training_step(self, batch: dict[str, Any], batch_idx: int) -> None:
-        """PPO's update phase on one rollout: ``update_epochs x num_minibatches`` clipped-loss steps.
+    def training_step(self, rollout: TensorDict, batch_idx: int) -> None:
+        """The update phase on one rollout ``[T, N]``: GAE, then ``update_epochs x num_minibatches`` loss steps.
 
-        Manual optimization: one Lightning batch is a whole rollout, so Lightning's per-batch
-        machinery runs once per rollout rather than once per minibatch (see
-        ``rl_lightning/data/rollout.py``). ``manual_backward`` keeps DDP's gradient all-reduce
-        on every step; ``global_step`` counts every optimizer step.
+        The rollout is cut into ``S`` sequences of ``L`` steps (``L = 1`` without memory, so a
+        minibatch is any transitions, CleanRL's ``ppo.py``; a recurrent policy replays whole env
+        sequences from their first state, CleanRL's ``ppo_atari_lstm.py``). ``manual_backward`` keeps
+        DDP's gradient all-reduce on every step; ``global_step`` counts every optimizer step.
         """
         hp, optimizer = self.hparams, self.optimizers()
-        sequences = "initial_state" in batch  # a recurrent policy's rollout: minibatches of whole env sequences
-        keys = (*ROLLOUT_KEYS, "episode_start") if sequences else ROLLOUT_KEYS
-        # Plain tensors: indexing six tensors costs less than indexing the TensorDict.
-        rollout = {key: batch["rollout"][key] for key in keys}
-        coefs = {name: hp[name] for name in LOSS_COEFS}  # clip_coef, ent_coef, vf_coef, norm_adv, clip_vloss
-        for index in batch["minibatches"]:
-            if sequences:
-                terms = sequence_minibatch_loss(self.policy, rollout, batch["initial_state"], index, **coefs)
-            else:
-                terms = minibatch_loss(self.policy, {key: value[index] for key, value in rollout.items()}, **coefs)
-            clear_grads(optimizer)
-            self.manual_backward(terms.loss)
-            # Clips to max_grad_norm and refuses (or, by option, skips) a NaN or inf update.
-            if self.gradients_finite(optimizer, terms):
-                self.step_optimizer(optimizer)
-                # Logged once per epoch from these (self.log on every step would cost more than the step).
-                self.train_terms.append(terms.diagnostics)  # in _TRAIN_METRICS order
-            interrupt_request.check()  # a signal stops the update phase between minibatches
+        T, N = rollout.batch_size
+        advantage, returns = compute_gae(
+            rollout["reward"], rollout["value"], rollout["next_value"], rollout["terminated"], rollout["truncated"],
+            hp.gamma, hp.gae_lambda,
+        )  # fmt: skip
+        rollout.update({"advantage": advantage, "return": returns})
+        self.explained_variance = explained_variance(rollout["value"].flatten(), returns.flatten())
+        L = self.sequence_length(T)
+        sequences = rollout.apply(lambda x: x.reshape(T // L, L, *x.shape[1:]).transpose(0, 1).flatten(1, 2),
+                                  batch_size=[L, T // L * N])  # fmt: skip
+        coefs = {name: hp[name] for name in LOSS_COEFS}
+        # Plain tensors (a TensorDict for Dict observations): indexing them costs less than indexing the TensorDict.
+        keys = ("obs", "action", "log_prob", "value", "advantage", "return", "episode_start", "state")
+        columns = {key: sequences[key] for key in keys if key in sequences.keys()}
+        for _ in range(hp.update_epochs):
+            for index in torch.randperm(sequences.shape[1]).to(self.device).view(hp.num_minibatches, -1):
+                mb = {key: value[:, index] for key, value in columns.items()}
+                state = mb["state"][0] if "state" in mb else None
+                log_prob, entropy, value = self.policy.evaluate_actions(mb["obs"], mb["action"], mb["episode_start"],
+                                                                        state)  # fmt: skip
+                old = (mb[key].flatten() for key in ("log_prob", "value", "advantage", "return"))
+                terms = ppo_loss(log_prob.flatten(), entropy.flatten(), value.flatten(), *old, **coefs)
+                optimizer.zero_grad(set_to_none=True)
+                self.manual_backward(terms.loss)
+                if self.gradients_finite(optimizer, terms):  # clips to max_grad_norm; refuses (or skips) a NaN
+                    optimizer.step()
+                    self.train_terms.append(terms.diagnostics)  # logged once per epoch
+                interrupt_request.check()  # a signal stops the update phase between minibatches
+        # The statistics take in the rollout after its update: acting and learning on it saw the same normalization.
+        self.policy.update_normalizer(rollout["obs"].flatten(0, 1))
 
     def on_train_epoch_end(self) -> None:
         train = self.train_means(_TRAIN_METRICS)

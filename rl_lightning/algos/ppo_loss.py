@@ -1,25 +1,55 @@
-"""The PPO loss: clipped surrogate, (clipped) value loss and entropy bonus, in plain autograd.
+"""PPO's mathematics: generalized advantage estimation and the clipped loss, as pure functions.
 
-Reference: Schulman et al., 2017, eq. 7 and 9; CleanRL's ``ppo.py``. torchrl's
+References: Schulman et al., 2016 (GAE, eq. 16) and 2017 (PPO, eq. 7 and 9); CleanRL's ``ppo.py``.
+``compute_gae`` equals torchrl's ``generalized_advantage_estimate`` and ``ppo_loss`` torchrl's
 ``ClipPPOLoss`` (``loss_critic_type="l2"``, ``critic_coef = vf_coef / 2``,
-``normalize_advantage=True``) gives the same value and gradients
-(``tests/algos/test_ppo_loss.py``); it is not called here because its TensorDict plumbing
-costs more than the loss on small networks (``python -m benchmarks.ppo_loss``). The fast
-path (``rl_lightning/fast/ppo.py``) computes the same loss with its gradient written out.
+``normalize_advantage=True``): values and gradients (``tests/algos/test_ppo_loss.py``). The loss
+is written out rather than called because ``ClipPPOLoss``'s TensorDict plumbing costs more than
+the loss itself on small networks (``python -m benchmarks.ppo_loss``).
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
-from typing import Any
 
 import torch
 
-from rl_lightning import fast
-
 #: The loss's coefficients, as :func:`ppo_loss` and :class:`~rl_lightning.algos.PPO` name them.
 LOSS_COEFS = ("clip_coef", "ent_coef", "vf_coef", "norm_adv", "clip_vloss")
+
+
+def compute_gae(
+    reward: torch.Tensor,
+    value: torch.Tensor,
+    next_value: torch.Tensor,
+    terminated: torch.Tensor,
+    truncated: torch.Tensor,
+    gamma: float,
+    gae_lambda: float,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Generalized advantage estimation (Schulman et al., 2016, eq. 16), CleanRL's backward loop over time.
+
+    ``next_value[t]`` is the value of the state step ``t`` reached: for a truncated step the
+    value of the true final observation (so the return bootstraps from where the time limit cut
+    the episode); a terminated step has no next value. The recursion stops at either end.
+
+    Args:
+        reward, value, next_value: ``[T, N]``.
+        terminated, truncated: ``[T, N]`` bools.
+        gamma: Discount factor.
+        gae_lambda: GAE's lambda.
+
+    Returns:
+        ``(advantage, return)``, each ``[T, N]``, with ``return = advantage + value``.
+    """
+    delta = reward + gamma * next_value * (~terminated) - value  # the TD error of each step
+    carry = gamma * gae_lambda * ~(terminated | truncated)  # where an episode goes on into the next step
+    advantage, last = [], torch.zeros_like(value[0])
+    for t in reversed(range(reward.shape[0])):
+        last = delta[t] + carry[t] * last
+        advantage.append(last)
+    advantage = torch.stack(advantage[::-1])
+    return advantage, advantage + value
 
 
 @dataclasses.dataclass
@@ -91,58 +121,3 @@ def ppo_loss(
         clip_fraction = ((ratio - 1).abs() > clip_coef).float().mean()
         diagnostics = torch.stack([policy_loss, value_loss, entropy_mean, approx_kl, clip_fraction])
     return PPOLossTerms(loss, *diagnostics.unbind(), diagnostics)
-
-
-def minibatch_loss(
-    policy,
-    batch: Mapping[str, torch.Tensor],
-    clip_coef: float = 0.2,
-    ent_coef: float = 0.01,
-    vf_coef: float = 0.5,
-    norm_adv: bool = True,
-    clip_vloss: bool = True,
-) -> PPOLossTerms:
-    """Evaluate a rollout minibatch under ``policy`` and return its PPO loss terms.
-
-    Args:
-        policy: Has ``evaluate_actions(obs, action) -> (log_prob, entropy, value)``.
-        batch: Rollout minibatch with keys ``obs``, ``action``, ``log_prob``, ``value``,
-            ``advantage``, ``return`` (rows of the rollout ``RolloutDataset`` yields).
-        clip_coef, ent_coef, vf_coef, norm_adv, clip_vloss: As in :func:`ppo_loss`.
-    """
-    coefs = dict(clip_coef=clip_coef, ent_coef=ent_coef, vf_coef=vf_coef, norm_adv=norm_adv, clip_vloss=clip_vloss)
-    written_out = fast.ppo_minibatch_loss(policy, batch, coefs)  # the same terms; None: not a default network
-    if written_out is not None:
-        loss, diagnostics = written_out
-        return PPOLossTerms(loss, *diagnostics.unbind(), diagnostics)
-    log_prob, entropy, value = policy.evaluate_actions(batch["obs"], batch["action"])
-    old = (batch[key] for key in ("log_prob", "value", "advantage", "return"))
-    return ppo_loss(log_prob, entropy, value, *old, **coefs)
-
-
-def sequence_minibatch_loss(
-    policy,
-    rollout: Mapping[str, torch.Tensor],
-    initial_state: torch.Tensor,
-    envs: torch.Tensor,
-    **coefs: Any,
-) -> PPOLossTerms:
-    """A recurrent policy's PPO loss on the whole sequences of the envs ``envs`` (CleanRL's ``ppo_atari_lstm.py``).
-
-    The policy's core runs again over each env's ``[T]`` steps from the state the rollout
-    started with, zeroed where ``episode_start`` says an episode began; the clipped loss is
-    then the usual one over the ``T x len(envs)`` steps.
-
-    Args:
-        policy: Has ``evaluate_sequences(obs, action, episode_start, state)``.
-        rollout: ``[T, N]`` tensors (a ``RecurrentRolloutDataset`` rollout's keys).
-        initial_state: ``[C, K, N, H]``.
-        envs: The sequence indices of this minibatch (env indices without truncated BPTT).
-        **coefs: :func:`ppo_loss`'s ``clip_coef``, ``ent_coef``, ``vf_coef``, ``norm_adv``, ``clip_vloss``.
-    """
-    seq = {key: value[:, envs] for key, value in rollout.items()}
-    log_prob, entropy, value = policy.evaluate_sequences(
-        seq["obs"], seq["action"], seq["episode_start"], initial_state[:, :, envs]
-    )
-    old = (seq[key].flatten(0, 1) for key in ("log_prob", "value", "advantage", "return"))
-    return ppo_loss(log_prob.flatten(), entropy.flatten(), value.flatten(), *old, **coefs)

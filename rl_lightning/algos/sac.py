@@ -1,14 +1,13 @@
 """SAC (Haarnoja et al., 2018, "Soft Actor-Critic Algorithms and Applications") as a LightningModule.
 
-Data flow of one epoch: ``ReplayDataset`` steps the envs in chunks of ``train_freq`` vector
-steps and hands out each chunk; ``training_step`` takes the chunk's gradient steps: for each
-batch sampled from the replay buffer the SAC losses (:func:`~rl_lightning.algos.sac_loss.sac_loss`:
-twin Q with clipped double-Q targets from target critics, the reparameterized actor loss,
-and the entropy temperature loss; checked against torchrl's ``SACLoss``), one backward of
-their sum (:func:`~rl_lightning.algos.sac_loss.sac_objective`; the fast path writes that
-gradient out, ``fast/sac.py``), one Adam step over the actor, critic and temperature
-parameter groups by hand (manual optimization), then the target critics' Polyak averaging.
-See ``docs/algos/sac.md``.
+Data flow of one epoch: ``training_step`` iterates the epoch's ``ReplayEpoch``, which collects
+each chunk of ``train_freq`` vector steps and then hands out that chunk's sampled batches
+(``rl_lightning/data/chunks.py``); for each batch: the SAC losses
+(:func:`~rl_lightning.algos.sac_loss.sac_loss`: twin Q with clipped double-Q targets from target
+critics, the reparameterized actor loss, and the entropy temperature loss; checked against
+torchrl's ``SACLoss``), one backward of their sum, one Adam step over the actor, critic and
+temperature parameter groups (manual optimization), then the target critics' Polyak
+averaging. See ``docs/algos/sac.md``.
 """
 
 from __future__ import annotations
@@ -23,13 +22,12 @@ import torch
 from tensordict import TensorDict
 from torch import nn
 
-from rl_lightning import fast
 from rl_lightning.algos.base import RLModule
-from rl_lightning.algos.sac_loss import SACLossTerms, sac_loss, sac_objective
-from rl_lightning.algos.update import adam, clear_grads
+from rl_lightning.algos.sac_loss import SACLossTerms, sac_loss
+from rl_lightning.algos.update import adam
 from rl_lightning.checks import check_hidden_sizes, check_positive, check_unit_interval
 from rl_lightning.data import ReplayDataModule
-from rl_lightning.data.chunks import ReplayChunk
+from rl_lightning.data.chunks import ReplayEpoch
 from rl_lightning.nets.encoders import build_encoder, check_encoder_argument
 from rl_lightning.nets.sac import QEnsemble, SquashedGaussianActor
 
@@ -59,6 +57,7 @@ class SAC(RLModule):
             builds it from the observation space (not saved in the hyperparameters). The actor
             and the critics each get their own encoder (per network, as SB3's SAC by default);
             the target critics a copy of the critics'. Vector observations do not use it.
+        flush_denormal: Flush denormal floats to zero during ``fit`` (see :class:`~rl_lightning.algos.RLModule`).
     """
 
     datamodule_class = ReplayDataModule
@@ -79,8 +78,9 @@ class SAC(RLModule):
         keep_last: int | None = 5,
         on_nonfinite: str = "stop",
         encoder: dict[str, Any] | nn.Module | Callable[[gym.Space], nn.Module] | None = None,
+        flush_denormal: bool = True,
     ):
-        super().__init__(total_timesteps, save_interval, keep_last, on_nonfinite, max_grad_norm)
+        super().__init__(total_timesteps, save_interval, keep_last, on_nonfinite, max_grad_norm, flush_denormal)
         check_positive(actor_lr=actor_lr, critic_lr=critic_lr, alpha_lr=alpha_lr, init_alpha=init_alpha)
         check_unit_interval(gamma=gamma, tau=tau, open_low=True)
         if max_grad_norm is not None:
@@ -143,96 +143,32 @@ class SAC(RLModule):
             self.target_entropy,
         )
 
-    def training_step(self, chunk: ReplayChunk, batch_idx: int) -> None:
-        """The chunk's gradient steps (one Lightning batch per collection chunk, ``rl_lightning/data/chunks.py``)."""
+    def training_step(self, epoch: ReplayEpoch, batch_idx: int) -> None:
+        """The epoch's gradient steps, each chunk collected when its batches are first asked for
+        (one Lightning batch per epoch, ``rl_lightning/data/chunks.py``)."""
         optimizer = self.optimizers()
-        for batch in chunk:
+        for batch in epoch:
             self.update(batch, optimizer)
 
     def update(self, batch: TensorDict, optimizer) -> None:
         """One SAC update on a replay batch: critics, actor, temperature, then the targets."""
+        terms = self.loss(batch)
         # The three losses touch disjoint parameters (sac_loss detaches the critics inside the
         # actor loss and the log-probs inside the temperature loss): one backward of their sum serves all.
-        if type(self).loss is SAC.loss:
-            hp = self.hparams
-            total, terms = sac_objective(
-                self.policy, self.critics, self.target_critics, self.log_alpha, batch, hp.gamma, self.target_entropy
-            )
-        else:  # a subclass's own losses
-            terms = self.loss(batch)
-            total = terms.loss_qvalue + terms.loss_actor + terms.loss_alpha
-        clear_grads(optimizer)
-        self.manual_backward(total)
-        del total  # its graph and saved tensors go now, before the optimizer step
+        optimizer.zero_grad(set_to_none=True)
+        self.manual_backward(terms.loss_qvalue + terms.loss_actor + terms.loss_alpha)
         # Each group clipped on its own, as separate optimizers would; a NaN or inf update is
         # refused (or, by option, skipped together with its target update).
         if self.gradients_finite(optimizer, terms, clip_per_group=True):
-            self.step_optimizer(optimizer)
+            optimizer.step()
             self.update_targets()
             self.train_terms.append(torch.stack([t.detach() for t in terms]))
 
     @torch.no_grad()
     def update_targets(self) -> None:
         """Polyak-average the target critics toward the online ones: ``target <- (1 - tau) target + tau online``."""
-        targets, sources = list(self.target_critics.parameters()), list(self.critics.parameters())
-        if not fast.polyak(targets, sources, self.hparams.tau):  # one foreach call on the fast path
-            for target, source in zip(targets, sources, strict=True):
-                target.lerp_(source, self.hparams.tau)
-
-    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        """Rebuild the networks, and read checkpoints written while SAC ran torchrl's ``SACLoss``."""
-        super().on_load_checkpoint(checkpoint)
-        checkpoint["state_dict"] = upgrade_sacloss_state_dict(checkpoint["state_dict"])
-        if len(checkpoint.get("optimizer_states", ())) == 3:
-            checkpoint["optimizer_states"] = [merge_optimizer_states(checkpoint["optimizer_states"])]
+        for target, source in zip(self.target_critics.parameters(), self.critics.parameters(), strict=True):
+            target.lerp_(source, self.hparams.tau)
 
     def on_train_epoch_end(self) -> None:
         self.log_rollout_metrics(self.train_means(_TRAIN_METRICS))
-
-
-def merge_optimizer_states(states: Sequence[dict[str, Any]]) -> dict[str, Any]:
-    """One optimizer state dict from several, their parameter groups in order (SAC's actor, critics, temperature).
-
-    Checkpoints written while SAC stepped three Adam optimizers load into its one Adam of
-    three groups: parameter ids are renumbered in order, per-parameter state moves with them.
-    """
-    merged: dict[str, Any] = {"state": {}, "param_groups": []}
-    offset = 0
-    for state in states:
-        for group in state["param_groups"]:
-            merged["param_groups"].append({**group, "params": [offset + i for i in group["params"]]})
-        merged["state"].update({offset + i: value for i, value in state["state"].items()})
-        offset += sum(len(group["params"]) for group in state["param_groups"])
-    return merged
-
-
-#: Where the weights of a checkpoint written with torchrl's ``SACLoss`` (up to this module's
-#: pure loss) now live. Its critics were stacked in the same layout and the optimizers held
-#: the same tensors in the same order, so weights and optimizer states carry over as they are.
-_SACLOSS_PREFIXES = {
-    "loss_module.qvalue_network_params.module.net.": "critics.layers.",
-    "loss_module.target_qvalue_network_params.module.net.": "target_critics.layers.",
-}
-
-
-def upgrade_sacloss_state_dict(state_dict: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """Rename a ``SACLoss``-era SAC state dict's entries to this module's; other state dicts pass unchanged.
-
-    ``loss_module.log_alpha`` becomes ``log_alpha``; critic layer ``net.{2i}`` (the ``i``-th
-    ``nn.Linear`` of the MLP) becomes ``layers.{i}``; the loss's copies of the actor's
-    weights, its constants (``alpha_init``, ``_target_entropy``, gamma) are dropped: the
-    policy's own entries and the hyperparameters hold them.
-    """
-    if "loss_module.log_alpha" not in state_dict:
-        return state_dict
-    upgraded = {}
-    for key, value in state_dict.items():
-        if key == "loss_module.log_alpha":
-            upgraded["log_alpha"] = value
-        elif not key.startswith("loss_module."):
-            upgraded[key] = value
-        for old, new in _SACLOSS_PREFIXES.items():
-            if key.startswith(old):
-                index, name = key[len(old) :].split(".")
-                upgraded[f"{new}{int(index) // 2}.{name}"] = value
-    return upgraded

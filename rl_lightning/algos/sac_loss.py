@@ -15,7 +15,6 @@ from typing import NamedTuple
 import torch
 from tensordict import TensorDict
 
-from rl_lightning import fast
 from rl_lightning.nets.sac import QEnsemble, SquashedGaussianActor
 
 
@@ -77,29 +76,3 @@ def sac_loss(
     log_prob = log_prob.detach()
     loss_alpha = -(log_alpha * (log_prob + target_entropy)).mean()
     return SACLossTerms(loss_actor, loss_qvalue, loss_alpha, alpha, -log_prob.mean())
-
-
-def sac_objective(
-    actor: SquashedGaussianActor,
-    critics: QEnsemble,
-    target_critics: QEnsemble,
-    log_alpha: torch.Tensor,
-    batch: TensorDict,
-    gamma: float,
-    target_entropy: float,
-) -> tuple[torch.Tensor, SACLossTerms]:
-    """What one SAC update differentiates: ``loss_qvalue + loss_actor + loss_alpha``, and the terms of :func:`sac_loss`.
-
-    The three losses touch disjoint parameters, so one backward of their sum gives each
-    parameter group its own loss's gradient. The fast path computes the sum, networks
-    included, as one autograd node with its gradient written out
-    (:func:`rl_lightning.fast.sac_objective`: the same values and draws, the gradients within float
-    rounding; its terms
-    carry no gradient); the plain path sums :func:`sac_loss`'s terms. Arguments as :func:`sac_loss`.
-    """
-    written_out = fast.sac_objective(actor, critics, target_critics, log_alpha, batch, gamma, target_entropy)
-    if written_out is not None:
-        total, terms = written_out
-        return total, SACLossTerms(*terms.unbind())
-    terms = sac_loss(actor, critics, target_critics, log_alpha, batch, gamma, target_entropy)
-    return terms.loss_qvalue + terms.loss_actor + terms.loss_alpha, terms

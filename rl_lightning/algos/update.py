@@ -15,28 +15,24 @@ from typing import Any
 import torch
 from torch import nn
 
-from rl_lightning import fast
 from rl_lightning.envs.checks import ON_NONFINITE
 from rl_lightning.faults import NumericalFault
 
+#: What torch's fused Adam takes (``torch.optim.Adam(fused=True)``).
+FUSED_DEVICES, FUSED_DTYPES = ("cpu", "cuda"), (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+
 
 def adam(params, lr: float, eps: float = 1e-8) -> torch.optim.Adam:
-    """``torch.optim.Adam`` (the fast path's fused one where the parameters allow it: the same updates).
+    """``torch.optim.Adam`` over ``params`` (tensors, or parameter-group dicts ``{"params": [...], "lr": ...}``).
 
-    Args:
-        params: Tensors, or parameter-group dicts (``{"params": [...], "lr": ...}``).
-        lr: Learning rate (of groups that set none).
-        eps: Adam's epsilon.
+    Fused (one kernel per step, ``fused=True``) where torch has it for the parameters: the same
+    update as its loop. On a CartPole-sized MLP one step took 84 against 361 us (``for``-loop) and
+    220 us (``foreach``) here, a fifth of a PPO minibatch step (``python -m benchmarks.ppo_loss``).
     """
     params = list(params)
-    fused = fast.fused_adam(params, lr=lr, eps=eps)
-    return fused if fused is not None else torch.optim.Adam(params, lr=lr, eps=eps)
-
-
-def clear_grads(optimizer: torch.optim.Optimizer) -> None:
-    """Set the gradients of the optimizer's parameters to ``None``, as ``optimizer.zero_grad()`` does."""
-    if not fast.clear_grads(optimizer):
-        optimizer.zero_grad(set_to_none=True)
+    tensors = [p for group in params for p in (group["params"] if isinstance(group, dict) else [group])]
+    fused = all(p.device.type in FUSED_DEVICES and p.dtype in FUSED_DTYPES for p in tensors)
+    return torch.optim.Adam(params, lr=lr, eps=eps, fused=fused or None)
 
 
 def _named_loss_tensors(losses: Any) -> dict[str, torch.Tensor]:
@@ -58,18 +54,6 @@ def _loss_tensors(losses: Any) -> list[torch.Tensor]:
         return [total]
     values = losses.values() if isinstance(losses, Mapping) else (losses or ())
     return [v for v in values if isinstance(v, torch.Tensor) and v.numel() == 1]
-
-
-def total_norm(grads: list[torch.Tensor]) -> torch.Tensor:
-    """The L2 norm of all ``grads`` taken as one vector (``torch.nn.utils.get_total_norm``)."""
-    norm = fast.total_norm(grads)
-    return norm if norm is not None else torch.nn.utils.get_total_norm(grads)
-
-
-def scale_to_norm(params: list[torch.Tensor], max_norm: float, norm: torch.Tensor) -> None:
-    """Scale the gradients of ``params`` in place so their norm is at most ``max_norm`` (``clip_grads_with_norm_``)."""
-    if not fast.scale_to_norm([p.grad for p in params], max_norm, norm):
-        torch.nn.utils.clip_grads_with_norm_(params, max_norm, norm)
 
 
 class UpdateGuard:
@@ -128,7 +112,7 @@ class UpdateGuard:
         ]
         if not grouped:
             return True
-        norms = [total_norm([p.grad for p in params]) for params in grouped]
+        norms = [torch.nn.utils.get_total_norm([p.grad for p in params]) for params in grouped]
         # One check (one device sync) of the sum of the norms and, in a single process, the
         # losses (a NaN or inf in any addend makes the sum one): a NaN can sit in a loss without
         # reaching the gradients. Under DDP only the averaged gradients are checked, the one
@@ -140,7 +124,7 @@ class UpdateGuard:
         if bool(total.isfinite()):
             if max_norm is not None:
                 for params, norm in zip(grouped, norms, strict=True):
-                    scale_to_norm(params, max_norm, norm)
+                    torch.nn.utils.clip_grads_with_norm_(params, max_norm, norm)
             return True
         if self.on_nonfinite == "stop":
             raise NumericalFault(
@@ -150,7 +134,7 @@ class UpdateGuard:
                 "(env.obs_bound clips observations), lower the learning rate, clip gradients (algo.max_grad_norm), "
                 "or skip such updates with algo.on_nonfinite=skip."
             )
-        clear_grads(optimizer)
+        optimizer.zero_grad(set_to_none=True)
         self.skipped += 1
         return False
 

@@ -3,6 +3,7 @@
 from rl_lightning.callbacks.actor_sync import ActorSync
 from rl_lightning.callbacks.budget import EnvStepBudget
 from rl_lightning.callbacks.checkpoint import AtomicCheckpointIO, BestCheckpoint, IntervalCheckpoint
+from rl_lightning.callbacks.denormals import FlushDenormals
 from rl_lightning.callbacks.interrupt import Interruption
 from rl_lightning.callbacks.offload import OptimizerOffload
 from rl_lightning.callbacks.progress import EnvStepProgressBar
@@ -16,6 +17,7 @@ __all__ = [
     "EnvStepBudget",
     "EnvStepProgressBar",
     "EvaluationVideo",
+    "FlushDenormals",
     "Interruption",
     "IntervalCheckpoint",
     "OptimizerOffload",

@@ -14,9 +14,8 @@ class ActorSync(pl.Callback):
     Rollouts, replay collection and evaluation then act with the copy (the data modules
     ask the algorithm for its ``acting_policy``); the optimizer keeps updating the learner.
     Each optimizer step marks the copy stale; the next act after ``sync_interval`` of them
-    pulls the weights in. For PPO that is once per rollout, right after the observation
-    statistics move, inside the rollout's ``sync`` phase (``time/sync_seconds``); for SAC
-    and DQN it is every ``sync_interval`` gradient steps, also timed as ``sync``.
+    pulls the weights in (timed as ``time/sync_seconds``). For PPO that is once per rollout,
+    at its first step; for SAC and DQN every ``sync_interval`` gradient steps.
 
     Args:
         device: Where the copy acts; ``None`` keeps the learner's device (a dtype-only copy).
@@ -29,7 +28,6 @@ class ActorSync(pl.Callback):
     def __init__(
         self, device: str | None = "cpu", dtype: str = "float32", sync_interval: int = 1, verify: bool = False
     ):
-        self._steps_at_batch_start = 0
         self.device = device
         self.dtype = dtype
         self.sync_interval = sync_interval
@@ -39,7 +37,7 @@ class ActorSync(pl.Callback):
 
     def _attach(self, pl_module: pl.LightningModule) -> None:
         policy = pl_module.policy
-        actor = getattr(pl_module, "actor", None)
+        actor = pl_module.acting_copy
         if policy is None or (actor is not None and actor.learner is policy):
             return
         device = pl_module.device if self.device is None else self.device
@@ -62,15 +60,8 @@ class ActorSync(pl.Callback):
         self._attach(pl_module)
         pl_module.acting_copy.sync()
 
-    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
-        self._steps_at_batch_start = trainer.global_step
-
-    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
-        # One Lightning batch is a rollout's update phase or an off-policy chunk: it took as many optimizer steps
-        # as global_step moved (none for a chunk before learning_starts).
-        updates = trainer.global_step - self._steps_at_batch_start
-        if updates:
-            pl_module.acting_copy.mark_stale(updates)
+    def on_before_optimizer_step(self, trainer, pl_module, optimizer) -> None:
+        pl_module.acting_copy.mark_stale()
 
     def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         pl_module.acting_copy = None

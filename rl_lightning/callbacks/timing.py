@@ -11,15 +11,15 @@ from lightning.pytorch.utilities import rank_zero_info
 from rl_lightning.callbacks.interrupt import resumable_stop
 from rl_lightning.data.base import collected_since, last_collection
 
-# Phase -> (metric suffix, row label). Rollout phases come from ``CollectionMetrics``; the
-# optimization and evaluation phases are timed here around Lightning's own loops.
+# Phase -> row label. Collection phases come from ``CollectionMetrics``; the optimization and
+# evaluation phases are timed here around Lightning's own loops; weight sync is the acting copy's
+# (inside inference and evaluation, so not added to the total).
 PHASES = {
     "env": "env stepping",
     "inference": "policy inference",
-    "advantage": "advantage computation",
     "optimization": "optimization",
     "evaluation": "evaluation",
-    "sync": "weight sync",
+    "sync": "weight sync (within the above)",
 }
 
 
@@ -28,11 +28,12 @@ class PhaseTimer(pl.Callback):
 
     Per epoch it logs (rank zero's times, straight to the Trainer's loggers, at
     ``time/env_steps``) ``time/<phase>_seconds`` for ``env`` (stepping the envs),
-    ``inference`` (policy calls while collecting), ``advantage`` (GAE), ``optimization``
-    (``training_step``, backward, clipping and optimizer steps, gradient all-reduce
-    included), ``evaluation`` (the validation loop on every object set) and ``sync``
-    (bringing the acting policy up to date before a rollout), plus ``time/epoch_seconds``.
-    At the end of ``fit`` it prints each phase's total and share of the wall time.
+    ``inference`` (policy calls while collecting), ``optimization`` (``training_step`` without
+    the collection inside it: advantages, losses, backward, clipping and optimizer steps,
+    gradient all-reduce included), ``evaluation`` (the validation loop on every object set)
+    and ``sync`` (an acting copy pulling the learner's weights, :class:`~rl_lightning.callbacks.ActorSync`),
+    plus ``time/epoch_seconds``. At the end of ``fit`` it prints each phase's total and share
+    of the wall time.
 
     The rollout phases are read from the data module's ``last_collection``
     (:class:`~rl_lightning.data.collection.CollectionMetrics`); with another data module only
@@ -40,8 +41,8 @@ class PhaseTimer(pl.Callback):
 
     On a CUDA device kernels run asynchronously, so a phase's clock would stop before its
     work is done. ``synchronize=True`` waits for the device at every phase boundary (the
-    tensor path's rollout phases and the optimization), so the shares say where device time
-    goes, at a small cost in throughput (``benchmarks/gpu_device_envs.py`` uses it).
+    rollout's phases and the optimization), so the shares say where device time goes, at a
+    small cost in throughput (``benchmarks/gpu_device_envs.py`` uses it).
 
     Args:
         print_summary: Print the table when ``fit`` ends (rank zero only).
@@ -58,6 +59,8 @@ class PhaseTimer(pl.Callback):
         self.fit_seconds = 0.0
         self.last_metrics: dict[str, float] = {}
         self._logged_collection = None
+        self._collection_at_batch_start = None
+        self._synced = 0.0
 
     def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._fit_start = time.perf_counter()
@@ -76,11 +79,16 @@ class PhaseTimer(pl.Callback):
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
         self._wait(pl_module)
+        self._collection_at_batch_start = last_collection(trainer)
         self._batch_start = time.perf_counter()
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         self._wait(pl_module)
-        self._epoch["optimization"] += time.perf_counter() - self._batch_start
+        seconds = time.perf_counter() - self._batch_start
+        collection = last_collection(trainer)
+        if collection is not None and collection is not self._collection_at_batch_start:
+            seconds -= collection.rollout_seconds  # collected inside the batch (replay): not optimization
+        self._epoch["optimization"] += max(seconds, 0.0)
 
     def _wait(self, pl_module: pl.LightningModule) -> None:
         if self.synchronize and pl_module.device.type == "cuda":
@@ -99,8 +107,11 @@ class PhaseTimer(pl.Callback):
         # Validation of this epoch has already run: Lightning calls it before this hook.
         rollout = self._logged_collection = last_collection(trainer)
         if rollout is not None:
-            for phase in ("env", "inference", "advantage", "sync"):
+            for phase in ("env", "inference"):
                 self._epoch[phase] = getattr(rollout, f"{phase}_seconds")
+        copy = getattr(pl_module, "acting_copy", None)
+        synced = 0.0 if copy is None else copy.sync_seconds
+        self._epoch["sync"], self._synced = max(synced - self._synced, 0.0), synced
         for phase, seconds in self._epoch.items():
             self.totals[phase] += seconds
         self.epochs += 1
@@ -130,7 +141,8 @@ class PhaseTimer(pl.Callback):
         """The table printed at the end of ``fit``: seconds, share of wall time, per epoch."""
         wall = max(self.fit_seconds, 1e-9)
         rows = [(PHASES[p], s) for p, s in self.totals.items()]
-        rows.append(("other (Lightning, logging, checkpoints)", max(0.0, wall - sum(self.totals.values()))))
+        spent = sum(seconds for phase, seconds in self.totals.items() if phase != "sync")
+        rows.append(("other (Lightning, logging, checkpoints)", max(0.0, wall - spent)))
         width = max(len(label) for label, _ in rows)
         lines = [
             f"Timing over {self.epochs} epochs, {wall:.1f} s of fit:",

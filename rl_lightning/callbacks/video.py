@@ -149,7 +149,7 @@ class EvaluationVideo(pl.Callback):
                 datamodule.obj_sets,
                 datamodule.hparams.eval_max_episode_steps,
                 render_mode="rgb_array",
-                wrappers=datamodule.hparams.get("wrappers") or (),
+                wrappers=datamodule.hparams.wrappers,
             )
         return self._envs[obj_set]
 
@@ -161,7 +161,7 @@ class EvaluationVideo(pl.Callback):
         hp = trainer.datamodule.hparams
         env_steps = int(pl_module.env_steps)
         policy = pl_module.acting_policy
-        obs_bound = hp.get("obs_bound") if hp.get("obs_bound_mode", "clip") == "clip" else None
+        obs_bound = hp.obs_bound if hp.obs_bound_mode == "clip" else None
         device = next(policy.parameters()).device
         self.last_videos = {}
         for obj_set in obj_sets:

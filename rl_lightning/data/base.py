@@ -23,16 +23,11 @@ from torch.utils.data import DataLoader
 from rl_lightning.checks import check_positive_int
 from rl_lightning.data.collection import CollectionMetrics, DataCounters
 from rl_lightning.data.evaluation import EvaluationDataset
-from rl_lightning.data.protocol import FaultPolicy
-from rl_lightning.deprecation import warn_renamed
 from rl_lightning.envs import EnvGroup, check_env_id, make_env, resolve_obj_sets
-from rl_lightning.envs.batched import DYNAMICS
-from rl_lightning.envs.checks import ON_NONFINITE, check_value_options
-from rl_lightning.envs.env_group import VECTORIZATION
-from rl_lightning.envs.envpool_env import check_envpool_task, envpool_env
+from rl_lightning.envs.checks import check_value_options
+from rl_lightning.envs.env_group import VECTORIZATION, check_backend
 from rl_lightning.envs.restart import check_max_env_restarts
-from rl_lightning.envs.tensor_group import TensorEnvGroup, reference_env
-from rl_lightning.envs.torchrl_env import user_factory
+from rl_lightning.envs.torchrl_env import EnvFactory, factory_path, user_factory
 from rl_lightning.envs.wrappers import check_wrappers
 
 # The data streams must run in the trainer's process, next to the policy they act with,
@@ -53,75 +48,10 @@ def identity_collate(batch):
     return batch
 
 
-def renamed_env_argument(owner: str, env_id: str, env: str | None, default: str) -> str:
-    """The env id a data module was given: ``env_id``, or its old name ``env`` (warned, for one release).
-
-    Raises:
-        ValueError: Both were given, naming two different envs.
-    """
-    if env is None:
-        return env_id
-    if env_id not in (default, env):
-        raise ValueError(
-            f"{owner}(env={env!r}, env_id={env_id!r}) names two envs; pass env_id only (env is its old name)."
-        )
-    # At the data module's caller: renamed_env_argument <- the data module's __init__ <- its caller.
-    warn_renamed(f"{owner}(env=...)", f"{owner}(env_id=...) (Hydra: env.env_id, CLI: --data.env_id)", stacklevel=4)
-    return env
-
-
 def _numpy_state_to_plain(state: tuple) -> tuple:
     """numpy's legacy RNG state with its key array as a list (loads with ``weights_only``)."""
     kind, keys, pos, has_gauss, gauss = state
     return kind, keys.tolist(), int(pos), int(has_gauss), float(gauss)
-
-
-#: What can step a data module's envs (``backend=...``; Hydra ``env.backend``).
-BACKENDS = ("gymnasium", "torch", "envpool")
-#: The backends whose one batched env hands back tensors: they take the tensor path
-#: (:mod:`rl_lightning.data.device_rollout`, :mod:`rl_lightning.data.device_replay`).
-TENSOR_BACKENDS = ("torch", "envpool")
-
-
-def check_backend(
-    backend: str, env_id: str, wrappers: Sequence[Any], obs_bound: float | None, env_factory: str | None = None
-) -> None:
-    """Refuse, naming the fix, a backend that is not one of :data:`BACKENDS` or cannot run these settings.
-
-    The torch backend steps a batched torch env of ``env_id`` (:data:`~rl_lightning.envs.batched.DYNAMICS`),
-    the envpool backend EnvPool's batch of it (:mod:`rl_lightning.envs.envpool_env`): gymnasium
-    wrappers and ``obs_bound`` act on single gymnasium envs, so they have no place there.
-    """
-    if backend not in BACKENDS:
-        raise ValueError(
-            f"backend must be one of {BACKENDS}, got {backend!r} (Hydra: env.backend=gymnasium, torch or envpool)."
-        )
-    if env_factory is not None and backend != "torch":
-        raise ValueError(
-            f"env.env_factory={env_factory!r} builds a batched tensor env, which env.backend={backend} does not step. "
-            "Set env.backend=torch, or env.env_factory=null."
-        )
-    if backend == "gymnasium":
-        return
-    if backend == "envpool":
-        check_envpool_task(env_id)
-    elif env_factory is not None:
-        user_factory(env_factory)  # importable and callable, or the message naming the path
-    elif env_id not in DYNAMICS:
-        raise ValueError(
-            f"env.backend=torch steps a batched torch env, and rl_lightning has none of {env_id!r}; it has "
-            f"{sorted(DYNAMICS)}. Pick one of those or keep env.backend=gymnasium."
-        )
-    if wrappers:
-        raise ValueError(
-            f"env.wrappers={list(wrappers)!r} wrap single gymnasium envs; the {backend} backend steps one batched env. "
-            "Drop the wrappers (env.wrappers=[]) or keep env.backend=gymnasium."
-        )
-    if obs_bound is not None:
-        raise ValueError(
-            f"obs_bound={obs_bound} clips single gymnasium envs' observations; the {backend} backend has no such "
-            "check. Set env.obs_bound=null or keep env.backend=gymnasium."
-        )
 
 
 def eval_prefix(obj_set: str, train_obj_set: str) -> str:
@@ -135,16 +65,16 @@ class EnvDataModule(pl.LightningDataModule):
     """Envs for every object set, evaluation loaders, progress counters and RNG state.
 
     Subclasses implement ``train_dataloader`` and :attr:`steps_per_epoch`, and extend
-    ``state_dict``/``load_state_dict`` with their stream's own state.
+    :meth:`rank_state_dict` / :meth:`load_rank_state_dict` with their stream's own state.
 
     Args:
-        env_id: Gymnasium env id.
+        env_id: Gymnasium env id (or the id a user's ``env_factory`` builds).
         num_envs: Training envs per rank.
         obj_sets: Object sets (name -> list of variations); ``None`` takes the shipped ones.
         train_obj_set: The set training episodes are drawn from.
         eval_obj_sets: Sets evaluated at validation and test time.
         max_episode_steps: Time limit for training envs; ``None`` keeps the registered one.
-        vectorization: ``"sync"`` or ``"async"``.
+        vectorization: ``"sync"`` or ``"async"`` (the gymnasium backend).
         seed: Base seed; rank ``r``'s env ``i`` is seeded with ``seed + r * num_envs + i``.
         eval_interval: Evaluate every this many epochs (within the Trainer's own
             ``check_val_every_n_epoch``, which should stay 1).
@@ -155,30 +85,25 @@ class EnvDataModule(pl.LightningDataModule):
         max_env_restarts: How many times in a row one env may be recreated after raising in
             ``step`` or ``reset`` (or the async workers rebuilt after one died) without an
             episode finishing in between; one more stops the run with
-            :class:`~rl_lightning.faults.EnvFault`. 0 never recreates. Recreations are
-            logged as ``rollout/env_restarts``.
-        obs_bound: Bound on the absolute value of observations; ``None`` checks only that
-            they are finite.
-        obs_bound_mode: ``"clip"``: clip observations to ``[-obs_bound, obs_bound]``
-            (counted in ``rollout/obs_clipped``); ``"reject"``: treat a value outside the
-            bound like a non-finite one (the algorithm's ``on_nonfinite`` decides).
+            :class:`~rl_lightning.faults.EnvFault`. 0 never recreates. Logged as ``rollout/env_restarts``.
+        obs_bound: Bound on the absolute value of observations; ``None`` checks only that they are finite.
+        obs_bound_mode: ``"clip"``: clip observations to ``[-obs_bound, obs_bound]`` (counted in
+            ``rollout/obs_clipped``); ``"reject"``: treat a value outside the bound like a non-finite one.
+        on_nonfinite: A non-finite (or rejected) observation or reward: ``"stop"`` ends the run with
+            a message naming the env and the value; ``"skip"`` cuts that env's episode short
+            (counted in ``rollout/nonfinite_steps``; the gymnasium backend). The algorithm's own
+            ``on_nonfinite`` answers a NaN in a loss or gradient.
         wrappers: Gymnasium wrappers applied to every env of the run (training, evaluation,
             videos, ``play``), after ``gymnasium.make``: import paths or mappings
-            ``{"wrapper": path, **arguments}`` (:mod:`rl_lightning.envs.wrappers`); kept in
-            checkpoints.
-        backend: What steps the envs: ``"gymnasium"`` (one gymnasium env per index, numpy),
-            ``"torch"`` (the batched torch env of ``env_id``, :mod:`rl_lightning.envs.batched`:
-            every env at once, on the Trainer's device; the tensor path,
-            :mod:`rl_lightning.data.device_rollout`) or ``"envpool"`` (EnvPool's C++ batch of
-            ``env_id`` on the CPU, :mod:`rl_lightning.envs.envpool_env`, on the tensor path too).
-        env_factory: With ``backend="torch"``: the import path of a function ``(env_id, num_envs,
-            device, seed, max_episode_steps)`` returning the batched env (a gymnasium ``VectorEnv``
-            of tensors, or a torchrl ``EnvBase`` with ``batch_size=[num_envs]``;
-            :mod:`rl_lightning.envs.torchrl_env`) instead of rl_lightning's own; Hydra ``env.env_factory``.
+            ``{"wrapper": path, **arguments}`` (:mod:`rl_lightning.envs.wrappers`); kept in checkpoints.
+        backend: What steps the envs: ``"gymnasium"`` (one gymnasium env per index), ``"torch"``
+            (a batched torch env on the Trainer's device: the library's own of ``env_id``, or
+            ``env_factory``'s) or ``"envpool"`` (EnvPool's C++ batch); see :class:`~rl_lightning.envs.EnvGroup`.
+        env_factory: With ``backend="torch"``: a user's simulator, a function ``(env_id, num_envs,
+            device, seed, max_episode_steps)`` returning a batched env (a gymnasium ``VectorEnv`` of
+            tensors or a batched torchrl ``EnvBase``), or its import path; kept in checkpoints by its
+            import path (:mod:`rl_lightning.envs.torchrl_env`). Hydra ``env.env_factory``.
     """
-
-    #: A subclass's constructor arguments kept out of its saved settings (deprecated ones, say).
-    unsaved_args: tuple[str, ...] = ()
 
     def __init__(
         self,
@@ -195,25 +120,28 @@ class EnvDataModule(pl.LightningDataModule):
         eval_num_envs: int | None,
         eval_deterministic: bool,
         eval_max_episode_steps: int | None,
-        max_env_restarts: int = 3,
-        obs_bound: float | None = None,
-        obs_bound_mode: str = "clip",
-        wrappers: Sequence[Any] | None = None,
-        backend: str = "gymnasium",
-        env_factory: str | None = None,
+        max_env_restarts: int,
+        obs_bound: float | None,
+        obs_bound_mode: str,
+        on_nonfinite: str,
+        wrappers: Sequence[Any] | None,
+        backend: str,
+        env_factory: EnvFactory | str | None,
     ):
         super().__init__()
         wrappers = check_wrappers(wrappers)
-        if env_factory is None:  # a user's batched env need not be in gymnasium's registry
+        self._env_factory = env_factory
+        if env_factory is None:  # a user's simulator need not be in gymnasium's registry
             check_env_id(env_id)
-        check_backend(backend, env_id, wrappers, obs_bound, env_factory)
+        else:
+            env_factory = factory_path(env_factory)  # what checkpoints keep (a lambda is refused here)
+            user_factory(self._env_factory)  # a path that does not import is refused now, naming it
+        check_backend(backend, env_id, env_factory, wrappers, obs_bound, on_nonfinite, vectorization)
         check_max_env_restarts(max_env_restarts)
-        check_value_options(obs_bound, obs_bound_mode)
-        for name in ("num_envs", "eval_interval", "eval_episodes"):
-            check_positive_int(**{name: locals()[name]})
-        for name in ("max_episode_steps", "eval_max_episode_steps", "eval_num_envs"):
-            if locals()[name] is not None:
-                check_positive_int(**{name: locals()[name]})
+        check_value_options(obs_bound, obs_bound_mode, on_nonfinite)
+        check_positive_int(num_envs=num_envs, eval_interval=eval_interval, eval_episodes=eval_episodes)
+        check_positive_int(none="None", max_episode_steps=max_episode_steps,
+                           eval_max_episode_steps=eval_max_episode_steps, eval_num_envs=eval_num_envs)  # fmt: skip
         if vectorization not in VECTORIZATION:
             raise ValueError(f"vectorization must be one of {VECTORIZATION}, got {vectorization!r}.")
         if isinstance(eval_obj_sets, str):
@@ -226,9 +154,10 @@ class EnvDataModule(pl.LightningDataModule):
                     "Pick one of those or add it to obj_sets."
                 )
         # Collects the subclass's constructor arguments too (Lightning walks the __init__ frames).
-        self.save_hyperparameters(ignore=["obj_sets", *self.unsaved_args])
+        self.save_hyperparameters(ignore=["obj_sets"])
         self.hparams["eval_obj_sets"] = list(eval_obj_sets)
         self.hparams["wrappers"] = wrappers  # plain specs (a Hydra ListConfig becomes a list)
+        self.hparams["env_factory"] = env_factory  # its import path
         # Stored as plain dicts so checkpoints load with weights_only=True.
         self.hparams["obj_sets"] = {k: [dataclasses.asdict(v) for v in vs] for k, vs in self.obj_sets.items()}
         self.counters = DataCounters()
@@ -242,62 +171,20 @@ class EnvDataModule(pl.LightningDataModule):
         self._train_dataset = None
 
     # ---------------------------------------------------------------- environments
-    @property
-    def backend(self) -> str:
-        """``"gymnasium"`` or ``"torch"`` (checkpoints of earlier versions: gymnasium)."""
-        return self.hparams.get("backend", "gymnasium")
-
-    def _device(self) -> torch.device:
-        """Where the tensor path's envs live: the Trainer's device (the CPU without one)."""
-        return self.trainer.strategy.root_device if self.trainer is not None else torch.device("cpu")
-
-    def _env_group(
-        self, obj_set: str, num_envs: int, seed: int, max_episode_steps: int | None
-    ) -> EnvGroup | TensorEnvGroup:
+    def _env_group(self, obj_set: str, num_envs: int, seed: int, max_episode_steps: int | None) -> EnvGroup:
         hp = self.hparams
-        if self.backend in TENSOR_BACKENDS:
-            factory = envpool_env if self.backend == "envpool" else reference_env
-            if hp.get("env_factory"):  # .get: checkpoints of earlier versions have none
-                factory = user_factory(hp.env_factory)
-            return TensorEnvGroup(
-                hp.env_id, num_envs, obj_set, self.obj_sets, max_episode_steps, seed, self._device(), factory
-            )
+        device = self.trainer.strategy.root_device if self.trainer is not None else torch.device("cpu")
         return EnvGroup(
-            hp.env_id,
-            num_envs,
-            obj_set=obj_set,
-            obj_sets=self.obj_sets,
-            max_episode_steps=max_episode_steps,
-            vectorization=hp.vectorization,
-            seed=seed,
-            # .get: checkpoints of earlier versions hold none of these.
-            max_env_restarts=hp.get("max_env_restarts", 3),
-            obs_bound=hp.get("obs_bound"),
-            obs_bound_mode=hp.get("obs_bound_mode", "clip"),
-            on_nonfinite=self._on_nonfinite(),
-            wrappers=hp.get("wrappers") or (),
-        )
-
-    def _on_nonfinite(self) -> str:
-        """The algorithm's ``on_nonfinite`` (``"stop"`` without a trainer or where it has none)."""
-        module = self.trainer.lightning_module if self.trainer is not None else None
-        value = module.on_nonfinite if isinstance(module, FaultPolicy) else "stop"
-        if value not in ON_NONFINITE:
-            raise ValueError(f"on_nonfinite must be one of {ON_NONFINITE}, got {value!r} (Hydra: algo.on_nonfinite).")
-        return value
+            hp.env_id, num_envs, obj_set, self.obj_sets, max_episode_steps, seed, device, hp.backend,
+            self._env_factory, hp.vectorization, None, hp.max_env_restarts, hp.obs_bound, hp.obs_bound_mode,
+            hp.on_nonfinite, hp.wrappers,
+        )  # fmt: skip
 
     def setup(self, stage: str) -> None:
-        """Build the envs this stage needs (once); training envs only for ``fit``.
-
-        Envs built by an earlier stage take the current algorithm's ``on_nonfinite``.
-        """
+        """Build the envs this stage needs (once); training envs only for ``fit``."""
         hp = self.hparams
         if self.trainer is not None:
             self.rank, self.world_size = self.trainer.global_rank, self.trainer.world_size
-        on_nonfinite = self._on_nonfinite()
-        for envs in [self.train_envs, *self.eval_envs.values()]:
-            if envs is not None:
-                envs.on_nonfinite = on_nonfinite
         if hp.eval_episodes < self.world_size:
             raise ValueError(
                 f"eval_episodes={hp.eval_episodes} is smaller than the {self.world_size} ranks; "
@@ -317,33 +204,33 @@ class EnvDataModule(pl.LightningDataModule):
 
     @property
     def env_id(self) -> str:
-        """The gymnasium id of the envs this module builds (every object set's variations default to it)."""
+        """The id of the envs this module builds (every object set's variations default to it)."""
         return self.hparams.env_id
 
     def env_spaces(self) -> tuple[gym.Space, gym.Space]:
-        """The observation and action spaces of one training env, without building the data module's envs.
-
-        What a check before ``fit`` needs (a resume's checkpoint against this env): one env of
-        the training set is made and closed.
-        """
+        """The observation and action spaces of one training env, without building the data module's envs
+        (what a check before ``fit`` needs: a resume's checkpoint against this env)."""
         if self.train_envs is not None or self.eval_envs:
             return self.observation_space, self.action_space
         hp = self.hparams
-        env = make_env(
-            self.env_id, hp.train_obj_set, self.obj_sets, hp.max_episode_steps, wrappers=hp.get("wrappers") or ()
-        )
+        if hp.backend != "gymnasium":
+            group = self._env_group(hp.train_obj_set, hp.num_envs, hp.seed, hp.max_episode_steps)
+            spaces = group.observation_space, group.action_space
+            group.close()
+            return spaces
+        env = make_env(self.env_id, hp.train_obj_set, self.obj_sets, hp.max_episode_steps, wrappers=hp.wrappers)
         try:
             return env.observation_space, env.action_space
         finally:
             env.close()
 
     @property
-    def observation_space(self):
+    def observation_space(self) -> gym.Space:
         """Observation space of one env (after ``setup``)."""
         return self._any_envs().observation_space
 
     @property
-    def action_space(self):
+    def action_space(self) -> gym.Space:
         """Action space of one env (after ``setup``)."""
         return self._any_envs().action_space
 
@@ -362,12 +249,6 @@ class EnvDataModule(pl.LightningDataModule):
     def last_collection(self) -> CollectionMetrics | None:
         """Metrics of the most recent epoch's collection (``None`` before the first)."""
         return None if self._train_dataset is None else self._train_dataset.last_collection
-
-    @property
-    def last_rollout(self) -> CollectionMetrics | None:
-        """Deprecated name of :attr:`last_collection` (kept for one release)."""
-        warn_renamed("EnvDataModule.last_rollout", "last_collection")
-        return self.last_collection
 
     # ---------------------------------------------------------------- dataloaders
     def _policy(self):
@@ -472,21 +353,15 @@ class EnvDataModule(pl.LightningDataModule):
         """
         self.counters.env_steps = int(state["env_steps"])
         self.counters.iterations = int(state["iterations"])
-        # Checkpoints of earlier versions do not say: their last evaluation counts as done.
-        self.counters.evaluated = int(state.get("evaluated", self.counters.iterations))
+        self.counters.evaluated = int(state["evaluated"])
         self.resumed_from = self.counters.env_steps
-        legacy = "ranks" not in state  # version 0.1.0 kept one flat state: rank 0's
-        ranks = [state] if legacy else state["ranks"]
-        saved_world = int(state.get("world_size", 1))
-        if saved_world != self.world_size or len(ranks) != self.world_size:
-            if saved_world != self.world_size:
-                self.check_world_size_change(saved_world, ranks)
-                why = f"The checkpoint was written by {saved_world} rank(s), this run has {self.world_size}"
-            else:
-                why = "The checkpoint (an older format) holds rank 0's state only"
+        ranks, saved_world = state["ranks"], int(state["world_size"])
+        if saved_world != self.world_size:
+            self.check_world_size_change(saved_world, ranks)
             warnings.warn(
-                f"{why}: counters and the step budget continue, and every rank restarts its RNG streams from "
-                "the seed and the env-step count.",
+                f"The checkpoint was written by {saved_world} rank(s), this run has {self.world_size}: counters and "
+                "the step budget continue, and every rank restarts its RNG streams from the seed and the env-step "
+                "count.",
                 stacklevel=2,
             )
             offset = self.hparams.seed + self.counters.env_steps + 104729 * self.rank

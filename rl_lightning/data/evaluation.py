@@ -12,77 +12,44 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Callable
-from typing import Any
 
 import gymnasium as gym
 import numpy as np
 import torch
 from torch.utils.data import IterableDataset
 
-from rl_lightning.data.collection import to_env_action
+from rl_lightning.data.collection import policy_device, to_device
 from rl_lightning.data.protocol import RolloutPolicy
 from rl_lightning.envs import EnvGroup, EpisodeStats
 from rl_lightning.envs.obs import clip_floats, map_obs, to_tensor
-from rl_lightning.envs.tensor_group import TensorEnvGroup
 from rl_lightning.faults import interrupt_request
 from rl_lightning.video import VideoWriter
 
 
-def episodes_per_env(episodes: int, num_envs: int) -> np.ndarray:
+def episodes_per_env(episodes: int, num_envs: int) -> list[int]:
     """Split ``episodes`` over envs as evenly as possible.
 
     Counting the first ``episodes`` episodes to finish would favour short episodes; giving
     each env a fixed quota removes that bias (as Stable-Baselines3's ``evaluate_policy``).
     """
-    return np.array([episodes // num_envs + (i < episodes % num_envs) for i in range(num_envs)])
+    return [episodes // num_envs + (i < episodes % num_envs) for i in range(num_envs)]
 
 
-class StatefulActor:
-    """Acts with ``policy`` on ``num_envs`` envs, carrying a recurrent policy's state per env.
-
-    A feed-forward policy acts on the observations alone. A recurrent one
-    (:class:`~rl_lightning.nets.recurrent.RecurrentActorCritic`: it has ``initial_state``) acts
-    with the state it carried from the env's previous step, zeroed where :meth:`ended` said an
-    episode ended, so every evaluated or played episode starts from the initial state.
-    """
-
-    def __init__(self, policy: RolloutPolicy, num_envs: int, device: torch.device):
-        self.policy = policy
-        self.recurrent = hasattr(policy, "initial_state")
-        if self.recurrent:
-            self.state = policy.initial_state(num_envs, device)
-            self.starts = torch.ones(num_envs, dtype=torch.bool, device=device)
-
-    def act(self, obs: Any, deterministic: bool) -> torch.Tensor:
-        """Actions for one step of every env."""
-        if not self.recurrent:
-            return self.policy.act(obs, deterministic)[0]
-        action, _, _, self.state = self.policy.act(obs, self.state, self.starts, deterministic)
-        self.starts = torch.zeros_like(self.starts)
-        return action
-
-    def ended(self, done: Any) -> None:
-        """Which envs' episodes ended in the last step (``[num_envs]`` bools): their state starts afresh."""
-        if self.recurrent:
-            self.starts = torch.as_tensor(done, dtype=torch.bool, device=self.starts.device)
-
-
-def _keep_within_quota(ended: EpisodeStats, quota: np.ndarray, taken: np.ndarray, result: EpisodeStats) -> None:
-    """Append to ``result`` the episodes of ``ended`` whose env has not filled its quota, counting them in ``taken``."""
-    for k, i in enumerate(ended.envs):
-        if taken[i] < quota[i]:
-            taken[i] += 1
-            result.returns.append(ended.returns[k])
-            result.lengths.append(ended.lengths[k])
-            result.successes.append(ended.successes[k])
-            result.envs.append(i)
+#: On an accelerator, whether every env has its episodes is read to the host once per this many
+#: steps (on the CPU every step: the read costs nothing there).
+CHECK_EVERY = 16
 
 
 @torch.no_grad()
 def evaluate(
     policy: RolloutPolicy, envs: EnvGroup, episodes: int, deterministic: bool = True, seed: int = 0
 ) -> EpisodeStats:
-    """Run ``episodes`` complete episodes with ``policy`` on ``envs``.
+    """Run ``episodes`` complete episodes with ``policy`` on ``envs`` (each env its quota, :func:`episodes_per_env`).
+
+    A policy with memory carries its state per env and starts each episode from its initial
+    state. Episodes an env finishes beyond its quota are left out, so the result is the first
+    ``quota[i]`` episodes of env ``i`` whatever the device; episodes cut short by a fault do
+    not count.
 
     Args:
         policy: Acting policy.
@@ -94,58 +61,31 @@ def evaluate(
     Returns:
         Statistics of exactly ``episodes`` episodes.
     """
-    if isinstance(envs, TensorEnvGroup):
-        return evaluate_batched(policy, envs, episodes, deterministic, seed)
-    device = next(policy.parameters()).device
-    quota = episodes_per_env(episodes, envs.num_envs)
-    done_count = np.zeros(envs.num_envs, dtype=np.int64)
-    obs = envs.reset(seed=seed)
-    envs.pop_stats()
-    result = EpisodeStats()
-    actor = StatefulActor(policy, envs.num_envs, device)
-    while (done_count < quota).any():
-        interrupt_request.check()  # a signal stops evaluation between steps (callbacks/interrupt.py)
-        action = actor.act(to_tensor(obs, device), deterministic)
-        step = envs.step(to_env_action(action, envs.action_space))
-        actor.ended(step.terminated | step.truncated)
-        obs = step.obs
-        if not step.final_obs:  # no episode ended this step
-            continue
-        _keep_within_quota(envs.pop_stats(), quota, done_count, result)
-    return result
-
-
-#: A batched evaluation reads whether every env has its episodes once per this many steps (not every step).
-BATCHED_CHECK_EVERY = 16
-
-
-@torch.no_grad()
-def evaluate_batched(
-    policy: RolloutPolicy, envs: TensorEnvGroup, episodes: int, deterministic: bool = True, seed: int = 0
-) -> EpisodeStats:
-    """:func:`evaluate` on a batched tensor env: the same per-env quotas, the episodes counted on the device.
-
-    Whether every env has finished its quota is read to the host every ``BATCHED_CHECK_EVERY``
-    steps; episodes beyond an env's quota (those steps past it) are left out, so the result
-    is exactly the first ``quota[i]`` episodes of env ``i``, as :func:`evaluate` counts them.
-    """
+    device = policy_device(policy)
     quota_list = episodes_per_env(episodes, envs.num_envs)
     quota = torch.as_tensor(quota_list, device=envs.device)
     finished = torch.zeros_like(quota)
     obs = envs.reset(seed=seed)
     envs.pop_stats()
+    state = policy.initial_state(envs.num_envs, device)
+    start = torch.ones(envs.num_envs, dtype=torch.bool, device=device)
+    every = 1 if envs.device.type == "cpu" else CHECK_EVERY
     steps = 0
-    while True:
-        if steps % BATCHED_CHECK_EVERY == 0 and bool((finished >= quota).all()):
-            break
+    while steps % every or not bool((finished >= quota).all()):
         interrupt_request.check()  # a signal stops evaluation between steps (callbacks/interrupt.py)
-        step = envs.step(envs.env_action(policy.act(obs, deterministic)[0]))
-        finished += step.done
-        obs = step.obs
+        action, _, _, state = policy.act(to_device(obs, device), state, start, deterministic)
+        step = envs.step(action)
+        finished += step.done if step.cut is None else step.done & ~step.cut
+        start, obs = to_device(step.done, device), step.obs
         steps += 1
-    result = EpisodeStats()
-    # pop_stats lists episodes in step order, so each env's first episodes come first.
-    _keep_within_quota(envs.pop_stats(), quota_list, np.zeros(envs.num_envs, dtype=np.int64), result)
+    ended, result, taken = envs.pop_stats(), EpisodeStats(), [0] * envs.num_envs
+    for k, i in enumerate(ended.envs):  # in step order: each env's first episodes come first
+        if taken[i] < quota_list[i]:
+            taken[i] += 1
+            result.returns.append(ended.returns[k])
+            result.lengths.append(ended.lengths[k])
+            result.successes.append(ended.successes[k])
+            result.envs.append(i)
     return result
 
 
@@ -154,7 +94,7 @@ class Episode:
     """One episode played by :func:`play_episode`.
 
     Attributes:
-        ret: Sum of rewards.
+        ret: Sum of rewards (the env's own score where ``RecordEpisodeStatistics`` reports one).
         length: Env steps taken.
         success: ``is_success`` (or ``success``) of the final step's info; NaN where the env reports none.
         variation: Name of the object-set variation the episode was drawn from.
@@ -180,44 +120,51 @@ def play_episode(
 ) -> Episode:
     """Play one episode on a single env (from :func:`~rl_lightning.envs.make_env`), optionally filmed.
 
-    Used by the evaluation videos and ``rl-lightning play``. With ``video``, a frame is
-    rendered after the reset and after every step, the final one included: an episode of
-    ``n`` steps gives ``n + 1`` frames, streamed to the file as they come.
+    Used by the evaluation videos and ``rl-lightning play``: a single gymnasium env, which does
+    not reset itself when the episode ends, so its last frame can be rendered. With ``video``, a
+    frame is rendered after the reset and after every step: an episode of ``n`` steps gives
+    ``n + 1`` frames, streamed to the file as they come.
 
     Args:
-        policy: Acting policy (``act`` on raw observations).
+        policy: Acting policy.
         env: A single env; with ``video``, made with ``render_mode="rgb_array"``.
         seed: Reset seed (``None``: the env's generator goes on, the next episode of a sequence).
         deterministic: Act with the mode of the policy.
         video: Where frames go, or ``None``.
-        max_frames: Stop the episode once the video holds this many frames (long MuJoCo
-            episodes render slowly on CPU); ``None`` plays it to its end.
-        obs_bound: Clip observations to ``[-obs_bound, obs_bound]`` before the policy sees
-            them, as a run with ``obs_bound`` in ``clip`` mode trained and evaluated.
+        max_frames: Stop once the video holds this many frames (long MuJoCo episodes render slowly on CPU).
+        obs_bound: Clip observations to ``[-obs_bound, obs_bound]`` first, as a run with ``obs_bound``
+            in ``clip`` mode trained and evaluated.
     """
-    device = next(policy.parameters()).device
-    actor = StatefulActor(policy, 1, device)  # a recurrent policy starts the episode from its initial state
+    device = policy_device(policy)
+    state, start = policy.initial_state(1, device), torch.ones(1, dtype=torch.bool, device=device)
     obs, info = env.reset(seed=seed)
     variation = str(info.get("variation", ""))
     if video is not None:
         video.add(env.render())
     total, length = 0.0, 0
+    bounds = env.action_space
     while True:
         if video is not None and max_frames is not None and video.frames >= max_frames:
             return Episode(total, length, math.nan, variation, ended=False)
         interrupt_request.check()  # a signal stops the episode between steps (callbacks/interrupt.py)
-        if obs_bound is not None:  # the float arrays only, as the env group clips them
+        if obs_bound is not None:  # the float arrays only, as the gymnasium backend clips them
             obs = clip_floats(obs, obs_bound)
-        obs_t = to_tensor(map_obs(lambda x: np.asarray(x)[None], obs), device)
-        action = to_env_action(actor.act(obs_t, deterministic), env.action_space)[0]
-        obs, reward, terminated, truncated, info = env.step(action)
+        obs_t = to_tensor(map_obs(lambda x: np.asarray(x)[None], obs), device, batch_dims=1)
+        action, _, _, state = policy.act(obs_t, state, start, deterministic)
+        start = torch.zeros_like(start)
+        action = action[0].cpu().numpy()
+        if isinstance(bounds, gym.spaces.Box):
+            action = np.clip(action, bounds.low, bounds.high)
+        elif getattr(bounds, "start", None) is not None:
+            action = action + bounds.start
+        obs, reward, terminated, truncated, info = env.step(action.astype(bounds.dtype))
         total += float(reward)
         length += 1
         if video is not None:
             video.add(env.render())
         if terminated or truncated:
             success = info.get("is_success", info.get("success"))
-            score = info.get("episode", {}).get("r")  # RecordEpisodeStatistics before reward shaping (EnvGroup too)
+            score = info.get("episode", {}).get("r")  # RecordEpisodeStatistics before reward shaping
             total = total if score is None else float(np.asarray(score).reshape(-1)[0])
             return Episode(total, length, math.nan if success is None else float(success), variation)
 
@@ -247,13 +194,8 @@ class EvaluationDataset(IterableDataset):
         should_run: Callable[[], bool] = lambda: True,
     ):
         super().__init__()
-        self.envs = envs
-        self.policy = policy
-        self.episodes = episodes
-        self.prefix = prefix
-        self.deterministic = deterministic
-        self.seed = seed
-        self.should_run = should_run
+        self.envs, self.policy, self.episodes, self.prefix = envs, policy, episodes, prefix
+        self.deterministic, self.seed, self.should_run = deterministic, seed, should_run
 
     def __iter__(self):
         if not self.should_run() or self.episodes == 0:

@@ -1,18 +1,16 @@
-"""The off-policy data stream: step the envs, store transitions in a replay buffer, hand out collection chunks.
+"""The off-policy data stream: step the envs, store transitions in a replay buffer, sample the gradient steps.
 
-One iteration of :class:`ReplayDataset` is one Trainer epoch: ``steps_per_epoch``
-environment steps per rank, in chunks of ``train_freq`` vector steps. Until ``learning_starts``
-environment steps (over all ranks) actions are drawn uniformly from the action space; each
-chunk that ends past it is followed by ``gradient_steps`` gradient steps, each on a batch sampled
-from the torchrl replay buffer (Stable-Baselines3's schedule; ``utd_ratio`` is the same in
-the smallest chunks it allows, :func:`~rl_lightning.data.chunks.chunk_schedule`). Each chunk is
-one Lightning batch, a :class:`~rl_lightning.data.chunks.ReplayChunk` that the algorithm's
-``training_step`` iterates for its sampled batches. Every rank takes the same number of
-gradient steps, so DDP never waits.
+One iteration of :class:`ReplayDataset` is one Trainer epoch and one Lightning batch (a
+:class:`~rl_lightning.data.chunks.ReplayEpoch`): ``steps_per_epoch`` environment steps per rank,
+in chunks of ``train_freq`` vector steps, each chunk that ends past ``learning_starts`` env steps
+(over all ranks) followed by ``gradient_steps`` gradient steps on batches sampled from the
+torchrl replay buffer (Stable-Baselines3's schedule). Until ``learning_starts`` actions are drawn
+uniformly from the action space. Every rank takes the same number of gradient steps, so DDP
+never waits.
 
-Staleness: none. The stream has a length (its chunks per epoch), so Lightning fetches no
-batch ahead: a chunk's env steps are taken after the previous chunk's gradient steps, with the
-current weights (``tests/data/test_replay.py`` checks it), as Stable-Baselines3 acts.
+Staleness: none. A chunk is collected when the algorithm's ``training_step`` asks for the batch
+after the previous chunk's last gradient step, so it acts with the current weights
+(``tests/data/test_replay.py`` checks it), as Stable-Baselines3 acts.
 """
 
 from __future__ import annotations
@@ -21,7 +19,7 @@ import copy
 import time
 import warnings
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import gymnasium as gym
@@ -30,13 +28,12 @@ import torch
 from tensordict import TensorDict, is_tensor_collection
 from torch.utils.data import IterableDataset
 
-from rl_lightning import fast
-from rl_lightning.data.chunks import ReplayChunk, chunk_schedule
-from rl_lightning.data.collection import CollectionMetrics, DataCounters, to_env_action
+from rl_lightning.data.chunks import ReplayEpoch
+from rl_lightning.data.collection import CollectionMetrics, DataCounters, policy_device, to_device
 from rl_lightning.data.compact_replay import CompactReplayBuffer
 from rl_lightning.data.protocol import ExplorationPolicy
 from rl_lightning.envs import EnvGroup
-from rl_lightning.envs.obs import Obs, empty_obs, leaves, map_obs, storage_dtype, write_obs
+from rl_lightning.envs.obs import empty_obs, leaves
 from rl_lightning.faults import interrupt_request
 
 with warnings.catch_warnings():
@@ -57,7 +54,7 @@ def make_replay_buffer(
     priority_beta: float = 0.4,
     optimize_memory_usage: bool = False,
     num_envs: int = 1,
-    device: str = "cpu",
+    device: str = "auto",
 ) -> TensorDictReplayBuffer | CompactReplayBuffer:
     """A torchrl ``TensorDictReplayBuffer`` of ``buffer_size`` transitions (or a :class:`CompactReplayBuffer` on one).
 
@@ -74,8 +71,8 @@ def make_replay_buffer(
             next row (:mod:`rl_lightning.data.compact_replay`; SB3's spelling): half the memory of
             image replay. Uniform sampling only.
         num_envs: Envs writing one row each per vector step (``optimize_memory_usage``'s stride).
-        device: Where a ``"memory"`` storage keeps its rows: ``"cpu"``, or ``"auto"`` (the device of
-            the first batch written: the tensor path's, so transitions never leave it).
+        device: Where a ``"memory"`` storage keeps its rows: ``"auto"``, the device of the first batch
+            written (the envs', so a batched env's transitions never leave its device), or a device.
 
     Raises:
         ValueError: Unknown storage; prioritized replay with ``optimize_memory_usage``.
@@ -145,7 +142,7 @@ def buffer_state(buffer: TensorDictReplayBuffer | CompactReplayBuffer) -> dict[s
 
 
 def load_buffer_state(buffer: TensorDictReplayBuffer | CompactReplayBuffer, state: dict[str, Any]) -> None:
-    """Restore :func:`buffer_state`'s output (or a whole ``state_dict()``, as earlier versions saved it).
+    """Restore :func:`buffer_state`'s output.
 
     Raises:
         ValueError: The state is of the other kind of buffer (``optimize_memory_usage`` changed).
@@ -185,30 +182,6 @@ def load_buffer_state(buffer: TensorDictReplayBuffer | CompactReplayBuffer, stat
 _ROWS_SAVED = "rl_lightning_rows_saved"
 #: The extra state of a CompactReplayBuffer in ``buffer_state``.
 _COMPACT = "compact"
-
-
-def sample_batch(buffer: TensorDictReplayBuffer | CompactReplayBuffer) -> TensorDict:
-    """``buffer.sample()``: one batch of ``buffer.batch_size`` transitions (the fast path reads that draw itself)."""
-    if isinstance(buffer, CompactReplayBuffer):
-        return buffer.sample()
-    batch = fast.sample_batch(buffer)
-    return batch if batch is not None else buffer.sample()
-
-
-def store_transitions(buffer: TensorDictReplayBuffer, transitions: TensorDict) -> None:
-    """``buffer.extend(transitions)`` (the fast path writes through the buffer's writer, to the same state)."""
-    if not fast.store_transitions(buffer, transitions):
-        buffer.extend(transitions)
-
-
-def stored_obs(obs: Obs) -> Obs:
-    """A copy of numpy observations as tensors in their stored dtypes: floats float32, integers (uint8 images) kept.
-
-    A copy, so the env's next step cannot write into what was stored (``to_tensor`` shares memory).
-    """
-    if isinstance(obs, np.ndarray) and obs.dtype == np.float32:  # the vector case, first
-        return torch.tensor(obs)
-    return map_obs(lambda x: torch.tensor(np.asarray(x, dtype=storage_dtype(np.asarray(x)))), obs)
 
 
 def transition_bytes(observation_space: gym.Space, action_space: gym.Space, optimize_memory_usage: bool = False) -> int:
@@ -251,75 +224,70 @@ def to_torchrl_batch(batch: TensorDict) -> TensorDict:
     )
 
 
+def random_actions(space: gym.Space, num_envs: int, generator: torch.Generator) -> torch.Tensor:
+    """Uniform actions ``[num_envs, ...]`` on the generator's device: a ``Box`` between its bounds, a ``Discrete``
+    index from 0 (the policy's indices; the env group adds ``start``).
+
+    Raises:
+        TypeError: Another action space (the off-policy algorithms act in these two).
+    """
+    device = generator.device
+    if isinstance(space, gym.spaces.Discrete):
+        return torch.randint(int(space.n), (num_envs,), generator=generator, device=device)
+    if isinstance(space, gym.spaces.Box):
+        low, high = (torch.as_tensor(b, dtype=torch.float32, device=device) for b in (space.low, space.high))
+        return low + torch.rand((num_envs, *space.shape), generator=generator, device=device) * (high - low)
+    raise TypeError(f"Replay collection draws uniform actions from a Discrete or Box space, got {space}.")
+
+
 class ReplayDataset(IterableDataset):
-    """Replay-backed dataset: each ``iter()`` takes ``steps_per_epoch`` env steps and yields them in chunks.
+    """Replay-backed dataset: each ``iter()`` yields one epoch (a :class:`~rl_lightning.data.chunks.ReplayEpoch`).
 
     Stored transitions: ``obs``, ``action``, ``reward``, ``next_obs`` and ``terminated``.
-    ``next_obs`` is the true next observation: for an episode that ended, its final
-    observation (not the next episode's first), so a truncated episode's target
-    bootstraps from where the time limit cut it off; only ``terminated`` stops bootstrapping.
+    ``next_obs`` is the observation the step reached (the env group's ``final_obs``): for an
+    episode that ended, its true last observation, so a truncated episode's target bootstraps
+    from where the time limit cut it off; only ``terminated`` stops bootstrapping.
 
     Args:
-        envs: The training ``EnvGroup``.
-        policy: The acting policy (see :class:`ExplorationPolicy`).
-        buffer: The replay buffer (see :func:`make_replay_buffer`).
-        steps_per_epoch: Env steps per rank per epoch (a multiple of ``envs.num_envs``).
+        envs: The training envs.
+        policy: The acting policy (:class:`~rl_lightning.data.protocol.ExplorationPolicy`).
+        buffer: The replay buffer (:func:`make_replay_buffer`).
+        steps_per_epoch: Env steps per rank per epoch (whole chunks of ``train_freq x num_envs``).
         learning_starts: Env steps (over all ranks) of uniform random actions before learning.
-        utd_ratio: Gradient steps per env step (update-to-data ratio); ``0.25`` means one
-            gradient step after every 4 env steps. Ignored with ``train_freq``.
         counters: Shared progress counters (owned by the data module).
         reset_seed: Seed of the envs' first reset.
-        world_size: Number of ranks stepping their own envs; scales the step count.
+        world_size: Ranks stepping their own envs (scales the step count).
         action_seed: Seed of the uniform random actions.
-        train_freq: Vector steps per chunk (Stable-Baselines3's schedule), each chunk past
-            ``learning_starts`` followed by ``gradient_steps`` gradient steps. ``None``:
-            ``utd_ratio``'s smallest chunks.
-        gradient_steps: Gradient steps after each chunk of ``train_freq`` vector steps.
+        train_freq: Vector steps per chunk.
+        gradient_steps: Gradient steps after each chunk past ``learning_starts``.
     """
 
     def __init__(
         self,
         envs: EnvGroup,
         policy: ExplorationPolicy,
-        buffer: TensorDictReplayBuffer,
+        buffer: TensorDictReplayBuffer | CompactReplayBuffer,
         steps_per_epoch: int,
         learning_starts: int,
-        utd_ratio: float,
         counters: DataCounters,
         reset_seed: int,
         world_size: int = 1,
         action_seed: int = 0,
-        train_freq: int | None = None,
-        gradient_steps: int | None = None,
+        train_freq: int = 1,
+        gradient_steps: int = 1,
     ):
         super().__init__()
-        self.envs, self.buffer = envs, buffer
-        self.set_policy(policy)
-        self.steps_per_epoch = steps_per_epoch
-        self.learning_starts = learning_starts
-        self.train_freq, self.gradient_steps = chunk_schedule(utd_ratio, envs.num_envs, train_freq, gradient_steps)
-        self.counters = counters
-        self.reset_seed = reset_seed
-        self.world_size = world_size
-        self.random_actions = gym.vector.utils.batch_space(envs.action_space, envs.num_envs)
-        # Stored actions are the policy's indices (from 0): a Discrete space's ``start`` that
-        # to_env_action added for the env is taken off again (None: nothing to take off).
-        start = getattr(envs.action_space, "start", None)
-        self._action_start = start if isinstance(envs.action_space, gym.spaces.Discrete) and start else None
-        self.random_actions.seed(action_seed)
-        #: Gradient steps still to take on the chunk handed out last (saved: a chunk cut short finishes on resume).
+        self.envs, self.policy, self.buffer = envs, policy, buffer
+        self.steps_per_epoch, self.learning_starts = steps_per_epoch, learning_starts
+        self.train_freq, self.gradient_steps = train_freq, gradient_steps
+        self.counters, self.reset_seed, self.world_size = counters, reset_seed, world_size
+        self.action_generator = torch.Generator(device=envs.device).manual_seed(action_seed)
+        #: Gradient steps still owed by the chunk collected last (saved: a chunk cut short finishes on resume).
         self.gradient_credit = 0
         #: Vector steps taken in the current epoch (saved: a resumed run finishes an epoch cut short).
         self.epoch_steps = 0
-        self._owed_on_resume = 0
-        self._collect_seconds = 0.0
         self.last_collection: CollectionMetrics | None = None
-        self._env_seconds = self._inference_seconds = self._sync_seconds = 0.0
-
-    def set_policy(self, policy: ExplorationPolicy) -> None:
-        """Act with ``policy`` from now on (a data module reused by another fit hands over the current one)."""
-        self.policy = policy
-        self._maybe_sync = getattr(policy, "maybe_sync", None)  # only an ActorCopy has one
+        self._seconds = {"rollout": 0.0, "env": 0.0, "inference": 0.0}
 
     @property
     def learning(self) -> bool:
@@ -328,54 +296,52 @@ class ReplayDataset(IterableDataset):
         batch's worth stored."""
         return self.counters.env_steps > self.learning_starts and len(self.buffer) >= self.buffer.batch_size
 
-    def resume(self, gradient_credit: int, epoch_steps: int) -> None:
-        """Continue from a checkpoint's position: the chunk cut short (its remaining gradient steps are handed
-        out first, as one chunk) and the vector steps its epoch had taken."""
-        self.gradient_credit = self._owed_on_resume = int(gradient_credit)
-        self.epoch_steps = int(epoch_steps)
-
     def __len__(self) -> int:
-        """Chunks per epoch: the Lightning batches of every epoch (known, so Lightning fetches none ahead)."""
-        return self.steps_per_epoch // self.envs.num_envs // self.train_freq
+        return 1
 
     def __iter__(self):
-        """Collect the epoch's chunks; hand out each one, its env steps stored, as a :class:`ReplayChunk`.
+        yield ReplayEpoch(self)
 
-        Lightning takes exactly ``len(self)`` batches and resumes an epoch cut short at the batch
-        it was on: a resumed run first hands out what is left of the chunk being trained (its
-        env steps were taken), then collects the rest of the epoch (an interruption between env
-        steps left ``epoch_steps`` where it stopped).
+    def batches(self, device: torch.device | None = None) -> Iterator[TensorDict]:
+        """The epoch: collect each chunk, then yield its sampled batches (on ``device``), one per gradient step.
+
+        A resumed run first takes the gradient steps its checkpoint still owed (their env steps
+        were taken), then collects the rest of the epoch an interruption cut short (``epoch_steps``
+        says where it stopped).
         """
-        self._env_seconds = self._inference_seconds = self._sync_seconds = self._collect_seconds = 0.0
-        first = self.epoch_steps
-        owed, self._owed_on_resume = self._owed_on_resume, 0
-        if owed:
-            if not self.learning:  # resumed without the buffer (save_replay_buffer=False): nothing to sample yet
-                self.gradient_credit = 0
-            yield self._chunk(0)
-        vector_steps = self.steps_per_epoch // self.envs.num_envs
-        while self.epoch_steps < vector_steps:
-            start, env_steps = time.perf_counter(), self.counters.env_steps
-            # To the chunk's end (chunks count from the epoch's start: an epoch is whole chunks, and a
-            # resumed epoch keeps their boundaries).
+        self._seconds = dict.fromkeys(self._seconds, 0.0)
+        if self.gradient_credit and not self.learning:  # resumed without the buffer: nothing to sample yet
+            self.gradient_credit = 0
+        yield from self._gradient_steps(device)
+        first, vector_steps = self.epoch_steps, self.steps_per_epoch // self.envs.num_envs
+        last = False
+        while not last:
+            start = time.perf_counter()
+            # To the chunk's end (chunks count from the epoch's start, so a resumed epoch keeps their boundaries).
             self._collect(self.train_freq - self.epoch_steps % self.train_freq)
-            self._collect_seconds += time.perf_counter() - start
+            self._seconds["rollout"] += time.perf_counter() - start
             self.gradient_credit = self.gradient_steps if self.learning else 0
-            chunk = self._chunk(self.counters.env_steps - env_steps)
-            if self.epoch_steps == vector_steps:
-                # The epoch's last chunk: Lightning takes no batch after it, so its bookkeeping comes first.
+            last = self.epoch_steps == vector_steps
+            if last:  # the collection is complete: counted before its gradient steps
                 self._close_epoch(self.epoch_steps - first)
-                yield chunk
-                return
-            yield chunk
+            yield from self._gradient_steps(device)
+
+    def _gradient_steps(self, device: torch.device | None) -> Iterator[TensorDict]:
+        while self.gradient_credit >= 1:
+            self.gradient_credit -= 1
+            yield to_device(self.buffer.sample(), device) if device is not None else self.buffer.sample()
+            if self.gradient_credit >= 1:
+                # A signal stops between gradient steps (the credit says what is left, taken first on resume).
+                # After the chunk's last one the next env step or the batch end stops it.
+                interrupt_request.check()
 
     def _collect(self, vector_steps: int) -> None:
         """Take ``vector_steps`` steps of every env, then store their transitions in one write.
 
         Nothing samples the buffer while a chunk collects, so one write per chunk stores the same
-        rows in the same order as one per env step, at a fraction of the cost (RL-Zoo's CartPole DQN
-        writes 256 steps at once; ``benchmarks/README.md``). A stop or env fault that cuts the chunk
-        still stores what it took, so a checkpoint written then holds every counted env step.
+        rows in the same order as one per env step, at a fraction of the cost. A stop or env fault
+        that cuts the chunk still stores what it took, so a checkpoint written then holds every
+        counted env step.
         """
         pending = []
         try:
@@ -385,86 +351,53 @@ class ReplayDataset(IterableDataset):
                     pending.append(transitions)
                 self.epoch_steps += 1
         finally:
-            rows = sum(len(t) for t in pending)
-            if rows > self.buffer.storage.max_size:  # a chunk larger than the buffer: write in step order
+            if sum(len(t) for t in pending) > self.buffer.storage.max_size:  # larger than the buffer: in step order
                 for transitions in pending:
-                    store_transitions(self.buffer, transitions)
+                    self.buffer.extend(transitions)
             elif pending:
-                store_transitions(self.buffer, pending[0] if len(pending) == 1 else torch.cat(pending))
-
-    def _chunk(self, env_steps: int) -> ReplayChunk:
-        return ReplayChunk(lambda: sample_batch(self.buffer), self, env_steps)
+                self.buffer.extend(pending[0] if len(pending) == 1 else torch.cat(pending))
 
     def _close_epoch(self, taken: int) -> None:
-        """The epoch's counters and collection metrics (over its env steps, not the updates between chunks)."""
+        """The epoch's counters and collection metrics (over its env steps, not the gradient steps between chunks)."""
         self.epoch_steps = 0
         self.counters.iterations += 1
+        seconds = self._seconds
         self.last_collection = CollectionMetrics(
-            episodes=self.envs.pop_stats(),
-            explained_variance=float("nan"),
-            env_steps=taken * self.envs.num_envs * self.world_size,
-            rollout_seconds=self._collect_seconds,
-            env_seconds=self._env_seconds,
-            inference_seconds=self._inference_seconds,
-            sync_seconds=self._sync_seconds,
-        )
-
-    def sync_actor(self) -> None:
-        """An acting copy (``ActorCopy``) pulls the learner's weights when due, timed as ``sync_seconds``."""
-        if self._maybe_sync is not None:
-            start = time.perf_counter()
-            self._maybe_sync()
-            self._sync_seconds += time.perf_counter() - start
-
-    def step(self) -> None:
-        """One step of every env: act (random before ``learning_starts``), store the transitions."""
-        transitions = self.take_step()
-        if transitions is not None:
-            store_transitions(self.buffer, transitions)
+            self.envs.pop_stats(), taken * self.envs.num_envs * self.world_size, seconds["rollout"], seconds["env"],
+            seconds["inference"],
+        )  # fmt: skip
 
     @torch.no_grad()
     def take_step(self) -> TensorDict | None:
-        """One step of every env: act (random before ``learning_starts``); the transitions to store, or ``None``
-        (none valid, or the compact buffer, which must see every step, stored them itself)."""
+        """One step of every env: act (uniformly at random before ``learning_starts``); the transitions to store,
+        or ``None`` (none valid, or the compact buffer, which must see every step, stored them itself)."""
         interrupt_request.check()  # a signal stops collection between env steps (callbacks/interrupt.py)
         envs = self.envs
+        compact = isinstance(self.buffer, CompactReplayBuffer)
         if envs.obs is None:
             envs.reset(seed=self.reset_seed)
-            if isinstance(self.buffer, CompactReplayBuffer):
+            if compact:
                 self.buffer.restart()  # the step stored last (before a resume) has no next row
-        obs = stored_obs(envs.obs)
-        self.sync_actor()
+        obs = envs.obs
         t0 = time.perf_counter()
         if self.counters.env_steps < self.learning_starts:
-            action = np.asarray(self.random_actions.sample())
+            action = random_actions(envs.action_space, envs.num_envs, self.action_generator)
         else:
-            device = next(self.policy.parameters()).device
-            policy_obs = obs.to(device) if torch.is_tensor(obs) else map_obs(lambda x: x.to(device), obs)
-            action = to_env_action(self.policy.explore(policy_obs, self.counters.env_steps), envs.action_space)
+            action = self.policy.explore(to_device(obs, policy_device(self.policy)), self.counters.env_steps)
         t1 = time.perf_counter()
         step = envs.step(action)
-        self._inference_seconds += t1 - t0
-        self._env_seconds += time.perf_counter() - t1
-        fields = {
-            "obs": obs,
-            "action": torch.as_tensor(action if self._action_start is None else action - self._action_start),
-            "reward": torch.as_tensor(step.reward, dtype=torch.float32),
-            "terminated": torch.as_tensor(step.terminated),
-        }
-        finals = {i: stored_obs(final) for i, final in step.final_obs.items()}
-        compact = isinstance(self.buffer, CompactReplayBuffer)  # next_obs: the next row's obs, or the final one
-        if not compact:
-            fields["next_obs"] = next_obs = stored_obs(step.obs)
-            for i, final in finals.items():
-                write_obs(next_obs, i, final)
-        # On the storage's device already: the buffer's write skips a device cast of the
-        # whole TensorDict (python -m benchmarks.sac_loss measures it).
-        transitions = TensorDict(fields, batch_size=[envs.num_envs], device=self.buffer.storage.device)
-        # An episode cut short by an env fault or a skipped non-finite value has no true
-        # transition for this step (its reward and next observation are stand-ins): not stored.
-        valid = None if step.cut is None else torch.from_numpy(~step.cut)
+        self._seconds["inference"] += t1 - t0
+        self._seconds["env"] += time.perf_counter() - t1
+        fields = {"obs": obs, "action": action.to(envs.device), "reward": step.reward, "terminated": step.terminated}
+        if not compact:  # the compact buffer reads next_obs from the env's next row
+            fields["next_obs"] = step.final_obs
+        transitions = TensorDict(fields, batch_size=[envs.num_envs], device=envs.device)
         self.counters.env_steps += envs.num_envs * self.world_size
+        # An episode cut short by an env fault or a skipped non-finite value has no true transition for this step
+        # (its reward and next observation are stand-ins): not stored.
+        valid = None if step.cut is None else ~step.cut
         if compact:
+            finals = {int(i): step.final_obs[i] for i in step.done.nonzero().flatten().tolist()}
             self.buffer.extend(transitions, finals, valid)  # cut rows are kept, marked never to be sampled
             return None
         if valid is not None:

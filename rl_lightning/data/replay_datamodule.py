@@ -13,8 +13,8 @@ from lightning.pytorch.utilities import rank_zero_info
 from torch.utils.data import DataLoader
 
 from rl_lightning.checks import check_positive_int
-from rl_lightning.data.base import TENSOR_BACKENDS, EnvDataModule, identity_collate, renamed_env_argument
-from rl_lightning.data.device_replay import DeviceReplayDataset
+from rl_lightning.data.base import EnvDataModule, identity_collate
+from rl_lightning.data.chunks import chunk_schedule
 from rl_lightning.data.replay import (
     STORAGES,
     ReplayDataset,
@@ -23,6 +23,7 @@ from rl_lightning.data.replay import (
     make_replay_buffer,
     transition_bytes,
 )
+from rl_lightning.envs.torchrl_env import EnvFactory
 
 
 def _check_torch_replay(storage: str, prioritized: bool, optimize_memory_usage: bool) -> None:
@@ -82,12 +83,6 @@ def _check_chunks(train_freq: Any, gradient_steps: Any, utd_ratio: float, steps_
         )
 
 
-def _owed(credit: tuple[int, int]) -> int:
-    """Whole gradient steps owed by a saved ``(numerator, denominator)`` credit (earlier versions kept fractions
-    of a step between env steps; the chunk schedule owes them at the chunk's end, where they are whole)."""
-    return int(Fraction(*credit))
-
-
 class ReplayDataModule(EnvDataModule):
     """Replay-backed training data and evaluation on every object set.
 
@@ -137,24 +132,10 @@ class ReplayDataModule(EnvDataModule):
         eval_num_envs: Envs per evaluation group; ``None`` takes ``min(eval_episodes, 8)``.
         eval_deterministic: Evaluate the mode of the policy rather than samples.
         eval_max_episode_steps: Time limit for evaluation envs; ``None`` keeps the registered one.
-        max_env_restarts: Times in a row one env may be recreated after raising (or the async
-            workers rebuilt after one died) without an episode finishing in between; one
-            more stops the run with ``EnvFault``. 0 never recreates.
-        obs_bound: Bound on the absolute value of observations; ``None`` checks only that
-            they are finite (the algorithm's ``on_nonfinite`` decides what a NaN does).
-        obs_bound_mode: ``"clip"`` observations to the bound (counted), or ``"reject"`` them
-            like non-finite ones.
-        wrappers: Gymnasium wrappers for every env of the run, as specs (``{"wrapper": path, **arguments}``;
-            :mod:`rl_lightning.envs.wrappers`; Hydra ``env.wrappers``).
-        backend: ``"gymnasium"`` (default), or ``"torch"`` / ``"envpool"``: one batched env, collected
-            by :class:`~rl_lightning.data.device_replay.DeviceReplayDataset` into a buffer on its device.
-        env_factory: With ``backend="torch"``, a user's batched env by import path (see
-            :class:`~rl_lightning.data.base.EnvDataModule`; Hydra ``env.env_factory``).
-        env: Deprecated name of ``env_id`` (warns, for one release).
+        max_env_restarts, obs_bound, obs_bound_mode, on_nonfinite, wrappers, backend, env_factory:
+            As :class:`~rl_lightning.data.base.EnvDataModule`; on a batched backend (``"torch"``,
+            ``"envpool"``) the buffer lives on the env's device, so transitions never leave it.
     """
-
-    #: Old names, not saved with the settings: ``env`` (now ``env_id``).
-    unsaved_args = ("env",)
 
     def __init__(
         self,
@@ -188,13 +169,12 @@ class ReplayDataModule(EnvDataModule):
         max_env_restarts: int = 3,
         obs_bound: float | None = None,
         obs_bound_mode: str = "clip",
+        on_nonfinite: str = "stop",
         wrappers: Sequence[Any] | None = None,
         backend: str = "gymnasium",
-        env_factory: str | None = None,
-        env: str | None = None,
+        env_factory: EnvFactory | str | None = None,
     ):
-        env_id = renamed_env_argument("ReplayDataModule", env_id, env, default="Pendulum-v1")
-        if backend in TENSOR_BACKENDS:
+        if backend != "gymnasium":
             _check_torch_replay(storage, prioritized, optimize_memory_usage)
         for name in ("steps_per_epoch", "batch_size", "buffer_size"):
             check_positive_int(**{name: locals()[name]})
@@ -216,26 +196,10 @@ class ReplayDataModule(EnvDataModule):
         if storage not in STORAGES:
             raise ValueError(f"storage must be one of {STORAGES}, got {storage!r}.")
         super().__init__(
-            env_id,
-            num_envs,
-            obj_sets,
-            train_obj_set,
-            eval_obj_sets,
-            max_episode_steps,
-            vectorization,
-            seed,
-            eval_interval,
-            eval_episodes,
-            eval_num_envs,
-            eval_deterministic,
-            eval_max_episode_steps,
-            max_env_restarts=max_env_restarts,
-            obs_bound=obs_bound,
-            obs_bound_mode=obs_bound_mode,
-            wrappers=wrappers,
-            backend=backend,
-            env_factory=env_factory,
-        )
+            env_id, num_envs, obj_sets, train_obj_set, eval_obj_sets, max_episode_steps, vectorization, seed,
+            eval_interval, eval_episodes, eval_num_envs, eval_deterministic, eval_max_episode_steps, max_env_restarts,
+            obs_bound, obs_bound_mode, on_nonfinite, wrappers, backend, env_factory,
+        )  # fmt: skip
         if not isinstance(optimize_memory_usage, bool):
             raise TypeError(f"optimize_memory_usage must be true or false, got {optimize_memory_usage!r}.")
         self.buffer = make_replay_buffer(
@@ -248,8 +212,10 @@ class ReplayDataModule(EnvDataModule):
             priority_beta,
             optimize_memory_usage,
             num_envs,
-            device="auto" if backend in TENSOR_BACKENDS else "cpu",  # the tensor path's rows stay on the env's device
+            device="auto" if backend == "torch" else "cpu",  # a batched env's rows stay on its device
         )
+        #: ``(train_freq, gradient_steps)``: vector steps per chunk and the gradient steps after each.
+        self.schedule = chunk_schedule(utd_ratio, num_envs, train_freq, gradient_steps)
         self._train_dataset: ReplayDataset | None = None
         self._restored: dict[str, Any] = {}
 
@@ -259,31 +225,28 @@ class ReplayDataModule(EnvDataModule):
         return self.hparams.steps_per_epoch * self.world_size
 
     def train_dataloader(self) -> DataLoader:
-        """The replay stream: ``steps_per_epoch`` env steps per epoch, one chunk (one batch) at a time."""
+        """The replay stream: one Lightning batch per epoch, its chunks collected as the algorithm iterates it."""
         hp = self.hparams
         if self._train_dataset is None:
             self.check_buffer_memory()
-            stream = DeviceReplayDataset if self.backend in TENSOR_BACKENDS else ReplayDataset
-            self._train_dataset = stream(
+            self._train_dataset = ReplayDataset(
                 self.train_envs,
                 self._policy(),
                 self.buffer,
                 hp.steps_per_epoch,
                 hp.learning_starts,
-                hp.utd_ratio,
                 self.counters,
                 # A resumed run restarts its episodes with fresh seeds (offset by the steps done).
                 reset_seed=hp.seed + self.rank * hp.num_envs + self.counters.env_steps,
                 world_size=self.world_size,
                 action_seed=hp.seed + 7919 * (self.rank + 1) + self.counters.env_steps,
-                # .get: checkpoints of earlier versions have neither.
-                train_freq=hp.get("train_freq"),
-                gradient_steps=hp.get("gradient_steps"),
+                train_freq=self.schedule[0],
+                gradient_steps=self.schedule[1],
             )
-            if self._restored:
-                self._train_dataset.resume(_owed(self._restored["gradient_credit"]), self._restored["epoch_steps"])
+            self._train_dataset.gradient_credit = self._restored.get("gradient_credit", 0)
+            self._train_dataset.epoch_steps = self._restored.get("epoch_steps", 0)
         else:  # a later fit with this data module: act with what the algorithm acts with now
-            self._train_dataset.set_policy(self._policy())
+            self._train_dataset.policy = self._policy()
         return DataLoader(self._train_dataset, batch_size=None, collate_fn=identity_collate)
 
     @property
@@ -331,12 +294,10 @@ class ReplayDataModule(EnvDataModule):
 
     # ---------------------------------------------------------------- checkpointing
     def rank_state_dict(self) -> dict[str, Any]:
-        """The owed gradient steps and (with ``save_replay_buffer``) this rank's buffer shard."""
+        """The owed gradient steps, the epoch's vector steps and (with ``save_replay_buffer``) this rank's buffer."""
         dataset, restored = self._train_dataset, self._restored
-        credit = dataset.gradient_credit if dataset is not None else _owed(restored.get("gradient_credit", (0, 1)))
         return {
-            # (numerator, denominator): earlier versions owed fractions of a gradient step.
-            "gradient_credit": (int(credit), 1),
+            "gradient_credit": dataset.gradient_credit if dataset is not None else restored.get("gradient_credit", 0),
             # An epoch an interruption cut short: the resumed run takes only its remaining steps.
             "epoch_steps": dataset.epoch_steps if dataset is not None else restored.get("epoch_steps", 0),
             "replay_buffer": buffer_state(self.buffer) if self.hparams.save_replay_buffer else None,
@@ -358,12 +319,13 @@ class ReplayDataModule(EnvDataModule):
             )
 
     def load_rank_state_dict(self, state: dict[str, Any] | None) -> None:
-        """Restore the owed gradient steps and this rank's buffer shard when the checkpoint holds it."""
-        credit = (0, 1) if state is None else tuple(state["gradient_credit"])
-        epoch_steps = 0 if state is None else int(state.get("epoch_steps", 0))
-        self._restored = {"gradient_credit": credit, "epoch_steps": epoch_steps}
+        """Restore the owed gradient steps, the epoch's position and this rank's buffer when the checkpoint holds it."""
+        self._restored = {"gradient_credit": 0, "epoch_steps": 0}
+        if state is not None:
+            self._restored = {key: int(state[key]) for key in ("gradient_credit", "epoch_steps")}
         if self._train_dataset is not None:
-            self._train_dataset.resume(_owed(credit), epoch_steps)
+            self._train_dataset.gradient_credit = self._restored["gradient_credit"]
+            self._train_dataset.epoch_steps = self._restored["epoch_steps"]
         if state is not None and state.get("replay_buffer") is not None:
             load_buffer_state(self.buffer, state["replay_buffer"])
         elif state is not None and self.counters.env_steps and self._fitting():

@@ -1,8 +1,10 @@
-"""Environments: object sets of variations and vectorized groups. Knows nothing of learning."""
+"""Environments: object sets of variations and the one batched env contract (``EnvGroup``).
 
-from rl_lightning.deprecation import renamed_attributes
+Knows nothing of learning.
+"""
+
 from rl_lightning.envs.batched import TorchVectorEnv
-from rl_lightning.envs.env_group import EnvGroup, EpisodeStats, StepResult, check_env_id, make_env
+from rl_lightning.envs.env_group import BACKENDS, EnvGroup, EpisodeStats, Step, check_env_id, make_env
 from rl_lightning.envs.object_sets import (
     SHIPPED_OBJ_SETS,
     NoObjectSetsWarning,
@@ -13,20 +15,17 @@ from rl_lightning.envs.object_sets import (
 from rl_lightning.envs.restart import RestartingEnv
 
 __all__ = [
+    "BACKENDS",
     "EnvGroup",
     "EpisodeStats",
     "NoObjectSetsWarning",
     "ObjectSetWrapper",
     "RestartingEnv",
     "SHIPPED_OBJ_SETS",
-    "StepResult",
+    "Step",
     "TorchVectorEnv",
     "Variation",
     "check_env_id",
     "make_env",
     "resolve_obj_sets",
 ]
-
-#: Names of earlier releases, kept for one release (docs/glossary.md lists the renames).
-_RENAMED = {"SHIPPED_OBJECT_SETS": "SHIPPED_OBJ_SETS", "resolve_object_sets": "resolve_obj_sets"}
-__getattr__ = renamed_attributes(__name__, _RENAMED, globals())

@@ -199,6 +199,6 @@ def nonfinite_message(fault: ValueFault, label: str, episode_step: int | None, b
         fixes = "fix the env, or bound observations with obs_bound and obs_bound_mode (Hydra: env.obs_bound=...)"
     return (
         f"{'Out-of-bound' if fault.out_of_bound else 'Non-finite'} {fault.describe(bound)} from {label}{at}. "
-        f"To go on: {fixes}; or cut such episodes short and continue with on_nonfinite='skip' on the "
-        "algorithm (Hydra: algo.on_nonfinite=skip)."
+        f"To go on: {fixes}; or cut such episodes short and continue with on_nonfinite='skip' on the data "
+        "module (Hydra: env.on_nonfinite=skip)."
     )

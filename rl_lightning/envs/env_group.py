@@ -1,16 +1,25 @@
-"""``EnvGroup``: a gymnasium vector env over one object set, with episode statistics.
+"""``EnvGroup``: the one env contract. Every backend steps as one batched env of torch tensors on a device.
 
-The vector env runs in gymnasium's ``SAME_STEP`` autoreset mode: an env that ends an
-episode is reset inside the same ``step`` call and the true final observation is returned
-separately (``final_obs``). The rollout needs it to bootstrap truncated episodes from the
-value of the state the time limit cut off, never from the next episode's first state.
+Whatever steps the envs, the data layer sees the same thing: :meth:`EnvGroup.step` takes
+actions ``[num_envs, ...]`` as tensors and returns one :class:`Step` of tensors on the group's
+device, in ``SAME_STEP`` autoreset (an env whose episode ends starts the next one in the same
+call) with ``final_obs`` a full ``[num_envs, ...]`` batch (a ``TensorDict`` for a ``Dict`` space):
+the observation each env reached, which for an ended episode is its true last one. The
+rollout bootstraps truncated episodes from it, replay stores it as ``next_obs``. This is the
+contract GPU simulators (ManiSkill3, Isaac Lab) and rsl_rl's ``VecEnv`` speak.
 
-Faults are handled here too, so that every data stream (rollouts, replay, evaluation)
-gets the same behaviour: an env that raises is recreated and an async worker that dies is
-rebuilt (:mod:`rl_lightning.envs.restart`); non-finite or out-of-bound values stop the run
-or cut the episode short (:mod:`rl_lightning.envs.checks`). A cut episode ends as
-*truncated* at its last good observation with reward 0, and is left out of the episode
-statistics: it is partial, and evaluation must not count it toward its quota.
+Backends (``backend=``), each a gymnasium ``VectorEnv`` of tensors:
+
+- ``"gymnasium"``: one gymnasium env per index (:class:`~rl_lightning.envs.gymnasium_env.GymnasiumVectorEnv`,
+  CPU tensors): object-set wrappers, restarts, value checks and ``on_nonfinite="skip"`` live there;
+- ``"torch"``: the library's batched torch envs (:mod:`rl_lightning.envs.batched`) or a user's
+  simulator from ``env_factory`` (:mod:`rl_lightning.envs.torchrl_env`), on the group's device;
+- ``"envpool"``: EnvPool's C++ batch (:mod:`rl_lightning.envs.envpool_env`), CPU.
+
+On a batched backend an object set's variations become per-env parameters, drawn again for
+every env whose episode ended (``torch.where``, no host read), and non-finite values are
+counted on the device and raised once per :meth:`pop_stats`. Episode statistics are kept as
+tensors and read to the host once per :meth:`pop_stats`, so stepping never waits on the device.
 """
 
 from __future__ import annotations
@@ -23,23 +32,26 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import gymnasium as gym
-import numpy as np
+import torch
+from tensordict import TensorDict, is_tensor_collection
 
-from rl_lightning.envs.checks import ON_NONFINITE, ValueChecks, check_value_options, nonfinite_message
-from rl_lightning.envs.object_sets import ObjectSetWrapper, ObjSets, Variation, select_obj_set
-from rl_lightning.envs.obs import Obs, map_obs, row, select_envs
-from rl_lightning.envs.restart import ASYNC_CONTEXT, RebuildingVectorEnv, RestartingEnv, check_max_env_restarts
+from rl_lightning.checks import check_positive_int
+from rl_lightning.envs.batched import DYNAMICS, TorchVectorEnv
+from rl_lightning.envs.checks import check_value_options
+from rl_lightning.envs.envpool_env import EnvPoolVectorEnv, check_envpool_task
+from rl_lightning.envs.gymnasium_env import GymnasiumVectorEnv
+from rl_lightning.envs.object_sets import ObjectSetWrapper, ObjSets, Variation, select_obj_set, variation_table
+from rl_lightning.envs.obs import Obs
+from rl_lightning.envs.restart import check_max_env_restarts
+from rl_lightning.envs.torchrl_env import EnvFactory, factory_path, user_factory
 from rl_lightning.envs.wrappers import WrapperSpec, check_wrappers
 from rl_lightning.faults import NumericalFault
 
-__all__ = ["ASYNC_CONTEXT", "VECTORIZATION", "EnvGroup", "EpisodeStats", "StepResult", "check_env_id", "make_env"]
+__all__ = ["BACKENDS", "VECTORIZATION", "EnvGroup", "EpisodeStats", "Step", "check_env_id", "make_env"]
 
 VECTORIZATION = ("sync", "async")
-
-#: Episodes in a row one env may have cut short by non-finite values (``on_nonfinite="skip"``)
-#: before the run stops anyway: an env that never finishes an episode is broken, and an
-#: evaluation waiting for its episode quota would otherwise never end.
-MAX_CONSECUTIVE_SKIPS = 100
+#: What steps a group's envs (``backend=``; Hydra ``env.backend``).
+BACKENDS = ("gymnasium", "torch", "envpool")
 
 
 def check_env_id(env_id: str) -> None:
@@ -73,11 +85,45 @@ def check_env_id(env_id: str) -> None:
     )
 
 
-def _check_max_episode_steps(max_episode_steps: Any) -> None:
-    if max_episode_steps is not None and (
-        not isinstance(max_episode_steps, int) or isinstance(max_episode_steps, bool) or max_episode_steps <= 0
+def check_backend(
+    backend: str, env_id: str, env_factory: Any = None, wrappers: Sequence[Any] = (), obs_bound: Any = None,
+    on_nonfinite: str = "stop", vectorization: str = "sync",
+) -> None:  # fmt: skip
+    """Refuse, naming the fix, a backend that is not one of :data:`BACKENDS` or cannot run these settings.
+
+    Wrappers, ``obs_bound``, ``on_nonfinite="skip"`` and async vectorization act on single
+    gymnasium envs; a batched backend steps one batched env, so they have no place there.
+    """
+    if backend not in BACKENDS:
+        raise ValueError(
+            f"backend must be one of {BACKENDS}, got {backend!r} (Hydra: env.backend=gymnasium, torch or envpool)."
+        )
+    if env_factory is not None and backend != "torch":
+        raise ValueError(
+            f"env_factory={factory_path(env_factory)!r} builds a batched tensor env, which backend={backend!r} does "
+            "not step. Set backend='torch' (Hydra: env.backend=torch), or drop env_factory."
+        )
+    if backend == "gymnasium":
+        return
+    if backend == "envpool":
+        check_envpool_task(env_id)
+    if backend == "torch" and env_factory is None and env_id not in DYNAMICS:
+        raise ValueError(
+            f"env.backend=torch steps a batched torch env, and rl_lightning has none of {env_id!r}; it has "
+            f"{sorted(DYNAMICS)}. Pick one of those, give your simulator as env_factory, or keep env.backend=gymnasium."
+        )
+    for name, value, fine in (
+        ("wrappers", list(wrappers), []),
+        ("obs_bound", obs_bound, None),
+        ("on_nonfinite", on_nonfinite, "stop"),
+        ("vectorization", vectorization, "sync"),
     ):
-        raise ValueError(f"max_episode_steps must be a positive integer or None, got {max_episode_steps!r}.")
+        if value != fine:
+            raise ValueError(
+                f"{name}={value!r} acts on single gymnasium envs; the {backend} backend steps one batched env "
+                f"(a non-finite value stops the run there). Set env.{name}={str(fine).lower() if fine else 'null'} "
+                "or keep env.backend=gymnasium."
+            )
 
 
 def make_env(
@@ -88,24 +134,22 @@ def make_env(
     render_mode: str | None = None,
     wrappers: Sequence[WrapperSpec] = (),
 ) -> ObjectSetWrapper:
-    """One env drawing its episodes from an object set (what videos and ``rl-lightning play`` step).
+    """One gymnasium env drawing its episodes from an object set (what videos and ``rl-lightning play`` step).
 
     Unlike :class:`EnvGroup` it does not reset itself when an episode ends, so the last
     frame of an episode can be rendered. For ``render_mode="rgb_array"`` on a machine with
     no display, MuJoCo is pointed at its headless EGL backend (``MUJOCO_GL=egl``) and pygame
-    at SDL's dummy video driver, unless the user chose otherwise: MuJoCo's default tries
-    GLFW, which needs a display.
+    at SDL's dummy video driver, unless the user chose otherwise.
 
     Raises:
         ValueError: Unknown env id or object set (naming the ones available).
     """
     check_env_id(env_id)
-    _check_max_episode_steps(max_episode_steps)
+    check_positive_int(max_episode_steps=max_episode_steps, none="None")
     sets = select_obj_set(env_id, obj_sets, obj_set)
     if render_mode is not None and not (os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY")):
         os.environ.setdefault("MUJOCO_GL", "egl")
-        # pygame (classic control) draws off-screen; without this SDL looks for a display and
-        # prints "error: XDG_RUNTIME_DIR is invalid" (SDL's documented headless driver).
+        # pygame (classic control) draws off-screen; without this SDL looks for a display.
         os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
     return ObjectSetWrapper(
         sets, obj_set, max_episode_steps=max_episode_steps, render_mode=render_mode, wrappers=check_wrappers(wrappers)
@@ -113,45 +157,36 @@ def make_env(
 
 
 @dataclasses.dataclass
-class StepResult:
-    """What one vector step returns, as numpy arrays with a leading ``num_envs`` axis.
+class Step:
+    """One step of every env, as tensors on the group's device with a leading ``num_envs`` axis.
 
     Attributes:
-        obs: Next observations; for an env whose episode ended, the first observation of
-            its next episode. Shape ``[num_envs, *obs_shape]`` (a dict of such arrays for a ``Dict`` space).
-        reward: Shape ``[num_envs]``.
-        terminated: The episode reached a terminal state. Shape ``[num_envs]``.
-        truncated: The episode was cut off (time limit). Shape ``[num_envs]``.
-        final_obs: The true last observation of each env whose episode ended this step,
-            keyed by env index (empty when no episode ended). For an episode cut short by a
-            fault, the last good observation.
-        cut: Envs whose episode was cut short this step by a restart or a skipped
-            non-finite value (they are also ``truncated``), shape ``[num_envs]``; ``None``
-            when no episode was cut.
+        obs: Next observations; for an env whose episode ended, the first of its next episode.
+        reward, terminated, truncated, done: ``[num_envs]`` (``done = terminated | truncated``).
+        final_obs: The observation each env reached (the true last one where an episode ended;
+            a cut episode's last good one).
+        cut: ``[num_envs]`` bools: episodes cut short by an env fault or a skipped non-finite
+            value (also ``truncated``; no true transition); ``None`` when none was.
     """
 
     obs: Obs
-    reward: np.ndarray
-    terminated: np.ndarray
-    truncated: np.ndarray
-    final_obs: dict[int, Obs]
-    cut: np.ndarray | None = None
+    reward: torch.Tensor
+    terminated: torch.Tensor
+    truncated: torch.Tensor
+    final_obs: Obs
+    done: torch.Tensor
+    cut: torch.Tensor | None = None
 
 
 @dataclasses.dataclass
 class EpisodeStats:
-    """Statistics of completed episodes, one entry per episode (success is NaN where the
-    env does not report ``is_success`` or ``success`` in its final info), and counts of
-    fault events since the last :meth:`EnvGroup.pop_stats`.
-
-    Episodes cut short by a fault are not entries: they did not complete.
+    """Completed episodes since the last :meth:`EnvGroup.pop_stats` (one entry each; success NaN where the env
+    reports none; episodes cut short are not entries), and the env fault counts of the same period.
 
     Attributes:
-        env_restarts: Env recreations (an env that raised) plus async vector-env rebuilds
-            (a worker process that died; one per rebuild).
-        nonfinite_steps: Env steps or resets whose observation or reward was non-finite
-            (or outside ``obs_bound`` in ``reject`` mode) and were skipped.
-        obs_clipped: Observation values clipped to ``obs_bound`` (``clip`` mode).
+        env_restarts: Env recreations plus async vector-env rebuilds.
+        nonfinite_steps: Env steps or resets with a non-finite (or rejected) value that were skipped.
+        obs_clipped: Observation values clipped to ``obs_bound``.
     """
 
     returns: list[float] = dataclasses.field(default_factory=list)
@@ -166,33 +201,38 @@ class EpisodeStats:
         return len(self.returns)
 
 
+def _batched_env(
+    backend: str, factory: EnvFactory | None, env_id: str, num_envs: int, device: torch.device, seed: int,
+    max_episode_steps: int | None,
+) -> gym.vector.VectorEnv:  # fmt: skip
+    if backend == "envpool":
+        return EnvPoolVectorEnv(env_id, num_envs, seed=seed, max_episode_steps=max_episode_steps)
+    if factory is not None:
+        return user_factory(factory)(env_id, num_envs, device, seed, max_episode_steps)
+    return TorchVectorEnv(env_id, num_envs, device=device, seed=seed, max_episode_steps=max_episode_steps)
+
+
 class EnvGroup:
-    """A vector of environments drawing episodes from one object set.
+    """A batch of environments drawing their episodes from one object set, stepped as tensors.
 
     Args:
-        env_id: Gymnasium id, e.g. ``"CartPole-v1"``.
-        num_envs: Number of environments stepped together.
-        obj_set: Name of the object set episodes are drawn from (``"train"``, ``"test"``).
+        env_id: Gymnasium id (or the id a user's factory builds).
+        num_envs: Envs stepped together.
+        obj_set: The object set episodes are drawn from (``"train"``, ``"test"``).
         obj_sets: All object sets; ``None`` takes the shipped ones for ``env_id`` (or the env
             itself, with a warning).
-        max_episode_steps: Time limit; ``None`` keeps the registered one.
-        vectorization: ``"sync"`` (one process; fastest for cheap envs) or ``"async"``
-            (a worker process per env).
-        seed: Base seed; env ``i`` is seeded with ``seed + i``.
-        render_mode: Passed to ``gymnasium.make``.
-        max_env_restarts: How many times in a row one env may be recreated after raising in
-            ``step`` or ``reset`` (and the async workers rebuilt after one died) without an
-            episode finishing in between; one more raises :class:`~rl_lightning.faults.EnvFault`.
-            0 never recreates.
-        obs_bound: Bound on the absolute value of observations; ``None`` checks only that
-            they are finite.
-        obs_bound_mode: ``"clip"`` clips observations to ``[-obs_bound, obs_bound]`` (counted
-            in ``obs_clipped``); ``"reject"`` treats a value outside as non-finite.
-        on_nonfinite: A non-finite observation or reward: ``"stop"`` raises
-            :class:`~rl_lightning.faults.NumericalFault` naming it; ``"skip"`` cuts that env's
-            episode short (truncated at its last good observation, reward 0) and resets it.
-        wrappers: Gymnasium wrappers applied to each env after ``gymnasium.make``, as specs
-            (see :mod:`rl_lightning.envs.wrappers`).
+        max_episode_steps: Time limit; ``None`` keeps the env's.
+        seed: Base seed (gymnasium: env ``i`` gets ``seed + i``; batched: the batch's generators).
+        device: Where a batched env lives (the gymnasium and envpool backends are on the CPU).
+        backend: ``"gymnasium"``, ``"torch"`` or ``"envpool"`` (see the module).
+        env_factory: With ``backend="torch"``: a user's simulator, a function
+            ``(env_id, num_envs, device, seed, max_episode_steps) -> batched env`` or its import path.
+        vectorization, render_mode, max_env_restarts, obs_bound, obs_bound_mode, on_nonfinite, wrappers:
+            The gymnasium backend's (:class:`~rl_lightning.envs.gymnasium_env.GymnasiumVectorEnv`).
+
+    Raises:
+        ValueError: A setting the backend cannot run, an env of another batch size or device
+            than asked, object sets that vary what the env cannot (each naming the fix).
     """
 
     def __init__(
@@ -202,8 +242,11 @@ class EnvGroup:
         obj_set: str = "train",
         obj_sets: Mapping[str, Sequence[Variation | Mapping[str, Any]]] | ObjSets | None = None,
         max_episode_steps: int | None = None,
-        vectorization: str = "sync",
         seed: int = 0,
+        device: torch.device | str = "cpu",
+        backend: str = "gymnasium",
+        env_factory: EnvFactory | str | None = None,
+        vectorization: str = "sync",
         render_mode: str | None = None,
         max_env_restarts: int = 3,
         obs_bound: float | None = None,
@@ -211,247 +254,196 @@ class EnvGroup:
         on_nonfinite: str = "stop",
         wrappers: Sequence[WrapperSpec] = (),
     ):
-        check_env_id(env_id)
+        if env_factory is None:  # a user's simulator need not be in gymnasium's registry
+            check_env_id(env_id)
         wrappers = check_wrappers(wrappers)
-        if not isinstance(num_envs, int) or isinstance(num_envs, bool) or num_envs <= 0:
-            raise ValueError(f"num_envs must be a positive integer, got {num_envs!r}.")
-        _check_max_episode_steps(max_episode_steps)
+        check_positive_int(num_envs=num_envs)
+        check_positive_int(max_episode_steps=max_episode_steps, none="None")
         if vectorization not in VECTORIZATION:
             raise ValueError(f"vectorization must be one of {VECTORIZATION}, got {vectorization!r}.")
         check_max_env_restarts(max_env_restarts)
         check_value_options(obs_bound, obs_bound_mode, on_nonfinite)
-        self.env_id = env_id
-        self.num_envs = num_envs
+        check_backend(backend, env_id, env_factory, wrappers, obs_bound, on_nonfinite, vectorization)
+        self.env_id, self.num_envs, self.obj_set, self.seed = env_id, num_envs, obj_set, seed
         self.obj_sets = select_obj_set(env_id, obj_sets, obj_set)
-        self.obj_set = obj_set
-        self.seed = seed
-        self.vectorization = vectorization
-        self.max_env_restarts = max_env_restarts
-        self.on_nonfinite = on_nonfinite
-        sets, limit = self.obj_sets, max_episode_steps
-
-        def make(i: int):
-            def build():
-                return ObjectSetWrapper(
-                    sets, obj_set, max_episode_steps=limit, render_mode=render_mode, wrappers=wrappers
-                )
-
-            label = self._label(i)  # a string, not the group, goes into the factory
-            return lambda: RestartingEnv(build, max_env_restarts, label)
-
-        self._vec = RebuildingVectorEnv(
-            [make(i) for i in range(num_envs)], vectorization, max_env_restarts, self._label("async workers")
-        )
-        self.observation_space = self.envs.single_observation_space
-        self.action_space = self.envs.single_action_space
-        self.checks = ValueChecks(num_envs, obs_bound, obs_bound_mode, self.observation_space)
-        self._ep_return = np.zeros(num_envs, dtype=np.float64)
-        self._ep_length = np.zeros(num_envs, dtype=np.int64)
-        self._skips = np.zeros(num_envs, dtype=np.int64)  # episodes cut in a row by skips, per env
-        self._reset_seed = seed
-        self.stats = EpisodeStats()
+        label = f"{env_id} (object set '{obj_set}')"
+        if backend == "gymnasium":
+            self.env = GymnasiumVectorEnv(self.obj_sets, obj_set, num_envs, label, max_episode_steps, vectorization,
+                                          render_mode, max_env_restarts, obs_bound, obs_bound_mode, on_nonfinite,
+                                          wrappers)  # fmt: skip
+        else:
+            self.env = _batched_env(backend, env_factory, env_id, num_envs, torch.device(device), seed,
+                                    max_episode_steps)  # fmt: skip
+        self.device = torch.device(getattr(self.env, "device", "cpu"))
+        if self.env.num_envs != num_envs:
+            raise ValueError(
+                f"The batched {env_id} holds {self.env.num_envs} envs, but num_envs={num_envs} was asked for. Build "
+                f"it with {num_envs} envs, or set num_envs={self.env.num_envs} (Hydra: env.num_envs)."
+            )
+        if backend == "torch" and self.device != torch.device(device):
+            raise ValueError(
+                f"The batched {env_id} lives on {self.device}, but the policy trains on {torch.device(device)}. "
+                f"Build the env on {device}, or train on {self.device} (Trainer(accelerator=...))."
+            )
+        self.label = label
+        self.observation_space = self.env.single_observation_space
+        self.action_space = self.env.single_action_space
+        # A batched env's object set: a table of per-env parameters per variation, drawn per episode.
+        params = getattr(self.env, "params", {}) if backend != "gymnasium" else {}
+        where = f"object set '{obj_set}'"
+        self._table = {} if backend == "gymnasium" else variation_table(self.obj_sets[obj_set], env_id, params, where)
+        self._num_variations = len(self.obj_sets[obj_set])
+        self.generator = torch.Generator(device=self.device).manual_seed(seed)
+        self.variation = torch.zeros(num_envs, dtype=torch.int64, device=self.device)
+        self._bounds = None
+        if isinstance(self.action_space, gym.spaces.Box):
+            space = self.action_space
+            self._bounds = [torch.as_tensor(b, device=self.device) for b in (space.low, space.high)]
+        start = getattr(self.action_space, "start", None)
+        shifted = start is not None and bool((start != 0).any())
+        self._start = torch.as_tensor(start, device=self.device) if shifted else None
+        # The gymnasium backend checks every value in numpy already (naming the env, or skipping the episode).
+        self._checked = backend == "gymnasium"
         self.obs: Obs | None = None
+        self._clear_episodes()
+        self.stats = EpisodeStats()
 
-    @property
-    def envs(self):
-        """The gymnasium vector env (a new one after async workers were rebuilt)."""
-        return self._vec.envs
+    def env_action(self, action: torch.Tensor) -> torch.Tensor:
+        """Policy actions as the env takes them, on its device: ``Box`` actions clipped to the bounds, indices of
+        ``Discrete`` and ``MultiDiscrete`` shifted by ``start`` (the policy's count from 0)."""
+        action = torch.as_tensor(action, device=self.device)  # a tensor on any device, or an array
+        if self._bounds is not None:
+            return torch.clamp(action, *self._bounds)
+        return action if self._start is None else action + self._start
 
-    @property
-    def on_nonfinite(self) -> str:
-        """``"stop"`` or ``"skip"``; settable (the data module takes it from the algorithm at setup)."""
-        return self._on_nonfinite
+    def _clear_episodes(self) -> None:
+        # The running episodes' return and length before the steps logged since the last pop_stats.
+        self._ep_return = torch.zeros(self.num_envs, dtype=torch.float64, device=self.device)
+        self._ep_length = torch.zeros(self.num_envs, dtype=torch.int64, device=self.device)
+        self._log: list[tuple] = []  # per step: reward, done, counted, success, episode_return (read at pop_stats)
+        # The sum of every observation and reward seen: non-finite exactly where one of them was (IEEE 754),
+        # so one addition per step checks them without a host read.
+        self._checksum = torch.zeros((), dtype=torch.float64, device=self.device)
 
-    @on_nonfinite.setter
-    def on_nonfinite(self, value: str) -> None:
-        if value not in ON_NONFINITE:
-            raise ValueError(f"on_nonfinite must be one of {ON_NONFINITE}, got {value!r}.")
-        self._on_nonfinite = value
+    def _draw_variations(self, where: torch.Tensor | None) -> None:
+        """Draw a variation for the envs ``where`` (all: ``None``) and write their parameters."""
+        if not self._table:
+            return
+        drawn = torch.randint(self._num_variations, (self.num_envs,), generator=self.generator, device=self.device)
+        self.variation = drawn if where is None else torch.where(where, drawn, self.variation)
+        self.env.set_params(**{name: values[self.variation] for name, values in self._table.items()})
 
-    def _label(self, i: int | str | None = None) -> str:
-        """Names env ``i`` (or all envs, or e.g. ``"async workers"``) in messages."""
-        which = f"env {i}" if isinstance(i, int) else f"the {i or 'envs'}"
-        return f"{which} of {self.env_id} (object set '{self.obj_set}')"
+    def _check(self, obs: Obs, reward: torch.Tensor | None = None) -> None:
+        if self._checked:
+            return
+        for value in [*_leaves(obs), reward]:
+            if value is not None and value.is_floating_point():
+                self._checksum += value.sum()
 
-    # ---------------------------------------------------------------- reset
+    def _add_faults(self, info: Mapping[str, Any]) -> None:
+        for key, count in (info.get("faults") or {}).items():
+            setattr(self.stats, key, getattr(self.stats, key) + int(count))
+
     def reset(self, seed: int | None = None) -> Obs:
-        """Reset every env (env ``i`` with ``seed + i``) and clear running episodes.
+        """Start every env's episode afresh (from ``seed``; the group's own by default) and clear running episodes.
 
         Returns:
-            Observations, shape ``[num_envs, *obs_shape]``.
+            Observations ``[num_envs, ...]`` on the device.
         """
         seed = self.seed if seed is None else seed
-        self._reset_seed = seed
-        self.obs = self._reset([seed + i for i in range(self.num_envs)])
-        self._ep_return[:] = 0.0
-        self._ep_length[:] = 0
+        self.generator.manual_seed(seed)
+        self._draw_variations(None)
+        obs, info = self.env.reset(seed=seed)
+        self._add_faults(info)
+        self._clear_episodes()
+        self.obs = _batch(obs, self.num_envs, self.device)
+        self._check(self.obs)
         return self.obs
 
-    def _vector_reset(self, seeds: list[int | None], mask: np.ndarray | None = None) -> tuple[np.ndarray, bool]:
-        """Reset all envs (or those in ``mask``) and count the recreations it took.
-
-        Returns:
-            The observations, and whether async workers died and were rebuilt on the way (then
-            every env was reset).
-        """
-        obs, info, rebuilds = self._vec.reset(seeds, mask, base_seed=self._reset_seed)
-        restarts = info.get("env_restart")  # recreations inside RestartingEnv.reset
-        self.stats.env_restarts += rebuilds + (0 if restarts is None else int(restarts.sum()))
-        return obs, rebuilds > 0
-
-    def _reset(self, seeds: list[int | None]) -> np.ndarray:
-        """Reset all envs and return their checked (and clipped) first observations."""
-        return self._screen(self._vector_reset(seeds)[0])
-
-    def _screen(self, obs: Obs) -> Obs:
-        """Reset again the envs whose first observation is non-finite or rejected (``stop``: raise); clip."""
-        for _ in range(MAX_CONSECUTIVE_SKIPS):
-            if self.checks.obs_clean(obs):
-                self.stats.obs_clipped += self.checks.clip(obs)
-                return obs
-            bad = self._bad_envs(obs, None, {}, at_reset=True)
-            self.stats.nonfinite_steps += int(bad.sum())
-            new, rebuilt = self._vector_reset([None] * self.num_envs, bad)
-            obs = new if rebuilt else select_envs(bad, new, obs)
-        raise NumericalFault(
-            f"Resetting {self._label()} returned non-finite (or out-of-bound) observations "
-            f"{MAX_CONSECUTIVE_SKIPS} times in a row (on_nonfinite='skip'). Fix the env's reset."
-        )
-
-    # ---------------------------------------------------------------- faults
-    def _bad_envs(
-        self, obs: Obs, reward: np.ndarray | None, final_obs: dict[int, Obs], at_reset: bool = False
-    ) -> np.ndarray:
-        """Envs with a non-finite (or rejected) value: raise with ``stop``, else a mask of them."""
-        faults = self.checks.find(obs, reward, final_obs)
-        if faults and self.on_nonfinite == "stop":
-            fault = faults[0]
-            step = None if at_reset else int(self._ep_length[fault.env]) + 1
-            raise NumericalFault(nonfinite_message(fault, self._label(fault.env), step, self.checks.obs_bound))
-        bad = np.zeros(self.num_envs, dtype=bool)
-        bad[[f.env for f in faults]] = True
-        return bad
-
-    def _after_rebuild(self) -> StepResult:
-        """After a worker died mid-step (the envs are rebuilt): reset, and end every episode as truncated."""
-        self.stats.env_restarts += 1
-        final_obs = {i: row(self.obs, i) for i in range(self.num_envs)}
-        self.obs = self._reset(self._vec.rebuild_seeds(self._reset_seed))
-        self._ep_return[:] = 0.0
-        self._ep_length[:] = 0
-        n = self.num_envs
-        cut = np.ones(n, dtype=bool)
-        return StepResult(self.obs, np.zeros(n), np.zeros(n, dtype=bool), cut.copy(), final_obs, cut)
-
-    def _skip(self, bad, obs, reward, terminated, truncated, final_obs, cut) -> np.ndarray:
-        """Cut the episodes of ``bad`` envs at their last good observation and reset those envs.
-
-        Modifies the step's arrays in place and returns the next observations.
-        """
-        self.stats.nonfinite_steps += int(bad.sum())
-        self._skips[bad] += 1
-        if self._skips.max() > MAX_CONSECUTIVE_SKIPS:
-            raise NumericalFault(
-                f"{self._label(int(self._skips.argmax()))} returned non-finite (or rejected) values in "
-                f"{MAX_CONSECUTIVE_SKIPS + 1} episodes in a row (on_nonfinite='skip'). Fix the env."
-            )
-        for i in np.flatnonzero(bad):
-            final_obs[int(i)] = row(self.obs, i)
-        reward[bad], terminated[bad], truncated[bad], cut[bad] = 0.0, False, True, True
-        new, rebuilt = self._vector_reset([None] * self.num_envs, bad)
-        if rebuilt:  # a worker died in that reset: every running episode ends here too
-            alive = ~terminated & ~truncated
-            for i in np.flatnonzero(alive):
-                final_obs[int(i)] = row(obs, i)
-            truncated[alive], cut[alive] = True, True
-            return self._screen(new)
-        return self._screen(select_envs(bad, new, obs))
-
-    # ---------------------------------------------------------------- step
-    def step(self, actions: np.ndarray) -> StepResult:
-        """Step every env once and record the statistics of episodes that ended.
-
-        Args:
-            actions: Shape ``[num_envs, *action_shape]``.
-
-        Raises:
-            NumericalFault: A non-finite (or rejected) observation or reward, with
-                ``on_nonfinite="stop"``.
-            EnvFault: An env (or the async workers) failed more than ``max_env_restarts``
-                times in a row.
-        """
-        result = self._vec.step(actions)
-        if result is None:  # an async worker died: the envs were rebuilt
-            return self._after_rebuild()
-        obs, reward, terminated, truncated, info = result
-        clean = self.checks.clean(obs, reward)  # the cheap check; details only when it fails
-        final_obs: dict[int, Obs] = {}
-        done = terminated | truncated
-        any_done = done.any()
-        cut = None
-        if any_done:
-            final_info = info.get("final_info", {})
-            for i in np.flatnonzero(done):
-                final_obs[int(i)] = info["final_obs"][i]
-                if clean and self.checks.float_obs:
-                    clean = self.checks.obs_clean(final_obs[int(i)])
-            restarted = final_info.get("env_restart")  # RestartingEnv cut the episode
-            if restarted is not None:
-                cut = restarted.astype(bool)
-                self.stats.env_restarts += int(restarted.sum())
-            restarts = info.get("env_restart")  # recreations in the autoreset
-            if restarts is not None:
-                self.stats.env_restarts += int(restarts.sum())
-        if not clean:
-            bad = self._bad_envs(obs, reward, final_obs)
-            if bad.any():
-                cut = np.zeros(self.num_envs, dtype=bool) if cut is None else cut
-                obs = self._skip(bad, obs, reward, terminated, truncated, final_obs, cut)
-                any_done = True
-        if self.checks.clipping:
-            self.stats.obs_clipped += self.checks.clip(obs)
-            for i, final in final_obs.items():
-                clipped = map_obs(np.copy, final)  # the env may own the array: clip a copy
-                count = self.checks.clip(clipped)
-                if count:
-                    self.stats.obs_clipped += count
-                    final_obs[i] = clipped
-        self._ep_return += reward
-        self._ep_length += 1
-        if any_done:
-            self._record_episodes(terminated | truncated, cut, info)
+    def step(self, action: torch.Tensor) -> Step:
+        """Step every env with the policy's ``action`` ``[num_envs, ...]``; ended episodes restart within the step."""
+        obs, reward, terminated, truncated, info = self.env.step(self.env_action(action))
+        obs, done, reward = _batch(obs, self.num_envs, self.device), terminated | truncated, reward.float()
+        final_obs = _batch(info.get("final_obs", info.get("final_observation", obs)), self.num_envs, self.device)
+        cut = info.get("cut")
+        self._check(obs, reward)
+        if info.get("faults"):
+            self._add_faults(info)
+        success = info.get("success", info.get("is_success"))
+        success = None if success is None else torch.as_tensor(success, device=self.device).float()
+        self._log.append((reward, done, done if cut is None else done & ~cut, success, info.get("episode_return")))
+        self._draw_variations(done)  # the next episodes' variations, from their first step on
         self.obs = obs
-        return StepResult(obs, reward, terminated, truncated, final_obs, cut)
-
-    def _record_episodes(self, ended: np.ndarray, cut: np.ndarray | None, info: dict[str, Any]) -> None:
-        """Add the episodes that finished (not those cut short) to the statistics; clear the ended ones."""
-        final_info = info.get("final_info", {})
-        success = final_info.get("is_success", final_info.get("success"))
-        success_mask = final_info.get("_is_success", final_info.get("_success"))
-        # The env's own score where gymnasium's RecordEpisodeStatistics sits before reward shaping
-        # (Atari: before ClipReward, as CleanRL places it), else the sum of the rewards the policy saw.
-        episode = final_info.get("episode")
-        scored = episode.get("r") if isinstance(episode, dict) else None
-        scored_mask = final_info.get("_episode")
-        for i in np.flatnonzero(ended):
-            if cut is not None and cut[i]:
-                continue
-            own_score = scored is not None and (scored_mask is None or scored_mask[i])
-            self.stats.returns.append(float(scored[i]) if own_score else float(self._ep_return[i]))
-            self.stats.lengths.append(int(self._ep_length[i]))
-            self.stats.envs.append(int(i))
-            reported = success is not None and (success_mask is None or success_mask[i])
-            self.stats.successes.append(float(success[i]) if reported else float("nan"))
-            self._skips[i] = 0  # a finished episode: the env works
-            self._vec.episode_finished()
-        self._ep_return[ended] = 0.0
-        self._ep_length[ended] = 0
+        return Step(obs, reward, terminated, truncated, final_obs, done, cut)
 
     def pop_stats(self) -> EpisodeStats:
-        """Return the statistics of episodes completed since the last call, and clear them."""
+        """The episodes that ended since the last call (read to the host at once) and the fault counts; cleared.
+
+        Returns, lengths and successes come from the steps logged since the last call: an episode's
+        return is the difference of the cumulative reward at its end and at its env's previous end
+        (or the running episode's return carried from the last call), computed for every env at once.
+
+        Raises:
+            NumericalFault: An env returned a non-finite observation or reward since the last call.
+        """
         stats, self.stats = self.stats, EpisodeStats()
+        if self._log:
+            reward, done, counted, success, scored = (self._stack(c) for c in zip(*self._log, strict=True))
+            self._log = []
+            T = reward.shape[0]
+            cumulative = self._ep_return + reward.double().cumsum(0)  # [T, N], the running episodes' returns included
+            envs, steps = done.T.nonzero(as_tuple=True)  # each env's episode ends, in time order
+            first = torch.ones_like(envs, dtype=torch.bool)
+            first[1:] = envs[1:] != envs[:-1]  # the env's first end since the last call
+            ends = cumulative[steps, envs]
+            returns = ends - torch.where(first, 0.0, ends.roll(1))
+            lengths = steps - torch.where(first, -1 - self._ep_length[envs], steps.roll(1))
+            # The running episodes go on from their env's last end (or from before this call).
+            time = torch.arange(T, device=self.device)[:, None].expand_as(done)
+            last = torch.where(done, time, -1).max(0).values
+            ended = last >= 0
+            self._ep_return = cumulative[-1] - torch.where(ended, cumulative[last.clamp(min=0), self._arange()], 0.0)
+            self._ep_length = torch.where(ended, T - 1 - last, self._ep_length + T)
+            keep = counted[steps, envs]  # episodes cut short by a fault are not entries
+            order = (steps * self.num_envs + envs)[keep].argsort()  # step order, each env's first episodes first
+            scored = scored[steps, envs].double()
+            returns = torch.where(scored.isnan(), returns, scored)  # the env's own score where it reports one
+            stats.returns = returns[keep][order].tolist()
+            stats.lengths = lengths[keep][order].tolist()
+            stats.successes = success[steps, envs][keep][order].tolist()
+            stats.envs = envs[keep][order].tolist()
+        if not bool(self._checksum.isfinite()):
+            self._checksum.zero_()
+            raise NumericalFault(
+                f"{self.label} returned a non-finite observation or reward since the last collection. A batched env "
+                "stops on them (on_nonfinite='skip' needs the gymnasium backend); fix the simulation or bound its "
+                "state."
+            )
         return stats
 
+    def _stack(self, column: tuple[torch.Tensor | None, ...]) -> torch.Tensor:
+        """A column of the step log as ``[T, N]``; the steps that report nothing (``None``) as NaN."""
+        if all(value is None for value in column):
+            return torch.full((len(column), self.num_envs), float("nan"), dtype=torch.float64, device=self.device)
+        nan = torch.full((self.num_envs,), float("nan"), device=self.device)
+        return torch.stack([nan if value is None else value for value in column])
+
+    def _arange(self) -> torch.Tensor:
+        return torch.arange(self.num_envs, device=self.device)
+
     def close(self) -> None:
-        """Close the underlying environments."""
-        self._vec.close()
+        """Close the envs."""
+        self.env.close()
+
+
+def _batch(obs: Obs, num_envs: int, device: torch.device) -> Obs:
+    """A mapping of tensors as a ``TensorDict`` of batch ``[num_envs]`` on ``device`` (a tensor as it is)."""
+    if isinstance(obs, Mapping) and not is_tensor_collection(obs):
+        return TensorDict(dict(obs), batch_size=[num_envs], device=device)
+    return obs
+
+
+def _leaves(obs: Obs) -> list[torch.Tensor]:
+    if is_tensor_collection(obs):
+        return list(obs.values(include_nested=True, leaves_only=True))
+    return [obs]

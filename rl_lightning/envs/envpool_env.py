@@ -5,9 +5,7 @@ MuJoCo or Atari envs in C++ threads and hands back numpy arrays. :class:`EnvPool
 puts its gymnasium interface (``envpool.make_gymnasium``) behind the interface the tensor
 path steps (:class:`~rl_lightning.envs.batched.TorchVectorEnv`'s): CPU tensors that share the
 arrays' memory (``torch.from_numpy``, no copy), ``SAME_STEP`` autoreset with
-``info["final_obs"]``. So ``env.backend=envpool`` runs the same rollout and replay loops
-(:mod:`rl_lightning.data.device_rollout`, :mod:`rl_lightning.data.device_replay`) as
-``env.backend=torch``.
+``info["final_obs"]``: the contract of :class:`~rl_lightning.envs.EnvGroup`, which every backend speaks.
 
 Why not torchrl's EnvPool wrapper (``torchrl.envs.MultiThreadedEnv``): it builds its specs
 under ``set_gym_backend("gym")`` (``torchrl/envs/libs/envpool.py``), so it needs the legacy
@@ -21,7 +19,7 @@ transition and ``final_obs`` holds the true last observations, as gymnasium's ``
 
 EnvPool exposes no per-env physical parameters, so object sets can only repeat the task
 (variations without ``attrs``); a variation that sets one is refused by
-:class:`~rl_lightning.envs.tensor_group.TensorEnvGroup`, naming ``env.backend=gymnasium``.
+:class:`~rl_lightning.envs.EnvGroup`, naming ``env.backend=gymnasium``.
 """
 
 from __future__ import annotations
@@ -146,11 +144,3 @@ class EnvPoolVectorEnv(gym.vector.VectorEnv):
     def close_extras(self, **kwargs: Any) -> None:
         """Release EnvPool's threads."""
         self._pool.close()
-
-
-def envpool_env(
-    env_id: str, num_envs: int, device: torch.device, seed: int, max_episode_steps: int | None
-) -> EnvPoolVectorEnv:
-    """The :data:`~rl_lightning.envs.tensor_group.BatchedEnvFactory` of ``env.backend=envpool`` (CPU only: a
-    module on another device is refused by ``TensorEnvGroup``, naming the fix)."""
-    return EnvPoolVectorEnv(env_id, num_envs, seed=seed, max_episode_steps=max_episode_steps)

@@ -21,6 +21,7 @@ from typing import Any
 
 import gymnasium as gym
 import numpy as np
+import torch
 
 from rl_lightning.envs.wrappers import WrapperSpec, apply_wrappers
 
@@ -377,3 +378,57 @@ class ObjectSetWrapper(gym.Wrapper):
         obs, info = self.env.reset(seed=episode_seed, options=options or None)
         info["variation"] = variation.name
         return obs, info
+
+
+def variation_table(
+    variations: Sequence[Variation], env_id: str, params: Mapping[str, torch.Tensor], where: str
+) -> dict[str, torch.Tensor]:
+    """A batched env's object set: per parameter a ``[num_variations]`` table of the variations' values.
+
+    On a batched backend an episode's variation is a row of per-env parameters (``params``:
+    ``[num_envs]`` tensors the env exposes, written with ``set_params``), as ManiSkill3 and
+    Isaac Lab randomize a batch. A parameter a variation leaves out takes the env's default.
+
+    Raises:
+        ValueError: A variation names another env id or ``make_kwargs`` (a batched env is built
+            once, not per episode), a non-numeric value, or a parameter the env does not have.
+    """
+    table: dict[str, list[float]] = {}
+    for k, variation in enumerate(variations):
+        label = f"variation {variation.name or k} of {where}"
+        if variation.env_id not in (None, env_id):
+            raise ValueError(
+                f"{label} names env_id {variation.env_id!r}; a batched env runs one task ({env_id!r}). Put other "
+                "tasks in their own run, or vary this task's parameters (attrs)."
+            )
+        if variation.make_kwargs:
+            raise ValueError(
+                f"{label} has make_kwargs {dict(variation.make_kwargs)}; a batched env is built once for all its "
+                "envs. Give per-env parameters as attrs instead (e.g. attrs: {length: 0.6})."
+            )
+        unknown = sorted(set(variation.attrs) - set(params))
+        if unknown and not params:
+            raise ValueError(
+                f"{label} sets {unknown}, and the batched {env_id} has no per-env parameters at all (EnvPool exposes "
+                "none). Give object sets without attrs (obj_sets: {train: [{}], test: [{}]}) or run the gymnasium "
+                "backend (env.backend=gymnasium)."
+            )
+        if unknown:
+            raise ValueError(
+                f"{label} sets {unknown}, which the batched {env_id} does not have as per-env parameters; it has "
+                f"{sorted(params)}. Vary those, or run the gymnasium backend (env.backend=gymnasium)."
+            )
+        for name in variation.attrs:
+            table.setdefault(name, [])
+    for name in table:
+        default = float(params[name][0])
+        for k, variation in enumerate(variations):
+            value = variation.attrs.get(name, default)
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                raise ValueError(
+                    f"attrs.{name} of variation {variation.name or k} of {where} is {value!r}; a batched env's "
+                    "parameters are numbers (one per env)."
+                )
+            table[name].append(float(value))
+    like = next(iter(params.values()), None)
+    return {name: torch.tensor(values, dtype=like.dtype, device=like.device) for name, values in table.items()}

@@ -64,16 +64,6 @@ def row(obs: Obs, i: int) -> Obs:
     return map_obs(lambda x: x[i].copy(), obs)
 
 
-def stack_rows(rows: list[Obs], like: Obs) -> Obs:
-    """Single observations stacked into a batch (an empty batch of ``like``'s leaves for no rows)."""
-    return map_obs(lambda x, *xs: np.stack(xs) if xs else np.empty((0, *x.shape[1:]), x.dtype), like, *rows)
-
-
-def concat(*batches: Obs) -> Obs:
-    """Batches concatenated along the first axis."""
-    return map_obs(lambda *xs: np.concatenate(xs), *batches)
-
-
 def select_envs(mask: np.ndarray, new: Obs, old: Obs) -> Obs:
     """``new`` where ``mask`` (one flag per env), ``old`` elsewhere."""
     return map_obs(lambda n, o: np.where(mask.reshape(-1, *[1] * (o.ndim - 1)), n, o), new, old)
@@ -95,6 +85,8 @@ def to_tensor(obs: Obs, device: torch.device | str | None = None, batch_dims: in
     A dict becomes a ``TensorDict`` when ``batch_dims`` says how many leading dims are the
     batch (storage, minibatch indexing), else a plain dict (one env step: cheaper).
     """
+    if isinstance(obs, np.ndarray) and obs.dtype == np.float32 and device in (None, "cpu"):
+        return torch.from_numpy(obs)  # the common case, every env step: shares the array's memory
     if isinstance(obs, Mapping):
         tensors = map_obs(lambda x: _tensor(x, device), obs)
         if batch_dims is None:
@@ -102,11 +94,6 @@ def to_tensor(obs: Obs, device: torch.device | str | None = None, batch_dims: in
         first = leaves(tensors)[0]
         return TensorDict(tensors, batch_size=first.shape[:batch_dims], device=device)
     return _tensor(obs, device)
-
-
-def step_view(tensors: Obs, t: int, device: torch.device | str | None) -> Obs:
-    """Step ``t`` of time-major tensor storage ``[T, N, ...]``, on ``device`` (a view where it already is)."""
-    return map_obs(lambda x: x[t].to(device), tensors)
 
 
 def single_to_batch(obs: Obs, space: gym.Space) -> tuple[Obs, bool]:

@@ -29,7 +29,6 @@ import gymnasium as gym
 import numpy as np
 from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv
 
-from rl_lightning import fast
 from rl_lightning.faults import EnvFault
 
 logger = logging.getLogger(__name__)
@@ -227,8 +226,7 @@ class RebuildingVectorEnv:
     def _make(self) -> gym.vector.VectorEnv:
         if self.is_async:
             return AsyncVectorEnv(self.env_fns, autoreset_mode=AutoresetMode.SAME_STEP, context=ASYNC_CONTEXT)
-        envs = fast.sync_vector_env(self.env_fns)  # None with the fast path off: gymnasium's own
-        return envs if envs is not None else SyncVectorEnv(self.env_fns, autoreset_mode=AutoresetMode.SAME_STEP)
+        return SyncVectorEnv(self.env_fns, autoreset_mode=AutoresetMode.SAME_STEP)
 
     def _rebuild(self, err: BaseException) -> None:
         """Replace a vector env whose worker died, or raise :class:`EnvFault` past the limit."""

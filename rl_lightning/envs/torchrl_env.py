@@ -1,9 +1,9 @@
 """A user's batched env on the tensor path: a factory named in config, returning a vector env or a torchrl ``EnvBase``.
 
-``env.backend=torch`` with ``env.env_factory=mypkg.sim.make_envs`` builds the batch with the
-user's function, called as the tensor path's factories are
-(:data:`~rl_lightning.envs.tensor_group.BatchedEnvFactory`: ``(env_id, num_envs, device, seed,
-max_episode_steps)``). It may return:
+``env.backend=torch`` with ``env.env_factory=mypkg.sim.make_envs`` (or, from Python,
+``RolloutDataModule(env_factory=make_envs, backend="torch")``) builds the batch with the user's
+function, called as ``(env_id, num_envs, device, seed, max_episode_steps)`` (:data:`EnvFactory`).
+It may return:
 
 - a gymnasium ``VectorEnv`` of torch tensors on ``device`` with ``SAME_STEP`` autoreset and
   ``info["final_obs"]``, as ManiSkill3's ``ManiSkillVectorEnv`` and Isaac Lab's gym interface
@@ -19,6 +19,7 @@ Object-set variations need the env's ``params`` (a dict of ``[num_envs]`` tensor
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import gymnasium as gym
@@ -130,12 +131,40 @@ def as_vector_env(env: Any, where: str) -> gym.vector.VectorEnv:
     )
 
 
-def user_factory(path: str):
-    """The :data:`~rl_lightning.envs.tensor_group.BatchedEnvFactory` of ``env.env_factory=path``."""
-    make = import_callable(path, "env.env_factory", "a function (env_id, num_envs, device, seed, max_episode_steps) "
-                           "-> batched env", FACTORY_EXAMPLE)  # fmt: skip
+#: A user's simulator: ``(env_id, num_envs, device, seed, max_episode_steps) -> batched env``.
+EnvFactory = Callable[[str, int, torch.device, int, "int | None"], Any]
 
-    def factory(env_id: str, num_envs: int, device: torch.device, seed: int, max_episode_steps: int | None):
-        return as_vector_env(make(env_id, num_envs, device, seed, max_episode_steps), f"env.env_factory={path}")
 
-    return factory
+def factory_path(factory: EnvFactory | str) -> str:
+    """The import path a simulator factory is kept under in checkpoints (``module.name``).
+
+    Raises:
+        ValueError: A lambda or a function defined inside another function, which no other
+            process (a resume, ``rl-lightning play``) could import again; naming the fix.
+        TypeError: Neither a path nor a callable.
+    """
+    if isinstance(factory, str):
+        return factory
+    if not callable(factory):
+        raise TypeError(f"env_factory must be a function or its import path, got {factory!r}.")
+    name = getattr(factory, "__qualname__", type(factory).__qualname__)
+    if "<" in name:  # <lambda>, <locals>
+        raise ValueError(
+            f"env_factory={name} cannot be kept in a checkpoint: a resume or `rl-lightning play` rebuilds the envs by "
+            "importing the factory again, and a lambda or a function defined inside another function has no import "
+            f"path. Define it at the top level of a module (e.g. {FACTORY_EXAMPLE}) and pass it, or its path."
+        )
+    return f"{factory.__module__}.{name}"
+
+
+def user_factory(factory: EnvFactory | str) -> EnvFactory:
+    """The simulator factory ``env_factory`` names (a function, or its import path), returning the contract's env."""
+    where = f"env_factory={factory if isinstance(factory, str) else getattr(factory, '__qualname__', factory)}"
+    make = factory if callable(factory) else import_callable(
+        factory, "env.env_factory", "a function (env_id, num_envs, device, seed, max_episode_steps) -> batched env",
+        FACTORY_EXAMPLE)  # fmt: skip
+
+    def build(env_id: str, num_envs: int, device: torch.device, seed: int, max_episode_steps: int | None):
+        return as_vector_env(make(env_id, num_envs, device, seed, max_episode_steps), where)
+
+    return build

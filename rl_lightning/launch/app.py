@@ -42,11 +42,6 @@ def _plain(node: Any) -> Any:
 def build_data(cfg: DictConfig, **overrides: Any) -> pl.LightningDataModule:
     """The data module from the ``data`` group plus the ``env`` group and the top-level ``seed``."""
     env = _plain(cfg.env)
-    if "id" in env:  # an env config written for an earlier release
-        warnings.warn(
-            "The env group's key id is now env_id; the old key goes in the next release.", DeprecationWarning, 2
-        )
-        env.setdefault("env_id", env.pop("id"))
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         data = instantiate(cfg.data, **{**env, "seed": cfg.seed, **overrides}, _convert_="all")

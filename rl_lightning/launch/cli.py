@@ -43,7 +43,6 @@ from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 
 from rl_lightning.algos import RLModule, read_checkpoint
 from rl_lightning.algos.base import CHECKPOINT_KEY
-from rl_lightning.algos.compat import upgraded_settings
 from rl_lightning.algos.loading import check_resume
 from rl_lightning.callbacks import EnvStepProgressBar, PhaseTimer
 from rl_lightning.data.base import EnvDataModule
@@ -387,11 +386,11 @@ def checkpoint_config(ckpt_path: str) -> dict:
     except (FileNotFoundError, ValueError) as err:
         sys.exit(str(err))
     meta = ckpt[CHECKPOINT_KEY]
-    model_args, data_args = upgraded_settings(ckpt)  # an earlier version's file in this version's spelling
-    model_args = {k: v for k, v in model_args.items() if not k.startswith("_")}
+    model_args = {k: v for k, v in (ckpt.get("hyper_parameters") or {}).items() if not k.startswith("_")}
+    data_args = dict(ckpt.get("datamodule_hyper_parameters") or {})
     config = {"model": {"class_path": f"rl_lightning.{meta['algorithm']}", "init_args": model_args}}
     if data_args:
-        data_class = meta.get("datamodule", "rl_lightning.RolloutDataModule")
+        data_class = meta["datamodule"]
         data_args = {k: v for k, v in data_args.items() if not k.startswith("_")}
         config["data"] = {"class_path": data_class, "init_args": data_args}
         if "seed" in data_args:  # --seed_everything feeds the data module's seed (a linked argument)

@@ -86,8 +86,12 @@ def _explain_composition(message: str, config_dir: str, config_name: str, overri
         parent, _, leaf = key.rpartition(".")
         keys = _keys_at(config_dir, config_name, overrides, key, parent)
         where = f"'{parent}'" if parent else "the top level"
+        # A key that lives in another group (a learning setting under data., an env setting under algo.): name it.
+        elsewhere = [f"{group}.{leaf}" for group in ("algo", "data", "env", "trainer") if group != parent
+                     and leaf in _keys_at(config_dir, config_name, overrides, key, group)]  # fmt: skip
+        hint = f" Did you mean '{elsewhere[0]}'?" if elsewhere else _did_you_mean(leaf, keys)
         return (
-            f"Unknown config key '{key}'.{_did_you_mean(leaf, keys)} Keys of {where}: {', '.join(keys)}. "
+            f"Unknown config key '{key}'.{hint} Keys of {where}: {', '.join(keys)}. "
             f"Fix the spelling; to add a new key on purpose, write +{key}=..."
         )
     return f"The config could not be composed: {' '.join(message.split())}"

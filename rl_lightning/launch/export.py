@@ -53,11 +53,9 @@ def main(args: Sequence[str] | None = None) -> dict[str, Any]:
         fail(str(err))
     algorithm, env = type(model).__name__, data.get("env_id")
     # The run's obs_bound in clip mode clipped what its policy saw: the exported actor clips too.
-    obs_bound = data.get("obs_bound") if data.get("obs_bound_mode", "clip") == "clip" else None
-    try:  # the contract also names the env as "env", its key in earlier releases (for one release)
-        contract = export_policy(
-            model, out, ns.format, metadata={"env_id": env, "env": env} if env else None, obs_bound=obs_bound
-        )
+    obs_bound = data["obs_bound"] if env and data["obs_bound_mode"] == "clip" else None
+    try:
+        contract = export_policy(model, out, ns.format, metadata={"env_id": env} if env else None, obs_bound=obs_bound)
     except ImportError as err:
         fail(str(err))
     except OSError as err:

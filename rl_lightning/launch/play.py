@@ -75,20 +75,20 @@ def main(args: Sequence[str] | None = None) -> list[Episode]:
             "there is no env to play on. Pass a checkpoint written by a run (train.py, rl-lightning fit)."
         )
     algorithm = type(model).__name__
-    obj_set = ns.obj_set or data.get("train_obj_set", "train")
-    sets = resolve_obj_sets(data["env_id"], data.get("obj_sets"))
+    obj_set = ns.obj_set or data["train_obj_set"]
+    sets = resolve_obj_sets(data["env_id"], data["obj_sets"])
     if obj_set not in sets:
         fail(f"--obj-set {obj_set}: {data['env_id']} has no such object set in this run; available: {sorted(sets)}.")
     # The run's obs_bound in clip mode clipped what its policy saw: play shows it the same.
-    obs_bound = data.get("obs_bound") if data.get("obs_bound_mode", "clip") == "clip" else None
+    obs_bound = data["obs_bound"] if data["obs_bound_mode"] == "clip" else None
     try:
         env = make_env(
             data["env_id"],
             obj_set,
             sets,
-            data.get("eval_max_episode_steps"),
+            data["eval_max_episode_steps"],
             render_mode="rgb_array" if ns.video else None,
-            wrappers=data.get("wrappers") or (),
+            wrappers=data["wrappers"],
         )
         if ns.video:
             env.reset(seed=ns.seed)

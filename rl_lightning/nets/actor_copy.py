@@ -139,47 +139,33 @@ class ActorCopy:
                 )
 
     # ------------------------------------------------------------ the policy protocols
-    def _obs(self, obs: torch.Tensor) -> torch.Tensor:
-        # Observations stay float32: the networks cast to their weights' dtype after any
-        # normalization.
+    def _in(self, x: torch.Tensor | None) -> torch.Tensor | None:
+        # Observations and states go to the copy's device as they are: the networks cast to their
+        # weights' dtype after any normalization. The copy syncs first when the learner moved on.
         self.maybe_sync()
-        return obs.to(device=self.device)
+        return x if x is None else x.to(device=self.device)
 
     @staticmethod
     def _out(t: torch.Tensor | None) -> torch.Tensor | None:
-        # Float outputs come back in float32 (the rollout buffers' dtype); actions keep theirs.
+        # Float outputs come back in float32 (the rollout's dtype); actions keep theirs.
         return t.float() if t is not None and t.is_floating_point() else t
 
-    def act(self, obs: torch.Tensor, deterministic: bool = False):
+    def initial_state(self, batch_size: int, device: torch.device | str | None = None) -> torch.Tensor | None:
+        """The copied policy's initial state, on the copy's device."""
+        return self.module.initial_state(batch_size, self.device)
+
+    def act(self, obs, state=None, episode_start=None, deterministic: bool = False):
         """The copy's ``act``; floating outputs in float32."""
-        return tuple(self._out(t) for t in self.module.act(self._obs(obs), deterministic))
+        out = self.module.act(self._in(obs), self._in(state), self._in(episode_start), deterministic)
+        return tuple(self._out(t) for t in out)
 
-    def value(self, obs: torch.Tensor) -> torch.Tensor:
+    def value(self, obs, state=None, episode_start=None) -> torch.Tensor:
         """The copy's state values, float32."""
-        return self._out(self.module.value(self._obs(obs)))
-
-    def evaluate_actions(self, obs: torch.Tensor, action: torch.Tensor):
-        """The copy's log-probabilities, entropies and values of given actions, float32."""
-        return tuple(self._out(t) for t in self.module.evaluate_actions(self._obs(obs), action.to(self.device)))
+        return self._out(self.module.value(self._in(obs), self._in(state), self._in(episode_start)))
 
     def explore(self, obs: torch.Tensor, env_steps: int) -> torch.Tensor:
         """The copy's exploration actions (off-policy collection)."""
-        return self._out(self.module.explore(self._obs(obs), env_steps))
-
-    @property
-    def evaluates_per_step(self) -> bool:
-        """The copied policy's choice (``ActorCritic.evaluates_per_step``)."""
-        return bool(getattr(self.module, "evaluates_per_step", False))
-
-    def normalizer_input(self, obs):
-        """What the learner's normalizer reads of ``obs`` (``ActorCritic.normalizer_input``)."""
-        select = getattr(self.learner, "normalizer_input", None)
-        return select(obs) if select is not None else obs
-
-    def update_normalizer(self, obs: torch.Tensor) -> None:
-        """Observation statistics belong to the learner: update them there, then pull them in."""
-        self.learner.update_normalizer(obs)
-        self.sync()
+        return self._out(self.module.explore(self._in(obs), env_steps))
 
     def parameters(self):
         """The copy's parameters (their device is where the data layer sends observations)."""

@@ -21,10 +21,11 @@ import numpy as np
 import torch
 from torch import nn
 
-from rl_lightning import fast
 from rl_lightning.nets.encoders import EncoderSettings, MultiInputEncoder, needs_encoder
 from rl_lightning.nets.mlp import mlp
 from rl_lightning.nets.normalizer import RunningNormalizer
+
+Obs = Any  # a tensor ``[B, ...]``, or a ``TensorDict`` of them for a ``Dict`` space
 
 _HALF_LOG_2PI = 0.5 * math.log(2 * math.pi)
 
@@ -109,7 +110,7 @@ class ActorCritic(nn.Module):
         else:
             self.obs_dim = int(np.prod(observation_space.shape))
         self.action_kind = action_kind(action_space)
-        self.discrete = self.action_kind == "categorical"  # one Categorical (the fast path's discrete case)
+        self.discrete = self.action_kind == "categorical"  # one Categorical
         #: Categories per action entry (``multi_categorical``), as a tuple for ``split``.
         self.nvec = tuple(int(n) for n in action_space.nvec) if self.action_kind == "multi_categorical" else ()
         if self.action_kind in ("categorical", "bernoulli"):
@@ -213,76 +214,59 @@ class ActorCritic(nn.Module):
         """Deterministic action (argmax or mean) for raw observations ``[B, *obs_shape]``."""
         return self._mode(self.actor(self.features(obs)))
 
-    def act(self, obs: torch.Tensor, deterministic: bool = False) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Choose actions for raw observations.
+    def initial_state(self, batch_size: int, device: torch.device | str | None = None) -> None:
+        """A feed-forward policy has no memory: ``None`` (the protocol's state, :mod:`rl_lightning.data.protocol`)."""
+        return None
 
-        Args:
-            obs: Raw observations, shape ``[B, *obs_shape]``.
-            deterministic: Take the mode (argmax / mean) instead of sampling.
+    def act(
+        self, obs: Obs, state: None = None, episode_start: torch.Tensor | None = None, deterministic: bool = False
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, None]:
+        """Choose actions for raw observations ``[B, *obs_shape]``.
 
         Returns:
-            ``(action, log_prob, value)`` with shapes ``[B]`` or ``[B, act_dim]``, ``[B]``, ``[B]``.
-            Continuous actions are not clipped: the log-probability refers to the sample,
-            and the env side clips to the action bounds.
+            ``(action, log_prob, value, None)`` with shapes ``[B]`` or ``[B, act_dim]``, ``[B]``, ``[B]``.
+            Continuous actions are not clipped: the log-probability refers to the sample, and the
+            env group clips to the action bounds.
         """
         x = self.features(obs)
         out = self.actor(x)
-        action = self._mode(out) if deterministic else self.sample(out)
-        return action, self._log_prob_entropy(out, action)[0], self.critic(x).squeeze(-1)
+        if self.discrete:  # one log-softmax gives the sample (Gumbel-max on it, as on the logits) and its log-prob
+            log_p = torch.log_softmax(out.float(), -1)
+            noisy = log_p if deterministic else log_p - torch.empty_like(log_p).exponential_().log()
+            action = noisy.argmax(-1)
+            log_prob = log_p.gather(-1, action.unsqueeze(-1)).squeeze(-1)
+        else:
+            action = self._mode(out) if deterministic else self.sample(out)
+            log_prob = self._log_prob_entropy(out, action)[0]
+        return action, log_prob, self.critic(x).squeeze(-1), None
 
-    @property
-    def evaluates_per_step(self) -> bool:
-        """Whether a rollout should take log-probabilities and values at each env step (:meth:`act`).
-
-        With an encoder, actor and critic share its features: one forward per step gives the
-        action, its log-probability and the value (CleanRL's ``ppo_atari.py``, SB3), while a
-        second pass over the rollout would run the CNN over every frame again (as many frames as one
-        update epoch's forward passes). Flat MLPs keep the rollout-wide pass of
-        :meth:`explore` then :meth:`evaluate_actions`, which saves the critic on every step.
-        """
-        return self.encoder is not None
-
-    def explore(self, obs: torch.Tensor, env_steps: int = 0) -> torch.Tensor:
-        """Sampled actions only: what a rollout needs per env step.
-
-        Log-probabilities and values are computed for the whole rollout at once afterwards
-        (:meth:`evaluate_actions`), which saves the critic and the log-probability on every
-        step. ``env_steps`` is unused (the exploration protocol's schedule argument). The fast
-        path runs the default actor in numpy here (:func:`rl_lightning.fast.explore`: the same
-        function and the same draws from torch's generator).
-        """
-        action = fast.explore(self, obs) if self.encoder is None else None
-        return action if action is not None else self.sample(self.actor(self.features(obs)))
-
-    def value(self, obs: torch.Tensor) -> torch.Tensor:
+    def value(self, obs: Obs, state: None = None, episode_start: torch.Tensor | None = None) -> torch.Tensor:
         """State values ``[B]`` of raw observations ``[B, *obs_shape]``."""
         return self.critic(self.features(obs)).squeeze(-1)
 
     def evaluate_actions(
-        self, obs: torch.Tensor, action: torch.Tensor
+        self, obs: Obs, action: torch.Tensor, episode_start: torch.Tensor | None = None, state: None = None
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Log-probability, entropy and value of given actions, for the PPO loss.
+        """Log-probability, entropy and value of a rollout's actions, for the PPO loss.
+
+        Args:
+            obs: ``[L, B, *obs_shape]``: ``B`` sequences of ``L`` steps (a feed-forward policy reads
+                each step on its own, so PPO hands it sequences of one step).
+            action: ``[L, B, ...]``, the actions taken.
+            episode_start, state: Unused (the recurrent policy's sequence inputs).
 
         Returns:
-            ``(log_prob, entropy, value)``, each of shape ``[B]``.
+            ``(log_prob, entropy, value)``, each ``[L, B]``.
         """
-        x = self.features(obs)
-        log_prob, entropy = self._log_prob_entropy(self.actor(x), action)
-        return log_prob, entropy, self.critic(x).squeeze(-1)
+        L, B = action.shape[:2]
+        x = self.features(obs.flatten(0, 1))
+        log_prob, entropy = self._log_prob_entropy(self.actor(x), action.flatten(0, 1))
+        value = self.critic(x).squeeze(-1)
+        return log_prob.view(L, B), entropy.view(L, B), value.view(L, B)
 
-    def normalizer_input(self, obs: Any) -> Any:
-        """The part of a batch of raw observations :meth:`update_normalizer` needs (``None``: nothing).
-
-        Flat MLPs: the observations themselves. An encoder's own choice where it has one
-        (:meth:`MultiInputEncoder.normalizer_input`: its vector keys); else all of them.
-        """
-        if self.encoder is None:
-            return obs
-        select = getattr(self.encoder, "normalizer_input", None)
-        return select(obs) if select is not None else obs
-
-    def update_normalizer(self, obs: torch.Tensor) -> None:
-        """Merge raw observations ``[B, *obs_shape]`` into the normalizer's statistics."""
+    def update_normalizer(self, obs: Obs) -> None:
+        """Merge raw observations ``[..., *obs_shape]`` into the normalizer's statistics (PPO calls it after each
+        update phase, so acting and learning on a rollout see the same normalization)."""
         if self.encoder is not None:
             update = getattr(self.encoder, "update_normalizer", None)  # a user's encoder may keep none
             if update is not None:

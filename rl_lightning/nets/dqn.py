@@ -118,11 +118,17 @@ class QValueNetwork(nn.Module):
         """Epsilon-greedy actions ``[B]`` at the schedule's epsilon for ``env_steps`` (collection)."""
         return self.epsilon_greedy(obs, self.epsilon(env_steps))
 
-    def act(self, obs: Obs, deterministic: bool = True) -> tuple[torch.Tensor, None, None]:
+    def initial_state(self, batch_size: int, device: torch.device | str | None = None) -> None:
+        """No memory: ``None`` (the evaluation protocol's state, :mod:`rl_lightning.data.protocol`)."""
+        return None
+
+    def act(
+        self, obs: Obs, state: None = None, episode_start: torch.Tensor | None = None, deterministic: bool = True
+    ) -> tuple[torch.Tensor, None, None, None]:
         """Actions for evaluation and deployment: greedy, or epsilon-greedy at the final epsilon.
 
-        Returns ``(action, None, None)``: the evaluation protocol's log-prob and value slots
-        are not used by off-policy evaluation.
+        Returns ``(action, None, None, None)``: off-policy evaluation uses no log-probability,
+        value or state.
         """
         action = self.greedy(obs) if deterministic else self.epsilon_greedy(obs, self.epsilon.end)
-        return action, None, None
+        return action, None, None, None

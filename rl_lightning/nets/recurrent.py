@@ -8,12 +8,13 @@ core (``shared_core=True``, as CleanRL's ``ppo_atari_lstm.py``) or have one each
 default, ``shared_core=False``). The cores' weights are orthogonal with gain 1 and their biases
 0 (CleanRL's ``ppo_atari_lstm.py``).
 
-The recurrent state is one tensor ``[C, K, B, H]``: ``C`` = 2 for an LSTM (``h``, ``c``) or 1
-for a GRU (``h``), ``K`` the number of cores (1 or 2), ``B`` the batch, ``H`` =
-``recurrent_size``. A rollout stores it per env (``B``) and an export takes and returns it
-as one input and one output. Where ``episode_start`` is true, the state is zeroed *before*
-the step, so the first step of every episode starts from the initial state (CleanRL's
-``get_states``: ``(1 - done) * state`` at every step; sb3-contrib's ``_process_sequence``).
+The recurrent state is one tensor ``[B, C, K, H]``, the env batch first (the data layer's
+contract, :mod:`rl_lightning.data.protocol`): ``B`` the batch, ``C`` = 2 for an LSTM (``h``,
+``c``) or 1 for a GRU (``h``), ``K`` the number of cores (1 or 2), ``H`` = ``recurrent_size``. A
+rollout stores it per step and env, and an export takes and returns it as one input and one
+output. Where ``episode_start`` is true, the state is zeroed *before* the step, so the first
+step of every episode starts from the initial state (CleanRL's ``get_states``: ``(1 - done) *
+state`` at every step; sb3-contrib's ``_process_sequence``).
 """
 
 from __future__ import annotations
@@ -24,17 +25,11 @@ import gymnasium as gym
 import torch
 from torch import nn
 
-from rl_lightning.envs.obs import map_obs
 from rl_lightning.nets.actor_critic import ActorCritic
 from rl_lightning.nets.encoders import EncoderSettings
 from rl_lightning.nets.mlp import mlp
 
 CELLS = ("lstm", "gru")
-
-
-def _one_step(obs):
-    """A batch of observations (a tensor or a ``Dict``'s tensors) as a sequence of one step, ``[1, B, ...]``."""
-    return map_obs(lambda o: o.unsqueeze(0), obs)
 
 
 def _core(cell: str, in_features: int, size: int) -> nn.RNNBase:
@@ -88,24 +83,19 @@ class RecurrentActorCritic(ActorCritic):
         self.critic = mlp(recurrent_size, hidden_sizes, 1, out_gain=1.0)
         self._dtype_ref = [next(self.parameters())]  # the heads were replaced: point at a live parameter
 
-    @property
-    def evaluates_per_step(self) -> bool:
-        """Always: the state at each step exists only during the rollout, so ``act`` gives log-prob and value."""
-        return True
-
     def initial_state(self, batch_size: int, device: torch.device | str | None = None) -> torch.Tensor:
-        """The state every episode starts from: zeros ``[C, K, batch_size, recurrent_size]``."""
+        """The state every episode starts from: zeros ``[batch_size, C, K, recurrent_size]``."""
         parts = 2 if self.cell == "lstm" else 1
         device = device if device is not None else self._dtype_ref[0].device
-        return torch.zeros(parts, len(self.cores), batch_size, self.recurrent_size, device=device)
+        return torch.zeros(batch_size, parts, len(self.cores), self.recurrent_size, device=device)
 
     def _run_core(self, k: int, x: torch.Tensor, state: torch.Tensor, starts: torch.Tensor):
-        """Core ``k`` over ``x`` ``[T, B, F]`` from ``state`` ``[C, B, H]``, zeroing it where ``starts`` ``[T, B]``.
+        """Core ``k`` over ``x`` ``[T, B, F]`` from ``state`` ``[B, C, H]``, zeroing it where ``starts`` ``[T, B]``.
 
-        Returns the outputs ``[T, B, H]`` and the state after the last step ``[C, B, H]``.
+        Returns the outputs ``[T, B, H]`` and the state after the last step ``[B, C, H]``.
         """
         core, outputs = self.cores[k], []
-        keep = (~starts).to(x.dtype).unsqueeze(-1)  # [T, B, 1]
+        keep = (~starts).to(x.dtype)[..., None, None]  # [T, B, 1, 1]
         T = x.shape[0]
         # The core runs once per stretch of steps in which no env begins an episode after its first
         # step (one host read of where they begin), rather than once per step: the same values
@@ -113,29 +103,32 @@ class RecurrentActorCritic(ActorCritic):
         cuts = [0, *(starts[1:].any(1).nonzero().flatten() + 1).tolist(), T] if T > 1 else [0, T]
         for first, end in zip(cuts[:-1], cuts[1:], strict=True):
             state = state * keep[first]
+            parts = state.transpose(0, 1).contiguous()  # [C, B, H]
             if self.cell == "lstm":
-                out, (h, c) = core(x[first:end], (state[0:1].contiguous(), state[1:2].contiguous()))
-                state = torch.cat([h, c])
+                out, (h, c) = core(x[first:end], (parts[0:1], parts[1:2]))
+                state = torch.cat([h, c]).transpose(0, 1)
             else:
-                out, h = core(x[first:end], state[0:1].contiguous())
-                state = h
+                out, h = core(x[first:end], parts[0:1])
+                state = h.transpose(0, 1)
             outputs.append(out)
         return torch.cat(outputs), state
 
     def _heads_input(
-        self, obs: torch.Tensor, state: torch.Tensor, starts: torch.Tensor
+        self, obs: torch.Tensor, state: torch.Tensor | None, starts: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Actor and critic inputs ``[T, B, H]`` and the next state, for observations ``[T, B, ...]``."""
         T, B = starts.shape
-        x = self.features(map_obs(lambda o: o.reshape(T * B, *o.shape[2:]), obs)).reshape(T, B, -1)
-        outs, states = zip(*(self._run_core(k, x, state[:, k], starts) for k in range(len(self.cores))), strict=True)
+        if state is None:
+            state = self.initial_state(B, starts.device)
+        x = self.features(obs.flatten(0, 1)).reshape(T, B, -1)
+        outs, states = zip(*(self._run_core(k, x, state[:, :, k], starts) for k in range(len(self.cores))), strict=True)
         actor_in, critic_in = outs[0], outs[-1]
-        return actor_in, critic_in, torch.stack(states, 1)
+        return actor_in, critic_in, torch.stack(states, 2)
 
     def act(
         self,
         obs: torch.Tensor,
-        state: torch.Tensor,
+        state: torch.Tensor | None,
         episode_start: torch.Tensor,
         deterministic: bool = False,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -145,26 +138,26 @@ class RecurrentActorCritic(ActorCritic):
             ``(action, log_prob, value, next_state)``: as ``ActorCritic.act``, plus the state to
             pass with the next step.
         """
-        actor_in, critic_in, next_state = self._heads_input(_one_step(obs), state, episode_start.unsqueeze(0))
+        actor_in, critic_in, next_state = self._heads_input(obs.unsqueeze(0), state, episode_start.unsqueeze(0))
         out = self.actor(actor_in[0])
         action = self._mode(out) if deterministic else self.sample(out)
         return action, self._log_prob_entropy(out, action)[0], self.critic(critic_in[0]).squeeze(-1), next_state
 
-    def value(self, obs: torch.Tensor, state: torch.Tensor, episode_start: torch.Tensor) -> torch.Tensor:
+    def value(self, obs: torch.Tensor, state: torch.Tensor | None, episode_start: torch.Tensor) -> torch.Tensor:
         """State values ``[B]`` of one step (the bootstrap value after a rollout's last step)."""
-        _, critic_in, _ = self._heads_input(_one_step(obs), state, episode_start.unsqueeze(0))
+        _, critic_in, _ = self._heads_input(obs.unsqueeze(0), state, episode_start.unsqueeze(0))
         return self.critic(critic_in[0]).squeeze(-1)
 
-    def evaluate_sequences(
-        self, obs: torch.Tensor, action: torch.Tensor, episode_start: torch.Tensor, state: torch.Tensor
+    def evaluate_actions(
+        self, obs: torch.Tensor, action: torch.Tensor, episode_start: torch.Tensor, state: torch.Tensor | None
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Log-probability, entropy and value ``[T, B]`` of a rollout's actions, replayed from its first state.
 
         Args:
-            obs: ``[T, B, *obs_shape]``, the env sequences of a minibatch (``B`` envs).
+            obs: ``[T, B, *obs_shape]``, the env sequences of a minibatch (``B`` sequences).
             action: ``[T, B, ...]`` the actions taken.
             episode_start: ``[T, B]``: where an episode began (the state is zeroed there).
-            state: ``[C, K, B, H]``: the state the rollout acted with at its first step.
+            state: ``[B, C, K, H]``: the state the rollout acted with at each sequence's first step.
         """
         T, B = episode_start.shape
         actor_in, critic_in, _ = self._heads_input(obs, state, episode_start)
@@ -180,16 +173,5 @@ class RecurrentActorCritic(ActorCritic):
         The next state holds every core's, the critic's too (``shared_core=False``), so it is the
         state :meth:`act` returns and ``predict`` passes along.
         """
-        actor_in, _, next_state = self._heads_input(_one_step(obs), state, episode_start.unsqueeze(0))
+        actor_in, _, next_state = self._heads_input(obs.unsqueeze(0), state, episode_start.unsqueeze(0))
         return self._mode(self.actor(actor_in[0])), next_state
-
-    def explore(self, obs: torch.Tensor, env_steps: int = 0) -> torch.Tensor:
-        """Not available: a recurrent policy acts with its state (:meth:`act`)."""
-        raise TypeError("RecurrentActorCritic acts with its recurrent state: call act(obs, state, episode_start).")
-
-    def evaluate_actions(self, obs: torch.Tensor, action: torch.Tensor):
-        """Not available: a recurrent policy is evaluated over sequences (:meth:`evaluate_sequences`)."""
-        raise TypeError(
-            "RecurrentActorCritic is evaluated over whole env sequences: call "
-            "evaluate_sequences(obs, action, episode_start, state)."
-        )

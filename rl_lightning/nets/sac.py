@@ -21,7 +21,6 @@ from tensordict.nn import NormalParamExtractor
 from torch import nn
 from torch.nn import functional as F
 
-from rl_lightning import fast
 from rl_lightning.envs.obs import Obs
 from rl_lightning.nets.encoders import EncoderSettings, build_encoder
 from rl_lightning.nets.mlp import mlp, weight_dtype
@@ -117,10 +116,8 @@ class QEnsemble(nn.Module):
     Each layer is one batched matrix product over the stacked weights (``nn.Linear``'s
     layout, as torchrl's ``SACLoss`` stacks its critics), so the twin critics cost one call
     per layer instead of a call per network, and no ``vmap`` (``python -m
-    benchmarks.sac_loss`` compares the three; ``docs/algos/sac.md``). The fast path runs the forward and backward
-    through its written-out ReLU MLP (:func:`rl_lightning.fast.ensemble_forward`); the plain
-    path calls the layers. Initialized from ``num_nets`` independently initialized
-    :class:`QNetwork` s.
+    benchmarks.sac_loss`` compares the three; ``docs/algos/sac.md``). Initialized from ``num_nets``
+    independently initialized :class:`QNetwork` s.
 
     Images and ``Dict`` observations go through the critics' own ``encoder`` first (one,
     shared by the twin critics, separate from the actor's: SB3's SAC with
@@ -162,26 +159,19 @@ class QEnsemble(nn.Module):
             encoded: ``obs`` are the encoder's features already.
         """
         x = self._input(obs, action, encoded)
-        out = fast.ensemble_forward(self.layers, x, detach_params)
-        if out is None:
-            *hidden, last = self.layers
-            for layer in hidden:
-                x = torch.relu(layer(x, detach_params))
-            out = last(x, detach_params)
-        return out.squeeze(-1)
+        *hidden, last = self.layers
+        for layer in hidden:
+            x = torch.relu(layer(x, detach_params))
+        return last(x, detach_params).squeeze(-1)
 
     def min_q(self, obs: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
-        """``min_i Q_i(s, a)`` ``[B]`` with the critics held fixed: gradients reach the inputs only (SAC's actor loss).
+        """``min_i Q_i(s, a)`` ``[B]`` with the critics held fixed: gradients reach the inputs only.
 
-        The fast path's backward runs each critic over the rows where it gave the minimum
-        only (:func:`rl_lightning.fast.ensemble_min`; the same values and gradients).
+        SAC's actor loss differentiates through the action, never into the critics.
         """
         if self.encoder is not None:
             with torch.no_grad():  # the critics, their encoder included, are held fixed
                 obs = self.encoder(obs)
-        out = fast.ensemble_min(self.layers, self._input(obs, action, encoded=True))
-        if out is not None:
-            return out
         return self(obs, action, detach_params=True, encoded=True).min(0).values
 
     def _input(self, obs: Obs, action: torch.Tensor, encoded: bool = False) -> torch.Tensor:
@@ -255,16 +245,22 @@ class SquashedGaussianActor(nn.Module):
         loc, scale = self._loc_scale(obs)
         return _squash(torch.normal(loc, scale), self.low, self.high)
 
-    def act(self, obs: Obs, deterministic: bool = True) -> tuple[torch.Tensor, None, None]:
+    def initial_state(self, batch_size: int, device: torch.device | str | None = None) -> None:
+        """No memory: ``None`` (the evaluation protocol's state, :mod:`rl_lightning.data.protocol`)."""
+        return None
+
+    def act(
+        self, obs: Obs, state: None = None, episode_start: torch.Tensor | None = None, deterministic: bool = True
+    ) -> tuple[torch.Tensor, None, None, None]:
         """Actions for evaluation and deployment: the squashed mean, or a sample.
 
-        Returns ``(action, None, None)``: the evaluation protocol's log-prob and value slots
-        are not used by off-policy evaluation.
+        Returns ``(action, None, None, None)``: off-policy evaluation uses no log-probability,
+        value or state.
         """
         if not deterministic:
-            return self.explore(obs), None, None
+            return self.explore(obs), None, None, None
         loc, _ = self._loc_scale(obs)
-        return self.low + (torch.tanh(loc) + 1) * (self.high - self.low) / 2, None, None
+        return self.low + (torch.tanh(loc) + 1) * (self.high - self.low) / 2, None, None, None
 
     def forward(self, obs: Obs) -> torch.Tensor:
         """Deterministic actions for observations ``[B, obs_dim]``."""

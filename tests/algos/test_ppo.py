@@ -10,8 +10,7 @@ import torch
 from torch import nn
 
 from rl_lightning import PPO, RolloutDataModule
-from rl_lightning.algos.compat import upgraded_settings
-from rl_lightning.data import UpdatePlan, evaluation
+from rl_lightning.data import evaluation
 from tests.conftest import SCRIPTED_ID
 from tests.helpers import quiet_trainer, tiny_ppo
 
@@ -234,17 +233,11 @@ def test_minibatches_that_do_not_divide_the_rollout_fail_before_an_env_step():
     assert data.env_steps == 0
 
 
-def test_learning_settings_given_to_the_data_module_warn_and_still_apply():
-    """Test that the deprecated RolloutDataModule(update_epochs=..., gamma=...) warns, naming PPO, and overrides."""
-    with pytest.warns(DeprecationWarning, match=r"pass PPO\(update_epochs=3, gamma=0.5\)"):
-        data = small_data(update_epochs=3, gamma=0.5)
-    model = PPO(total_timesteps=10_000, num_minibatches=2)
-    t = trainer(max_epochs=1)
-    t.fit(model, data)
-    assert t.global_step == 3 * 2  # the data module's 3 passes of PPO's 2 minibatches
-    assert data.update_plan() == UpdatePlan(gamma=0.5, gae_lambda=0.95, update_epochs=3, num_minibatches=2)
-    with pytest.raises(ValueError, match="gamma must be a number"), pytest.warns(DeprecationWarning):
-        small_data(gamma=2.0)
+def test_learning_settings_belong_to_the_algorithm_only():
+    """Test that the data module takes no learning setting: gamma and the update plan are PPO's arguments alone."""
+    for name in ("gamma", "gae_lambda", "update_epochs", "num_minibatches"):
+        with pytest.raises(TypeError, match=name):
+            small_data(**{name: 1})
 
 
 def test_unsupported_space_is_rejected():
@@ -311,47 +304,6 @@ def test_trainer_gradient_clip_val_is_refused_for_ppo():
     data = small_data("CartPole-v1", seed=0)
     with pytest.raises(Exception, match="gradient_clip_val"):
         quiet_trainer(max_epochs=1, gradient_clip_val=1.0).fit(tiny_ppo(total_timesteps=10_000), data)
-
-
-def _earlier_version_checkpoint(tmp_path, **data_settings):
-    """A checkpoint as earlier versions wrote it: PPO's learning settings kept with the data module's."""
-    fit(tmp_path=tmp_path, max_epochs=1, model_kwargs={"save_interval": 1})
-    (path,) = glob.glob(os.path.join(tmp_path, "**", "last.ckpt"), recursive=True)
-    checkpoint = torch.load(path, weights_only=True)
-    for name in ("gamma", "gae_lambda", "update_epochs", "num_minibatches"):
-        del checkpoint["hyper_parameters"][name]
-    checkpoint["datamodule_hyper_parameters"].update(data_settings)
-    old = os.path.join(tmp_path, "earlier.ckpt")
-    torch.save(checkpoint, old)
-    return old
-
-
-def test_checkpoints_of_earlier_versions_keep_their_learning_settings(tmp_path):
-    """Test that an earlier version's checkpoint (gamma... on the data module) loads with them as PPO's."""
-    settings = {"gamma": 0.9, "gae_lambda": 0.8, "update_epochs": 3, "num_minibatches": 2}
-    old = _earlier_version_checkpoint(tmp_path, **settings)
-    loaded = PPO.load_from_checkpoint(old)
-    assert loaded.update_plan == UpdatePlan(**settings)
-    assert {name: loaded.hparams[name] for name in settings} == settings
-    assert PPO.load_from_checkpoint(old, gamma=0.5).update_plan.gamma == 0.5  # what the caller gives wins
-    with pytest.warns(DeprecationWarning, match=r"pass PPO\(update_epochs=3"):
-        data = RolloutDataModule.load_from_checkpoint(old)
-    assert data.plan_overrides == settings
-    model_args, data_args = upgraded_settings(torch.load(old, weights_only=True))  # what the CLI and play read
-    assert {name: model_args[name] for name in settings} == settings and not set(settings) & set(data_args)
-
-
-def test_deprecated_settings_are_handed_to_the_algorithm_and_saved_there(tmp_path):
-    """Test that RolloutDataModule(gamma=...) reaches PPO's update plan and saved settings, not the data module's."""
-    with pytest.warns(DeprecationWarning):
-        data = small_data(gamma=0.9, num_minibatches=4)
-    model = tiny_ppo(total_timesteps=10_000, save_interval=1)
-    trainer(tmp_path, max_epochs=1).fit(model, data)
-    assert model.update_plan == UpdatePlan(gamma=0.9, update_epochs=2, num_minibatches=4)
-    (path,) = glob.glob(os.path.join(tmp_path, "**", "last.ckpt"), recursive=True)
-    saved = torch.load(path, weights_only=True)
-    assert (saved["hyper_parameters"]["gamma"], saved["hyper_parameters"]["num_minibatches"]) == (0.9, 4)
-    assert "gamma" not in saved["datamodule_hyper_parameters"]
 
 
 PIXEL_GOAL = "tests.envs.pixel_goal:pixel_goal/PixelGoal-v0"

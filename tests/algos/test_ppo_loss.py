@@ -1,4 +1,5 @@
-"""Tests that the plain PPO loss (rl_lightning/algos/ppo_loss.py) equals torchrl's ClipPPOLoss, values and gradients."""
+"""PPO's mathematics (rl_lightning/algos/ppo_loss.py): GAE equals torchrl's and hand-computed values; the loss equals
+torchrl's ClipPPOLoss, values and gradients."""
 
 import warnings
 
@@ -10,8 +11,7 @@ from tensordict import TensorDict
 from tensordict.nn import TensorDictModule
 from torch.distributions import Categorical
 
-from rl_lightning import fast
-from rl_lightning.algos import minibatch_loss, ppo_loss
+from rl_lightning.algos import compute_gae, ppo_loss
 from rl_lightning.nets import ActorCritic
 
 with warnings.catch_warnings():
@@ -24,7 +24,7 @@ def _batch(policy, n=64, seed=0):
     g = torch.Generator().manual_seed(seed)
     obs = torch.randn(n, 4, generator=g)
     with torch.no_grad():
-        action, log_prob, value = policy.act(obs)
+        action, log_prob, value, _ = policy.act(obs)
     # Perturb the behaviour log-probs so ratios differ from 1 and clipping is exercised.
     old_log_prob = log_prob + 0.3 * torch.randn(n, generator=g)
     advantage = torch.randn(n, generator=g) * 2 + 0.5
@@ -39,7 +39,7 @@ def test_ppo_loss_matches_torchrl_clip_ppo_loss(ent_coef, vf_coef):
     policy = ActorCritic(gym.spaces.Box(-np.inf, np.inf, (4,)), gym.spaces.Discrete(3), normalize_obs=False)
     obs, action, old_log_prob, old_value, advantage, returns = _batch(policy)
 
-    log_prob, entropy, value = policy.evaluate_actions(obs, action)
+    log_prob, entropy, value = (x[0] for x in policy.evaluate_actions(obs[None], action[None]))  # sequences of 1
     ours = ppo_loss(
         log_prob,
         entropy,
@@ -129,17 +129,43 @@ def test_diagnostics_are_the_terms_stacked_and_carry_no_gradient():
     torch.testing.assert_close(terms.loss, terms.policy_loss + 0.5 * terms.value_loss - 0.01 * terms.entropy)
 
 
-def test_minibatch_loss_with_the_fast_path_off_is_ppo_loss_on_evaluate_actions():
-    """Test that minibatch_loss with the fast path off is ppo_loss of evaluate_actions, recorded by autograd."""
-    torch.manual_seed(0)
-    policy = ActorCritic(gym.spaces.Box(-np.inf, np.inf, (4,)), gym.spaces.Discrete(3))
-    obs, action, old_log_prob, old_value, advantage, returns = _batch(policy)
-    batch = {"obs": obs, "action": action, "log_prob": old_log_prob, "value": old_value, "advantage": advantage,
-             "return": returns}  # fmt: skip
-    with fast.disabled():
-        terms = minibatch_loss(policy, batch, ent_coef=0.02)
-    log_prob, entropy, value = policy.evaluate_actions(obs, action)
-    reference = ppo_loss(log_prob, entropy, value, old_log_prob, old_value, advantage, returns, ent_coef=0.02)
-    assert type(terms.loss.grad_fn) is type(reference.loss.grad_fn)  # the autograd graph's last op, not one node
-    torch.testing.assert_close(terms.loss, reference.loss, rtol=0, atol=0)
-    torch.testing.assert_close(terms.diagnostics, reference.diagnostics, rtol=0, atol=0)
+def test_gae_hand_computed_terminated_and_truncated():
+    """Test GAE against hand-computed values: env 0 terminates at t=1, env 1 is truncated at t=2."""
+    gamma, lam = 0.9, 0.8  # gamma * lambda = 0.72
+    reward = torch.ones(4, 2)
+    value = torch.tensor([[0.5, 0.5], [0.6, 0.6], [0.7, 0.7], [0.8, 0.8]])
+    # next_value[t] = V(s_{t+1}); 99 after termination must be ignored; 2.0 is V(final obs)
+    # of the truncated episode; 0.9 is the value after the rollout.
+    next_value = torch.tensor([[0.6, 0.6], [99.0, 0.7], [0.8, 2.0], [0.9, 0.9]])
+    terminated = torch.tensor([[0, 0], [1, 0], [0, 0], [0, 0]], dtype=torch.bool)
+    truncated = torch.tensor([[0, 0], [0, 0], [0, 1], [0, 0]], dtype=torch.bool)
+    adv, ret = compute_gae(reward, value, next_value, terminated, truncated, gamma, lam)
+    # Env 0: deltas 1.04, 0.4, 1.02, 1.01; the recursion stops at t=1.
+    expected_0 = [1.04 + 0.72 * 0.4, 0.4, 1.02 + 0.72 * 1.01, 1.01]
+    # Env 1: deltas 1.04, 1.03, 1 + 0.9 * 2.0 - 0.7 = 2.1, 1.01; the recursion stops at t=2.
+    a1 = 1.03 + 0.72 * 2.1
+    expected_1 = [1.04 + 0.72 * a1, a1, 2.1, 1.01]
+    torch.testing.assert_close(adv, torch.tensor([expected_0, expected_1]).T)
+    torch.testing.assert_close(ret, adv + value)
+
+
+@pytest.mark.parametrize("num_envs", [1, 4, 16])
+def test_gae_equals_torchrls_on_random_rollouts(num_envs):
+    """Test that compute_gae gives torchrl's generalized_advantage_estimate on random rollouts with terminated and
+    truncated episode ends (torchrl: done stops the recursion, terminated the bootstrap)."""
+    from torchrl.objectives.value.functional import generalized_advantage_estimate
+
+    g = torch.Generator().manual_seed(num_envs)
+    steps = 300
+    reward, value, next_value = (torch.randn(steps, num_envs, generator=g) for _ in range(3))
+    ended = torch.rand(steps, num_envs, generator=g) < 0.05
+    terminated = ended & (torch.rand(steps, num_envs, generator=g) < 0.5)
+    truncated = ended & ~terminated
+    assert terminated.any() and truncated.any()
+    adv, ret = compute_gae(reward, value, next_value, terminated, truncated, 0.99, 0.95)
+    expected, target = generalized_advantage_estimate(
+        0.99, 0.95, value[..., None], next_value[..., None], reward[..., None], ended[..., None],
+        terminated[..., None], time_dim=0,
+    )  # fmt: skip
+    torch.testing.assert_close(adv, expected[..., 0], rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(ret, target[..., 0], rtol=1e-5, atol=1e-5)

@@ -11,7 +11,6 @@ import torch
 from tensordict import TensorDict
 from tensordict.nn import TensorDictModule
 
-from rl_lightning.algos.sac import SAC, upgrade_sacloss_state_dict
 from rl_lightning.algos.sac_loss import sac_loss
 from rl_lightning.data.replay import to_torchrl_batch
 from rl_lightning.nets.sac import QEnsemble, QNetwork, SquashedGaussianActor, squashed_gaussian_sample
@@ -178,23 +177,3 @@ def test_q_ensemble_equals_separate_q_networks_and_detached_weights_get_no_gradi
     critics(obs, action, detach_params=True).sum().backward()
     assert action.grad is not None and action.grad.abs().sum() > 0
     assert all(p.grad is None for p in critics.parameters())
-
-
-def test_a_checkpoint_of_the_sacloss_era_loads_with_its_weights():
-    """Test that a state dict written when SAC held torchrl's SACLoss loads strictly, critics and alpha in place."""
-    policy, critics, target_critics = _nets()
-    reference = _reference(policy, critics, target_critics, 0.5, 0.99, -2.0)
-    old = {f"policy.{k}": v for k, v in policy.state_dict().items()}
-    old |= {f"loss_module.{k}": v for k, v in reference.state_dict().items()}
-    assert any(k.startswith("loss_module.qvalue_network_params") for k in old)
-
-    model = SAC(hidden_sizes=[32, 32])
-    model._ensure_policy(OBS_SPACE, ACTION_SPACE)
-    model.load_state_dict(upgrade_sacloss_state_dict(old), strict=True)
-
-    torch.testing.assert_close(model.log_alpha.detach(), torch.tensor(math.log(0.5)))
-    for ours, theirs in zip(model.critics.parameters(), critics.parameters(), strict=True):
-        torch.testing.assert_close(ours, theirs)
-    for ours, theirs in zip(model.target_critics.parameters(), target_critics.parameters(), strict=True):
-        torch.testing.assert_close(ours, theirs)
-    assert upgrade_sacloss_state_dict(model.state_dict()).keys() == model.state_dict().keys()

@@ -8,8 +8,7 @@ import torch
 
 from benchmarks import denormals
 from rl_lightning import DQN
-from rl_lightning.fast.denormals import flushing
-from tests.fast.conftest import fast_path_on  # noqa: F401 (autouse: the flush is the fast path's, on even without it)
+from rl_lightning.callbacks.denormals import flushing
 from tests.helpers import quiet_trainer, tiny_replay_data
 
 pytestmark = pytest.mark.skipif(
@@ -21,7 +20,7 @@ class _Seen(pl.Callback):
     def __init__(self):
         self.seen: list[bool] = []
 
-    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+    def on_before_optimizer_step(self, trainer, pl_module, optimizer):
         self.seen.append(flushing())
 
 

@@ -5,13 +5,12 @@ from benchmarks.plain_ppo import train_batched
 
 
 def test_the_quick_run_times_both_contenders_on_the_same_batched_env_and_reports_the_ratio():
-    """Test that ours (fast path on, off) and the plain loop each take the requested env steps, paired."""
+    """Test that ours and the plain loop each take the requested env steps, paired."""
     report = device_envs.main(["--quick", "--skip-solve", "--num-envs", "64"])
     runs = report["throughput"]["runs"]
     steps = 4 * 64 * device_envs.SETTINGS.rollout_steps
     assert [r["env_steps"] for r in runs["rl_lightning"]] == [steps]
     assert [r["env_steps"] for r in runs["plain_pytorch"]] == [steps]
-    assert [r["env_steps"] for r in runs["rl_lightning_plain"]] == [steps]
     assert report["settings"]["num_envs"] == 64
     assert report["tensordict"]["plain_us"] > 0 and report["tensordict"]["tensordict_us"] > 0
 

@@ -50,7 +50,7 @@ def main() -> None:
 
         EnvGroup.step = paused_step
     elif phase == "update":
-        loss = ppo_module.minibatch_loss
+        loss = ppo_module.ppo_loss
 
         def paused_loss(*args, **kwargs):
             counts["minibatches"] += 1
@@ -58,7 +58,7 @@ def main() -> None:
                 wait_for_signal(phase)
             return loss(*args, **kwargs)
 
-        ppo_module.minibatch_loss = paused_loss
+        ppo_module.ppo_loss = paused_loss
     pl.seed_everything(0)
     # No evaluation during fit (eval_interval beyond the run): the training envs are the only ones stepping.
     data = RolloutDataModule(

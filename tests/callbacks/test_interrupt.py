@@ -140,7 +140,7 @@ def test_replay_interrupted_mid_epoch_resumes_the_rest_of_that_epoch(tmp_path):
     from tests.helpers import REPLAY_STEPS, quiet_trainer, tiny_replay_data
 
     class SigtermAt(pl.Callback):
-        def on_train_batch_start(self, trainer, module, batch, batch_idx):
+        def on_before_optimizer_step(self, trainer, module, optimizer):
             if trainer.global_step == 30:  # second epoch: learning started at env step 40
                 os.kill(os.getpid(), signal.SIGTERM)
 

@@ -1,4 +1,4 @@
-"""Collection chunks: the schedule, the chunk as a Lightning batch, the same learning as a plain loop, resume."""
+"""Collection chunks: the schedule, an epoch of them as a Lightning batch, the same learning as a plain loop, resume."""
 
 from __future__ import annotations
 
@@ -11,32 +11,33 @@ import torch
 
 from rl_lightning import DQN, SAC, ReplayDataModule
 from rl_lightning.algos.dqn_loss import dqn_loss
-from rl_lightning.algos.sac_loss import sac_objective
-from rl_lightning.data.chunks import ReplayChunk
-from rl_lightning.data.replay import sample_batch
+from rl_lightning.data.chunks import ReplayEpoch
 from rl_lightning.faults import TrainingInterrupted, interrupt_request
+from tests.data.test_replay import schedule, take_epoch
 from tests.helpers import quiet_trainer
 
 
-class _StepsPerBatch(pl.Callback):
-    """Records each Lightning batch's gradient steps (``global_step`` counts them) and the chunk's env steps."""
+class _GradientSteps(pl.Callback):
+    """Records the data module's env-step count at every optimizer step, and what each Lightning batch was."""
 
     def __init__(self):
-        self.batches: list[tuple[int, int]] = []
+        self.at: list[int] = []
+        self.batches: list[object] = []
 
     def on_train_batch_start(self, trainer, module, batch, batch_idx):
-        self._start = trainer.global_step
-        assert isinstance(batch, ReplayChunk)
-        self._env_steps = batch.env_steps
+        self.batches.append(batch)
 
-    def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):
-        self.batches.append((self._env_steps, trainer.global_step - self._start))
+    def on_before_optimizer_step(self, trainer, module, optimizer):
+        self.at.append(trainer.datamodule.env_steps)
+
+    def chunks(self) -> list[tuple[int, int]]:
+        return schedule([(env_steps, None) for env_steps in self.at])
 
 
 @pytest.mark.parametrize("algo", ["dqn", "sac"])
-def test_each_lightning_batch_is_one_chunk_with_exactly_its_gradient_steps(algo):
-    """Test that under Trainer.fit every Lightning batch is one chunk of train_freq env steps whose training_step
-    takes exactly gradient_steps updates once learning started (none before), for DQN and SAC."""
+def test_each_lightning_batch_is_an_epoch_of_chunks_each_with_exactly_its_gradient_steps(algo):
+    """Test that under Trainer.fit every Lightning batch is one epoch, whose chunks of train_freq env steps each take
+    exactly gradient_steps updates once learning started (none before), for DQN and SAC."""
     pl.seed_everything(0)
     if algo == "dqn":
         env_id, model = "CartPole-v1", DQN(hidden_sizes=[16])
@@ -46,19 +47,19 @@ def test_each_lightning_batch_is_one_chunk_with_exactly_its_gradient_steps(algo)
         env_id=env_id, num_envs=2, steps_per_epoch=48, learning_starts=8, train_freq=4, gradient_steps=3,
         batch_size=8, eval_interval=100, eval_episodes=1,
     )  # fmt: skip
-    spy = _StepsPerBatch()
+    spy = _GradientSteps()
     quiet_trainer(max_epochs=2, callbacks=[spy]).fit(model, data)
-    # 2 epochs of 48 env steps in chunks of 4 vector steps of 2 envs: 12 batches of 8 env steps.
-    assert [env_steps for env_steps, _ in spy.batches] == [8] * 12
-    # The chunk ending at env step 8 is not past learning_starts (Stable-Baselines3 trains after a chunk only when
-    # num_timesteps > learning_starts); every later one takes 3 gradient steps.
-    assert [steps for _, steps in spy.batches] == [0] + [3] * 11
+    assert len(spy.batches) == 2 and all(isinstance(b, ReplayEpoch) for b in spy.batches)
+    # 2 epochs of 48 env steps in chunks of 4 vector steps of 2 envs. The chunk ending at env step 8 is not past
+    # learning_starts (Stable-Baselines3 trains after a chunk only when num_timesteps > learning_starts); every later
+    # one takes 3 gradient steps.
+    assert spy.chunks() == [(8 * k, 3) for k in range(2, 13)]
     data.close()
 
 
-def test_a_chunk_is_moved_by_lightning_and_draws_its_batches_on_that_device():
-    """Test that ReplayChunk.to (Lightning's batch transfer) sets where its sampled batches go, and that iterating it
-    spends the stream's credit one gradient step at a time."""
+def test_a_replay_epoch_is_moved_by_lightning_and_draws_its_batches_on_that_device():
+    """Test that ReplayEpoch.to (Lightning's batch transfer) sets where its sampled batches go, and that iterating it
+    collects each chunk before drawing its gradient steps, spending the stream's credit one step at a time."""
     data = ReplayDataModule(
         env_id="CartPole-v1", steps_per_epoch=8, learning_starts=0, train_freq=4, gradient_steps=2, batch_size=2,
         eval_episodes=1,
@@ -66,14 +67,15 @@ def test_a_chunk_is_moved_by_lightning_and_draws_its_batches_on_that_device():
     data.setup("fit")
     data._policy = lambda: DQN(hidden_sizes=[8]).build_policy(data.observation_space, data.action_space)
     stream = data.train_dataloader()
-    chunk = next(iter(stream))
-    assert chunk.to("cpu") is chunk and chunk.device == torch.device("cpu") and len(chunk) == 2
+    epoch = next(iter(stream))
+    assert epoch.to("cpu") is epoch and epoch.device == torch.device("cpu") and data.env_steps == 0
     batches = []
-    for batch in chunk:
+    for batch in epoch:
         batches.append(batch)
-        assert stream.dataset.gradient_credit == 2 - len(batches)
-    assert len(batches) == 2 and len(chunk) == 0 and all(b.device == torch.device("cpu") for b in batches)
-    assert "env_steps=4" in repr(chunk)
+        assert stream.dataset.gradient_credit == 2 - (len(batches) - 1) % 2 - 1
+        assert data.env_steps == 4 * ((len(batches) + 1) // 2)
+    assert len(batches) == 4 and all(b.device == torch.device("cpu") for b in batches)
+    assert "steps_per_epoch=8" in repr(epoch)
     data.close()
 
 
@@ -100,13 +102,9 @@ def _dqn_update(model, optimizer, batch, state):
 
 
 def _sac_update(model, optimizer, batch, state):
-    # The module's own objective (the fast path's written-out one where it is on): the loops are compared, not losses.
-    hp = model.hparams
-    total, _ = sac_objective(
-        model.policy, model.critics, model.target_critics, model.log_alpha, batch, hp.gamma, model.target_entropy
-    )
+    terms = model.loss(batch)
     optimizer.zero_grad()
-    total.backward()
+    (terms.loss_qvalue + terms.loss_actor + terms.loss_alpha).backward()
     optimizer.step()
     model.update_targets()
 
@@ -125,10 +123,10 @@ def _plain_loop(make_model, data_kwargs, start: _StartState, update, train_freq:
     torch.set_rng_state(start.rng)
     state = {"steps": 0}
     for vector_step in range(1, data_kwargs["steps_per_epoch"] // data_kwargs.get("num_envs", 1) + 1):
-        stream.step()
+        data.buffer.extend(stream.take_step())
         if vector_step % train_freq == 0 and stream.learning:
             for _ in range(gradient_steps):
-                update(model, optimizer, sample_batch(data.buffer), state)
+                update(model, optimizer, data.buffer.sample(), state)
     data.close()
     return model
 
@@ -209,17 +207,18 @@ def test_a_run_stopped_between_a_chunks_gradient_steps_resumes_spending_each_ste
     assert trainer.global_step == stop_at and first.env_steps == env_steps
     saved = torch.load(info.value.checkpoint, weights_only=False)
     rank = saved["ReplayDataModule"]["ranks"][0]
-    assert tuple(rank["gradient_credit"]) == (owed, 1) and rank["epoch_steps"] == epoch_steps
+    assert rank["gradient_credit"] == owed and rank["epoch_steps"] == epoch_steps
     assert os.path.basename(info.value.checkpoint) == "last.ckpt"
 
-    resumed, spy = data(), _StepsPerBatch()
+    resumed, spy = data(), _GradientSteps()
     trainer = quiet_trainer(tmp_path, max_epochs=-1, callbacks=[spy])
     trainer.fit(DQN(hidden_sizes=[16], total_timesteps=budget), resumed, ckpt_path=info.value.checkpoint)
-    # The chunk cut short comes back first, with no env step and the gradient steps it owed.
-    assert spy.batches[0] == (0, owed)
+    # The chunk cut short comes back first, before any env step, with the gradient steps it owed; then the rest.
+    chunks = spy.chunks()
+    assert chunks[0] == (env_steps, owed)
+    assert chunks[1:] == [(steps, 5) for steps in range(env_steps + 10, budget + 1, 10)]
     # 15 learning chunks (ending at env steps 40, 50, ..., 180) of 5: each gradient step once, the budget exactly.
     assert trainer.global_step == 15 * 5 and resumed.env_steps == budget
-    assert sum(env_steps for env_steps, _ in spy.batches) == budget - first.env_steps
     resumed.close()
     first.close()
 
@@ -239,13 +238,12 @@ def test_a_chunk_cut_short_resumed_without_its_buffer_owes_nothing(tmp_path):
         quiet_trainer(tmp_path, max_epochs=-1, callbacks=[_StopAtGradientStep(7)]).fit(
             DQN(hidden_sizes=[16], total_timesteps=120), data()
         )
-    resumed, spy = data(), _StepsPerBatch()
+    resumed, spy = data(), _GradientSteps()
     trainer = quiet_trainer(tmp_path, max_epochs=-1, callbacks=[spy])
     with pytest.warns(UserWarning, match="holds no replay buffer"):
         trainer.fit(DQN(hidden_sizes=[16], total_timesteps=120), resumed, ckpt_path=info.value.checkpoint)
     # Owed chunk: none. Then the chunk ending at 60 (10 new rows < 16: none), then 70 ... 120: 6 chunks of 5.
-    assert spy.batches[0] == (0, 0) and spy.batches[1] == (10, 0)
-    assert [steps for _, steps in spy.batches[2:]] == [5] * 6
+    assert spy.chunks() == [(steps, 5) for steps in range(70, 121, 10)]
     assert trainer.global_step == 7 + 30 and resumed.env_steps == 120
     resumed.close()
 
@@ -258,8 +256,6 @@ def test_the_chunk_schedule_is_stable_baselines3s(train_freq, gradient_steps, le
     boundary (SB3 trains only when num_timesteps > learning_starts)."""
     import gymnasium as gym
     from stable_baselines3 import DQN as SB3DQN
-
-    from tests.data.test_replay import take_epoch
 
     steps = 64
     sb3 = SB3DQN(
@@ -276,6 +272,6 @@ def test_the_chunk_schedule_is_stable_baselines3s(train_freq, gradient_steps, le
     )  # fmt: skip
     data.setup("fit")
     data._policy = lambda: DQN(hidden_sizes=[8]).build_policy(data.observation_space, data.action_space)
-    ours = [(env_steps, len(batches)) for env_steps, batches in take_epoch(data.train_dataloader()) if batches]
+    ours = schedule(take_epoch(data.train_dataloader()))
     assert calls and ours == calls
     data.close()

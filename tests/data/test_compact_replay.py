@@ -12,7 +12,7 @@ from rl_lightning.data import DataCounters, ReplayDataModule, ReplayDataset, mak
 from rl_lightning.data.compact_replay import CompactReplayBuffer
 from rl_lightning.envs import EnvGroup
 from tests.conftest import SCRIPTED_ID, SCRIPTED_SETS
-from tests.data.test_replay import ConstantExplorer
+from tests.data.test_replay import ConstantExplorer, take_epoch
 from tests.envs.pixel_goal import ENV_ID as PIXEL_GOAL
 
 PIXEL_ID = f"tests.envs.pixel_goal:{PIXEL_GOAL}"
@@ -24,8 +24,7 @@ class RandomExplorer(ConstantExplorer):
     """Uniformly random actions of a Discrete(4) space, from torch's generator."""
 
     def explore(self, obs, env_steps):
-        batch = next(iter(obs.values())) if isinstance(obs, dict) else obs
-        return torch.randint(4, (batch.shape[0],))
+        return torch.randint(4, (obs.shape[0],))
 
 
 def _pair(env_id, obj_sets, num_envs, capacity, max_episode_steps=None, steps=40):
@@ -36,8 +35,8 @@ def _pair(env_id, obj_sets, num_envs, capacity, max_episode_steps=None, steps=40
         envs = EnvGroup(env_id, num_envs, obj_sets=obj_sets, max_episode_steps=max_episode_steps)
         buffer = make_replay_buffer(capacity, 16, optimize_memory_usage=compact, num_envs=num_envs)
         policy = RandomExplorer() if env_id == PIXEL_ID else ConstantExplorer()
-        dataset = ReplayDataset(envs, policy, buffer, steps, 10**9, 1.0, DataCounters(), reset_seed=0)
-        list(dataset)
+        dataset = ReplayDataset(envs, policy, buffer, steps, 10**9, DataCounters(), reset_seed=0)
+        take_epoch(dataset)
         out.append(dataset)
     return out
 
@@ -136,8 +135,8 @@ def test_compact_buffer_state_round_trips_and_refuses_the_other_kind(tmp_path):
     data = ReplayDataModule(**kwargs, optimize_memory_usage=True)
     data.setup("fit")
     data._policy = lambda: ConstantExplorer()
-    list(data.train_dataloader())
-    list(data.train_dataloader())  # 16 steps into 9 rows: wrapped
+    take_epoch(data.train_dataloader())
+    take_epoch(data.train_dataloader())  # 16 steps into 9 rows: wrapped
     buf = io.BytesIO()
     torch.save(data.state_dict(), buf)
     buf.seek(0)

@@ -25,8 +25,9 @@ ROLLOUT = 2 * 16  # tiny_rollout_data: num_envs x rollout_steps
 def faulty_fit(total_timesteps: int, on_nonfinite: str = "stop", data_kwargs=None, **fault):
     """Fit PPO on FaultyEnvs with ``fault`` until ``total_timesteps``; return model, data and trainer."""
     pl.seed_everything(0)
-    data = tiny_rollout_data(env_id=FAULTY_ID, obj_sets=faulty_sets(**fault), **(data_kwargs or {}))
-    model = tiny_ppo(total_timesteps=total_timesteps, on_nonfinite=on_nonfinite)
+    data = tiny_rollout_data(env_id=FAULTY_ID, obj_sets=faulty_sets(**fault), on_nonfinite=on_nonfinite,
+                             **(data_kwargs or {}))  # fmt: skip
+    model = tiny_ppo(total_timesteps=total_timesteps)
     trainer = quiet_trainer(max_epochs=20)
     try:
         trainer.fit(model, data)
@@ -48,13 +49,13 @@ def test_ppo_fit_survives_a_flaky_env_and_logs_restarts():
 
 
 def test_ppo_fit_stops_on_a_nan_reward():
-    """Test that a NaN reward with PPO(on_nonfinite='stop') makes fit raise NumericalFault naming it."""
+    """Test that a NaN reward with on_nonfinite='stop' (the data module's) makes fit raise NumericalFault naming it."""
     with pytest.raises(NumericalFault, match=r"reward nan from env \d of Faulty-v0"):
         faulty_fit(2 * ROLLOUT, on_nonfinite="stop", fault="nan_reward", at=3)
 
 
 def test_ppo_fit_skips_nan_rewards_and_counts_them():
-    """Test that with PPO(on_nonfinite='skip') fit completes, counts the skips and learns finite weights."""
+    """Test that with on_nonfinite='skip' fit completes, counts the skips and learns finite weights."""
     model, data, trainer = faulty_fit(2 * ROLLOUT, on_nonfinite="skip", fault="nan_reward", at=3, fail_every=2)
     metrics = trainer.callback_metrics
     assert data.env_steps == 2 * ROLLOUT
@@ -70,7 +71,7 @@ def test_ppo_fit_survives_a_dying_async_worker(tmp_path):
     data = tiny_rollout_data(env_id=FAULTY_ID, obj_sets=sets, vectorization="async", eval_interval=100)
     trainer = quiet_trainer(max_epochs=5)
     trainer.fit(tiny_ppo(total_timesteps=ROLLOUT), data)
-    workers = list(data.train_envs.envs.processes)
+    workers = list(data.train_envs.env.envs.processes)
     assert data.env_steps == ROLLOUT and trainer.callback_metrics["rollout/env_restarts"] == 1
     data.close()
     assert not any(p.is_alive() for p in workers)
@@ -89,26 +90,17 @@ def test_evaluation_counts_only_whole_episodes(tmp_path):
 @pytest.mark.parametrize("make", [tiny_rollout_data, lambda **kw: tiny_replay_data("Pendulum-v1", **kw)])
 def test_data_modules_pass_fault_options_to_every_env_group(make):
     """Test that both data modules give max_env_restarts, obs_bound and obs_bound_mode to train and eval envs."""
-    data = make(max_env_restarts=5, obs_bound=3.0, obs_bound_mode="reject")
+    """Test that both data modules give max_env_restarts, obs_bound, obs_bound_mode and on_nonfinite to train and
+    eval envs."""
+    data = make(max_env_restarts=5, obs_bound=3.0, obs_bound_mode="reject", on_nonfinite="skip")
     data.setup("fit")
     try:
         groups = [data.train_envs, *data.eval_envs.values()]
         assert len(groups) == 3
         for envs in groups:
-            assert envs.max_env_restarts == 5 and envs.checks.obs_bound == 3.0 and envs.checks.reject
-            assert envs.on_nonfinite == "stop"  # no trainer: the default
+            assert envs.env._vec.max_env_restarts == 5 and envs.env.checks.obs_bound == 3.0 and envs.env.checks.reject
+            assert envs.env.on_nonfinite == "skip"
         assert data.hparams.max_env_restarts == 5 and data.hparams.obs_bound_mode == "reject"
-    finally:
-        data.close()
-
-
-def test_data_module_takes_on_nonfinite_from_the_algorithm():
-    """Test that the env groups follow the fitted algorithm's on_nonfinite."""
-    data = tiny_rollout_data(eval_interval=100)
-    trainer = quiet_trainer(max_epochs=1)
-    trainer.fit(tiny_ppo(total_timesteps=ROLLOUT, on_nonfinite="skip"), data)
-    try:
-        assert {envs.on_nonfinite for envs in [data.train_envs, *data.eval_envs.values()]} == {"skip"}
     finally:
         data.close()
 
@@ -120,6 +112,7 @@ def test_data_module_takes_on_nonfinite_from_the_algorithm():
         ({"max_env_restarts": -1}, "max_env_restarts must be a non-negative integer"),
         ({"obs_bound": -2.0}, "obs_bound must be a positive finite number"),
         ({"obs_bound_mode": "squash"}, "obs_bound_mode must be one of"),
+        ({"on_nonfinite": "ignore"}, "on_nonfinite must be one of"),
     ],
 )
 def test_data_modules_reject_bad_fault_options(cls, kwargs, match):
@@ -131,11 +124,12 @@ def test_data_modules_reject_bad_fault_options(cls, kwargs, match):
 def test_hydra_env_group_sets_the_fault_options(tmp_path):
     """Test that env.max_env_restarts / env.obs_bound / env.obs_bound_mode reach the data module."""
     conf = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "conf")
-    overrides = ["+experiment=ppo", "env.max_env_restarts=7", "env.obs_bound=50", "env.obs_bound_mode=reject"]
+    overrides = ["+experiment=ppo", "env.max_env_restarts=7", "env.obs_bound=50", "env.obs_bound_mode=reject",
+                 "env.on_nonfinite=skip"]  # fmt: skip
     with initialize_config_dir(config_dir=conf, version_base="1.3"):
         cfg = compose("config", overrides=[*overrides, f"run_dir={tmp_path}"])
     hp = build_data(cfg).hparams
-    assert (hp.max_env_restarts, hp.obs_bound, hp.obs_bound_mode) == (7, 50, "reject")
+    assert (hp.max_env_restarts, hp.obs_bound, hp.obs_bound_mode, hp.on_nonfinite) == (7, 50, "reject", "skip")
 
 
 def test_replay_does_not_store_the_transitions_of_cut_episodes():
@@ -146,10 +140,12 @@ def test_replay_does_not_store_the_transitions_of_cut_episodes():
     # FaultyEnv: obs = steps taken in the episode, reward 1; env 0 and 1 raise at step 3 of every second episode.
     envs = EnvGroup(FAULTY_ID, 2, obj_sets=faulty_sets(fault="step", at=3, fail_every=2))
     buffer = make_replay_buffer(1000, 8, "memory", None, False, 0.6, 0.4)
-    dataset = ReplayDataset(envs, ObsValuePolicy(), buffer, 40, 10**6, 1.0, DataCounters(), reset_seed=0)
+    dataset = ReplayDataset(envs, ObsValuePolicy(), buffer, 40, 10**6, DataCounters(), reset_seed=0)
     try:
         for _ in range(20):
-            dataset.step()
+            transitions = dataset.take_step()
+            if transitions is not None:
+                buffer.extend(transitions)
         restarts = envs.pop_stats().env_restarts
     finally:
         envs.close()

@@ -9,8 +9,8 @@ from tests.conftest import SCRIPTED_ID, SCRIPTED_SETS, ObsValuePolicy
 
 def test_episode_quota_is_even():
     """Test that episodes are split evenly over envs."""
-    assert episodes_per_env(10, 4).tolist() == [3, 3, 2, 2]
-    assert episodes_per_env(2, 4).tolist() == [1, 1, 0, 0]
+    assert episodes_per_env(10, 4) == [3, 3, 2, 2]
+    assert episodes_per_env(2, 4) == [1, 1, 0, 0]
 
 
 def test_evaluate_runs_exact_episode_count_per_set():
@@ -30,9 +30,9 @@ def test_evaluate_is_reproducible():
     group = EnvGroup("CartPole-v1", 2, obj_set="test")
 
     class Random(ObsValuePolicy):
-        def act(self, obs, deterministic=False):
-            action, log_prob, value = super().act(obs)
-            return (obs[:, 2] > 0).long(), log_prob, value  # push toward the pole's lean
+        def act(self, obs, state=None, episode_start=None, deterministic=False):
+            action, log_prob, value, state = super().act(obs)
+            return (obs[:, 2] > 0).long(), log_prob, value, state  # push toward the pole's lean
 
     first = evaluate(Random(), group, episodes=4, seed=11)
     second = evaluate(Random(), group, episodes=4, seed=11)
@@ -80,7 +80,7 @@ class _ConstantAction(ObsValuePolicy):
         super().__init__()
         self.torque = torque
 
-    def act(self, obs, deterministic=False):
+    def act(self, obs, state=None, episode_start=None, deterministic=False):
         import torch
 
-        return torch.full((obs.shape[0], 1), self.torque), None, None
+        return torch.full((obs.shape[0], 1), self.torque), None, None, None

@@ -13,6 +13,7 @@ from torch import nn
 from rl_lightning.algos import RLModule
 from rl_lightning.data import DataCounters, ReplayDataModule, ReplayDataset, make_replay_buffer
 from rl_lightning.data.chunks import chunk_schedule
+from rl_lightning.data.replay import random_actions
 from rl_lightning.envs import EnvGroup
 from tests.conftest import SCRIPTED_ID, SCRIPTED_SETS
 
@@ -33,32 +34,44 @@ class ConstantExplorer(nn.Module):
     def explore(self, obs, env_steps):
         self.calls += 1
         self.acted_at.append(self.learner_step)
-        return torch.ones(obs.shape[0], dtype=torch.long)
+        return torch.ones(obs.shape[0], dtype=torch.long, device=obs.device)
 
 
 def _dataset(
-    num_envs=2, steps_per_epoch=10, learning_starts=4, utd_ratio=1.0, batch_size=2, max_episode_steps=None, **chunks
-):
-    envs = EnvGroup(SCRIPTED_ID, num_envs, obj_sets=SCRIPTED_SETS, max_episode_steps=max_episode_steps)
-    buffer = make_replay_buffer(100, batch_size)
+    num_envs=2, steps_per_epoch=10, learning_starts=4, utd_ratio=1.0, batch_size=2, max_episode_steps=None, envs=None,
+    train_freq=None, gradient_steps=None, buffer_size=100,
+):  # fmt: skip
+    envs = envs or EnvGroup(SCRIPTED_ID, num_envs, obj_sets=SCRIPTED_SETS, max_episode_steps=max_episode_steps)
+    buffer = make_replay_buffer(buffer_size, batch_size)
     policy = ConstantExplorer()
-    dataset = ReplayDataset(
-        envs, policy, buffer, steps_per_epoch, learning_starts, utd_ratio, DataCounters(), reset_seed=0, **chunks
-    )
+    train_freq, gradient_steps = chunk_schedule(utd_ratio, envs.num_envs, train_freq, gradient_steps)
+    dataset = ReplayDataset(envs, policy, buffer, steps_per_epoch, learning_starts, DataCounters(), reset_seed=0,
+                            train_freq=train_freq, gradient_steps=gradient_steps)  # fmt: skip
     return dataset, policy
 
 
-def take_epoch(stream) -> list[tuple[int, list]]:
-    """One epoch of a dataset (or its DataLoader) consumed as ``training_step`` consumes it: per chunk, the env-step
-    count it was handed out at and its sampled batches (drawn before the next chunk is collected, as under
-    Lightning, which fetches none ahead)."""
+def take_epoch(stream) -> list[tuple[int, object]]:
+    """One epoch of a dataset (or its DataLoader) consumed as ``training_step`` consumes it: its one Lightning batch
+    iterated, each sampled batch with the env-step count it was drawn at (after its chunk was collected)."""
     counters = getattr(stream, "dataset", stream).counters
-    return [(counters.env_steps, list(chunk)) for chunk in stream]
+    (epoch,) = list(stream)  # one Lightning batch per epoch
+    return [(counters.env_steps, batch) for batch in epoch]
+
+
+def schedule(taken: list[tuple[int, object]]) -> list[tuple[int, int]]:
+    """``(env steps, gradient steps)`` of each chunk that learned, from :func:`take_epoch`'s batches."""
+    out: list[tuple[int, int]] = []
+    for env_steps, _ in taken:
+        if out and out[-1][0] == env_steps:
+            out[-1] = (env_steps, out[-1][1] + 1)
+        else:
+            out.append((env_steps, 1))
+    return out
 
 
 def gradient_batches(dataset) -> list:
     """The sampled batches of one epoch, in order."""
-    return [batch for _, batches in take_epoch(dataset) for batch in batches]
+    return [batch for _, batch in take_epoch(dataset)]
 
 
 @pytest.mark.parametrize(
@@ -67,20 +80,19 @@ def gradient_batches(dataset) -> list:
     [(2, 1.0, 6, 10), (1, 1.0, 6, 10), (2, 0.5, 3, 5), (2, 2.0, 12, 20)],
 )
 def test_env_and_gradient_steps_per_epoch(num_envs, utd_ratio, expected_first, expected_second):
-    """Test that an epoch takes steps_per_epoch env steps in one chunk per vector step (utd_ratio x num_envs is whole
-    here), each past learning_starts followed by its utd_ratio gradient steps per env step."""
+    """Test that an epoch is one Lightning batch of steps_per_epoch env steps in chunks of one vector step (utd_ratio x
+    num_envs is whole here), each past learning_starts followed by its utd_ratio gradient steps per env step."""
     dataset, policy = _dataset(num_envs=num_envs, utd_ratio=utd_ratio)
-    chunks = take_epoch(dataset)
-    assert len(chunks) == len(dataset) == 10 // num_envs  # one Lightning batch per chunk, warm-up ones included
-    first = [batch for _, batches in chunks for batch in batches]
-    assert dataset.counters.env_steps == 10 and len(dataset.buffer) == 10
-    assert len(first) == expected_first
-    assert {len(batches) for _, batches in chunks if batches} == {int(utd_ratio * num_envs)}
+    assert len(dataset) == 1
+    taken = take_epoch(dataset)
+    assert dataset.counters.env_steps == 10 and len(dataset.buffer) == 10 and dataset.counters.iterations == 1
+    assert len(taken) == expected_first
+    assert {steps for _, steps in schedule(taken)} == {int(utd_ratio * num_envs)}
     # Random actions until learning_starts: the policy acts only afterwards.
     assert policy.calls == (10 - 4) // num_envs
     second = gradient_batches(dataset)
     assert dataset.counters.env_steps == 20 and len(second) == expected_second
-    assert all(batch.batch_size == torch.Size([2]) for batch in first + second)
+    assert all(batch.batch_size == torch.Size([2]) for _, batch in taken) and dataset.last_collection.env_steps == 10
 
 
 @pytest.mark.parametrize(
@@ -97,12 +109,9 @@ def test_train_freq_and_gradient_steps_take_sb3s_chunks():
     """Test the chunk schedule: every train_freq vector steps, gradient_steps batches, none before learning_starts
     (RL-Zoo's CartPole DQN shape at a tenth: chunks of 8 env steps, 4 gradient steps, learning from env step 10)."""
     dataset, _ = _dataset(num_envs=1, steps_per_epoch=32, learning_starts=10, train_freq=8, gradient_steps=4)
-    assert len(dataset) == 4  # chunks (Lightning batches) per epoch
-    at = []
-    for _ in range(2):
-        at += [(env_steps, len(batches)) for env_steps, batches in take_epoch(dataset)]
+    at = schedule(take_epoch(dataset)) + schedule(take_epoch(dataset))
     # The chunk ending at 8 env steps comes before learning_starts; the others each give 4 gradient steps.
-    assert at == [(8, 0), (16, 4), (24, 4), (32, 4), (40, 4), (48, 4), (56, 4), (64, 4)]
+    assert at == [(16, 4), (24, 4), (32, 4), (40, 4), (48, 4), (56, 4), (64, 4)]
     assert dataset.counters.env_steps == 64
 
 
@@ -110,47 +119,38 @@ def test_a_chunk_cut_short_by_an_interruption_gives_the_rest_of_its_gradient_ste
     """Test that a chunk's owed gradient steps and the epoch's position survive a stop between gradient steps (the
     state a checkpoint keeps: gradient_credit and epoch_steps), so no env or gradient step is taken twice."""
     dataset, _ = _dataset(num_envs=2, steps_per_epoch=16, learning_starts=0, train_freq=2, gradient_steps=3)
-    stream = iter(dataset)
-    taken = list(next(stream))  # the first chunk's 3
-    taken.append(next(iter(next(stream))))  # and one of the second's, then the stop
+    batches = iter(next(iter(dataset)))
+    taken = [next(batches) for _ in range(4)]  # the first chunk's 3 and one of the second's, then the stop
     assert len(taken) == 4 and dataset.counters.env_steps == 8 and dataset.epoch_steps == 4
     assert dataset.gradient_credit == 2
     resumed, _ = _dataset(num_envs=2, steps_per_epoch=16, learning_starts=0, train_freq=2, gradient_steps=3)
-    resumed.resume(dataset.gradient_credit, dataset.epoch_steps)
+    resumed.gradient_credit, resumed.epoch_steps = dataset.gradient_credit, dataset.epoch_steps
     resumed.counters.env_steps = dataset.counters.env_steps
     resumed.buffer.extend(dataset.buffer.storage[: len(dataset.buffer)])
-    rest = take_epoch(resumed)
-    # The second chunk again with the 2 it owes (Lightning resumes at the batch it was on), then the epoch's last
-    # two chunks (vector steps 5-8): 3 each. 4 chunks per epoch, 1 of them completed: 3 batches.
-    assert [(env_steps, len(batches)) for env_steps, batches in rest] == [(8, 2), (12, 3), (16, 3)]
-    assert len(rest) == len(resumed) - 1 and resumed.counters.env_steps == 16
+    # What the second chunk owes first, then the epoch's last two chunks (vector steps 5-8): 3 each.
+    assert schedule(take_epoch(resumed)) == [(8, 2), (12, 3), (16, 3)]
+    assert resumed.counters.env_steps == 16 and resumed.counters.iterations == 1
 
 
-def test_a_chunk_is_stored_in_one_write_with_the_rows_of_step_by_step_writes(monkeypatch):
+def test_a_chunk_is_stored_in_one_write_with_the_rows_of_step_by_step_writes():
     """Test that a chunk's transitions go into the buffer in one write per chunk, the same rows in the same order as
     writing after every env step, and that a stop in the middle of a chunk still stores the steps it took."""
-    from rl_lightning.data import replay
     from rl_lightning.faults import TrainingInterrupted, interrupt_request
 
-    writes = []
-    original = replay.store_transitions
-    monkeypatch.setattr(
-        replay, "store_transitions", lambda buffer, rows: (writes.append(len(rows)), original(buffer, rows))
-    )
     chunked, _ = _dataset(num_envs=2, steps_per_epoch=32, learning_starts=100, train_freq=8, gradient_steps=1)
+    writes, extend = [], chunked.buffer.extend
+    chunked.buffer.extend = lambda rows: (writes.append(len(rows)), extend(rows))[1]
     take_epoch(chunked)
     assert writes == [16, 16]  # 2 chunks of 8 vector steps of 2 envs
     stepwise, _ = _dataset(num_envs=2, steps_per_epoch=32, learning_starts=100)
     for _ in range(16):
-        stepwise.step()
+        stepwise.buffer.extend(stepwise.take_step())
     for key in ("obs", "action", "reward", "next_obs", "terminated"):
         assert torch.equal(chunked.buffer.storage[:32][key], stepwise.buffer.storage[:32][key]), key
 
     # A buffer smaller than a chunk keeps the newest rows, as step-by-step writes do.
-    small = ReplayDataset(
-        EnvGroup(SCRIPTED_ID, 2, obj_sets=SCRIPTED_SETS), ConstantExplorer(), make_replay_buffer(10, 2), 32, 100, 1.0,
-        DataCounters(), reset_seed=0, train_freq=8, gradient_steps=1,
-    )  # fmt: skip
+    small, _ = _dataset(num_envs=2, steps_per_epoch=32, learning_starts=100, train_freq=8, gradient_steps=1,
+                        buffer_size=10)  # fmt: skip
     take_epoch(small)
     rows = stepwise.buffer.storage[:32]["obs"]
     assert torch.equal(small.buffer.storage[:10]["obs"], torch.cat([rows[30:], rows[22:30]]))
@@ -166,7 +166,7 @@ def test_a_chunk_is_stored_in_one_write_with_the_rows_of_step_by_step_writes(mon
     cut.take_step = stop_after_five
     try:
         with pytest.raises(TrainingInterrupted):
-            next(iter(cut))
+            take_epoch(cut)
     finally:
         interrupt_request.clear()
     assert cut.counters.env_steps == 10 and len(cut.buffer) == 10 and cut.epoch_steps == 5
@@ -175,7 +175,7 @@ def test_a_chunk_is_stored_in_one_write_with_the_rows_of_step_by_step_writes(mon
 def test_stored_next_obs_is_the_true_final_observation():
     """Test that an episode's last transition stores its final observation (not the reset one), terminated."""
     dataset, _ = _dataset(num_envs=1, steps_per_epoch=6, learning_starts=100)  # scripted episodes: 5 steps
-    list(dataset)
+    take_epoch(dataset)
     data = dataset.buffer.storage[:6]
     assert data["obs"][:, 0].tolist() == [0, 1, 2, 3, 4, 0]
     assert data["next_obs"][:, 0].tolist() == [1, 2, 3, 4, 5, 1]  # 5 = final obs; the env then reset to 0
@@ -186,7 +186,7 @@ def test_stored_next_obs_is_the_true_final_observation():
 def test_truncation_is_not_termination():
     """Test that a time-limit cut stores its true final observation with terminated=False (so the target bootstraps)."""
     dataset, _ = _dataset(num_envs=1, steps_per_epoch=4, learning_starts=100, max_episode_steps=3)
-    list(dataset)
+    take_epoch(dataset)
     data = dataset.buffer.storage[:4]
     assert data["next_obs"][:, 0].tolist() == [1, 2, 3, 1]
     assert data["terminated"].tolist() == [False, False, False, False]
@@ -196,10 +196,9 @@ def test_a_chunk_acts_with_the_weights_of_every_gradient_step_before_it():
     """Test that, consumed chunk after chunk, every action uses the weights after all earlier chunks' gradient steps."""
     dataset, policy = _dataset(num_envs=1, steps_per_epoch=20, learning_starts=2, train_freq=2, gradient_steps=3)
     steps = 0
-    for chunk in dataset:
-        for _batch in chunk:
-            steps += 1  # the gradient step on this batch
-            policy.learner_step = steps
+    for _batch in next(iter(dataset)):
+        steps += 1  # the gradient step on this batch
+        policy.learner_step = steps
     assert steps == 3 * 9  # every chunk past learning_starts learns (not the first, which ends at it)
     # Env steps 3-20 act (the first two are random): the two of chunk k (k = 2..10) after the 3 (k - 2) steps
     # of the chunks before it.
@@ -212,8 +211,8 @@ def test_replay_buffer_state_round_trips_exactly(tmp_path):
     data = ReplayDataModule(**kwargs, learning_starts=0, save_replay_buffer=True, eval_episodes=1)
     data.setup("fit")
     data._policy = lambda: ConstantExplorer()
-    list(data.train_dataloader())
-    list(data.train_dataloader())  # 12 transitions into 8 slots: the buffer wrapped around
+    take_epoch(data.train_dataloader())
+    take_epoch(data.train_dataloader())  # 12 transitions into 8 slots: the buffer wrapped around
     state = data.state_dict()
     buf = io.BytesIO()
     torch.save(state, buf)
@@ -284,8 +283,8 @@ def test_memmap_storage_holds_transitions_on_disk(tmp_path):
     """Test that storage='memmap' writes the transitions as memory-mapped files under scratch_dir."""
     envs = EnvGroup(SCRIPTED_ID, 1, obj_sets=SCRIPTED_SETS)
     buffer = make_replay_buffer(10, 2, storage="memmap", scratch_dir=str(tmp_path))
-    dataset = ReplayDataset(envs, ConstantExplorer(), buffer, 4, 100, 1.0, DataCounters(), reset_seed=0)
-    list(dataset)
+    dataset = ReplayDataset(envs, ConstantExplorer(), buffer, 4, 100, DataCounters(), reset_seed=0)
+    take_epoch(dataset)
     assert len(buffer) == 4 and buffer.storage[:4]["obs"][:, 0].tolist() == [0, 1, 2, 3]
     assert any(tmp_path.rglob("*.memmap"))
 
@@ -301,13 +300,19 @@ class _ReplayLearner(RLModule):
 
     def build_policy(self, observation_space, action_space):
         policy = ConstantExplorer()
-        policy.act = lambda obs, deterministic=False: (torch.ones(obs.shape[0], dtype=torch.long), None, None)
+        policy.initial_state = lambda batch_size, device=None: None
+        policy.act = lambda obs, state, start, deterministic=False: (
+            torch.ones(obs.shape[0], dtype=torch.long),
+            None,
+            None,
+            None,
+        )
         return policy
 
-    def training_step(self, chunk, batch_idx):
+    def training_step(self, epoch, batch_idx):
         self.chunks_seen += 1
         optimizer = self.optimizers()
-        for batch in chunk:
+        for batch in epoch:
             self.batches_seen += 1
             optimizer.zero_grad()
             self.manual_backward((self.policy.dummy - batch["reward"].mean()) ** 2)
@@ -319,9 +324,8 @@ class _ReplayLearner(RLModule):
 
 
 def test_trainer_fit_runs_epochs_without_batches_until_learning_starts():
-    """Test that under Trainer.fit, epochs before learning_starts take env steps (one chunk per Lightning batch) but
-    no gradient steps, and that every action uses the weights of all gradient steps before it (no batch fetched
-    ahead)."""
+    """Test that under Trainer.fit, epochs before learning_starts take env steps (one Lightning batch per epoch) but
+    no gradient steps, and that every action uses the weights of all gradient steps before it."""
     data = ReplayDataModule(
         env_id=SCRIPTED_ID,
         obj_sets=SCRIPTED_SETS,
@@ -338,7 +342,7 @@ def test_trainer_fit_runs_epochs_without_batches_until_learning_starts():
     # Epoch 1: 10 random steps, no update; epoch 2: an update after each of env steps 16-20 (past learning_starts);
     # epoch 3: 10.
     assert data.env_steps == 30 and model.batches_seen == 5 + 10 and trainer.global_step == 15
-    assert model.chunks_seen == 30
+    assert model.chunks_seen == 3  # Lightning batches: one per epoch
     # Env steps 16-30 act (the first 15 are random), each right after the gradient steps of env steps 16 to the one
     # before it.
     assert model.policy.acted_at == list(range(0, 15))
@@ -354,7 +358,7 @@ def test_a_saved_buffer_holds_its_transitions_not_its_capacity(storage, tmp_path
     data = ReplayDataModule(**kwargs, scratch_dir=str(tmp_path / "a"))
     data.setup("fit")
     data._policy = lambda: ConstantExplorer()
-    list(data.train_dataloader())  # 6 transitions stored
+    take_epoch(data.train_dataloader())  # 6 transitions stored
     buf = io.BytesIO()
     torch.save(data.state_dict(), buf)
     assert buf.tell() < 100_000  # 6 rows; the whole capacity would be megabytes
@@ -366,17 +370,9 @@ def test_a_saved_buffer_holds_its_transitions_not_its_capacity(storage, tmp_path
     for key in ("obs", "action", "reward", "next_obs", "terminated"):
         torch.testing.assert_close(restored.buffer.storage[:][key], data.buffer.storage[:][key])
     restored._policy = lambda: ConstantExplorer()
-    list(restored.train_dataloader())  # and it goes on storing past the restored rows
+    take_epoch(restored.train_dataloader())  # and it goes on storing past the restored rows
     assert len(restored.buffer) == 12
-    # A checkpoint of an earlier version holds the whole capacity: it still loads.
-    earlier = data.state_dict()
-    earlier["ranks"][0]["replay_buffer"] = data.buffer.state_dict()
-    again = ReplayDataModule(**kwargs, scratch_dir=str(tmp_path / "c"))
-    again.setup("fit")
-    again.load_state_dict(earlier)
-    assert len(again.buffer) == 6
-    torch.testing.assert_close(again.buffer.storage[:]["obs"], data.buffer.storage[:]["obs"])
-    for module in (data, restored, again):
+    for module in (data, restored):
         module.close()
 
 
@@ -400,3 +396,77 @@ def test_dqn_fits_on_chunks_and_a_checkpoint_keeps_the_schedule(tmp_path):
     ckpt = torch.load(tmp_path / "chunks.ckpt", weights_only=True)
     saved = ckpt["datamodule_hyper_parameters"]
     assert (saved["train_freq"], saved["gradient_steps"]) == (20, 5)
+
+
+# ---------------------------------------------------------------- a batched env's transitions stay on its device
+@pytest.mark.parametrize("terminate_at", [0, 2])
+def test_a_batched_envs_next_obs_is_its_final_observation_and_only_termination_stops_bootstrapping(terminate_at):
+    """Test that an ended episode's transition stores the obs it reached (not the restart), terminated only when
+    the env terminated (a time-limit cut stays bootstrappable), from a batched env into a buffer on its device."""
+    from tests.helpers import count_envs
+
+    dataset, _ = _dataset(steps_per_epoch=8, learning_starts=0, envs=count_envs(2, terminate_at), batch_size=4)
+    take_epoch(dataset)
+    rows = dataset.buffer.storage[:8]  # 4 batched steps of 2 envs, in step order
+    obs, next_obs = rows["obs"][::2, 0].tolist(), rows["next_obs"][::2, 0].tolist()
+    if terminate_at == 0:  # episodes of 3 steps, cut by the time limit
+        assert obs == [0, 1, 2, 0] and next_obs == [1, 2, 3, 1]
+        assert not rows["terminated"].any()
+    else:  # terminal at obs 2
+        assert obs == [0, 1, 0, 1] and next_obs == [1, 2, 1, 2]
+        assert rows["terminated"][::2].tolist() == [False, True, False, True]
+    assert rows["reward"].tolist() == [1.0] * 8
+    assert dataset.buffer.storage._storage["obs"].device == dataset.envs.device
+
+
+def test_random_actions_are_uniform_within_the_bounds_and_seeded():
+    """Test that the warm-up actions lie in the Box, cover it, and repeat with the same generator seed; Discrete
+    actions are the policy's indices from 0."""
+    import gymnasium as gym
+
+    def draws(seed):
+        return random_actions(gym.spaces.Box(-2.0, 2.0, (1,)), 256, torch.Generator().manual_seed(seed))
+
+    first, again, other = draws(3), draws(3), draws(4)
+    assert first.shape == (256, 1) and first.min() >= -2 and first.max() <= 2
+    assert first.min() < -1.5 and first.max() > 1.5
+    assert torch.equal(first, again) and not torch.equal(first, other)
+    indices = random_actions(gym.spaces.Discrete(3, start=5), 256, torch.Generator().manual_seed(0))
+    assert set(indices.tolist()) == {0, 1, 2}
+    with pytest.raises(TypeError, match="Discrete or Box"):
+        random_actions(gym.spaces.MultiBinary(2), 4, torch.Generator())
+
+
+@pytest.mark.parametrize("algo", ["sac", "dqn"])
+def test_off_policy_fits_on_the_torch_backend_with_the_buffer_on_the_env_device(algo):
+    """Test that Trainer.fit runs SAC on batched Pendulum and DQN on batched CartPole through the same stream, takes
+    the scheduled steps and stores DQN's actions as int64 indices."""
+    from rl_lightning import DQN, SAC
+    from tests.helpers import quiet_trainer, tiny_replay_data
+
+    if algo == "sac":
+        env_id, model = "Pendulum-v1", SAC(total_timesteps=120)
+    else:
+        env_id, model = "CartPole-v1", DQN(total_timesteps=120)
+    data = tiny_replay_data(env_id, backend="torch", num_envs=4, utd_ratio=0.25)
+    trainer = quiet_trainer(max_epochs=-1)
+    trainer.fit(model, data)
+    assert data.env_steps == 120 and len(data.buffer) == 120
+    assert trainer.global_step == (120 - 40) // 4  # a gradient step after each batched step past 40
+    assert data.buffer.storage._storage["obs"].device == data.train_envs.device
+    if algo == "dqn":
+        actions = data.buffer.storage[:120]["action"]
+        assert actions.dtype == torch.int64 and set(actions.tolist()) == {0, 1}
+
+
+@pytest.mark.parametrize(
+    "kwargs, key",
+    [({"storage": "memmap"}, "storage"), ({"prioritized": True}, "prioritized"),
+     ({"optimize_memory_usage": True}, "optimize_memory_usage")],
+)  # fmt: skip
+def test_a_batched_backend_refuses_replay_settings_it_has_not(kwargs, key):
+    """Test that memmap, prioritized and compact replay on the torch backend are refused, naming the key and fix."""
+    from tests.helpers import tiny_replay_data
+
+    with pytest.raises(ValueError, match=f"data.{key}=.*env.backend=gymnasium"):
+        tiny_replay_data("Pendulum-v1", backend="torch", **kwargs)

@@ -1,244 +1,205 @@
-"""Tests for GAE and the rollout dataset."""
+"""The one rollout loop: [T, N] tensors from any backend, truncation bootstraps, a policy's state carried."""
+
+from __future__ import annotations
 
 import pytest
 import torch
 
-from rl_lightning.data import DataCounters, RolloutDataset, UpdatePlan, compute_gae, explained_variance
+from rl_lightning.data import DataCounters, RolloutDataset
 from rl_lightning.envs import EnvGroup
+from rl_lightning.nets import ActorCritic
 from tests.conftest import SCRIPTED_ID, SCRIPTED_SETS, ObsValuePolicy
+from tests.helpers import count_envs, fit_and_test, tiny_ppo, tiny_rollout_data
 
 
-def test_gae_hand_computed_terminated_and_truncated():
-    """Test GAE against hand-computed values: env 0 terminates at t=1, env 1 is truncated at t=2."""
-    gamma, lam = 0.9, 0.8  # gamma * lambda = 0.72
-    reward = torch.ones(4, 2)
-    value = torch.tensor([[0.5, 0.5], [0.6, 0.6], [0.7, 0.7], [0.8, 0.8]])
-    # next_value[t] = V(s_{t+1}); 99 after termination must be ignored; 2.0 is V(final obs)
-    # of the truncated episode; 0.9 is the value after the rollout.
-    next_value = torch.tensor([[0.6, 0.6], [99.0, 0.7], [0.8, 2.0], [0.9, 0.9]])
-    terminated = torch.tensor([[0, 0], [1, 0], [0, 0], [0, 0]], dtype=torch.bool)
-    truncated = torch.tensor([[0, 0], [0, 0], [0, 1], [0, 0]], dtype=torch.bool)
-    adv, ret = compute_gae(reward, value, next_value, terminated, truncated, gamma, lam)
-    # Env 0: deltas 1.04, 0.4, 1.02, 1.01; the recursion stops at t=1.
-    # A3 = 1.01, A2 = 1.02 + 0.72 * 1.01, A1 = 0.4, A0 = 1.04 + 0.72 * 0.4
-    expected_0 = [1.04 + 0.72 * 0.4, 0.4, 1.02 + 0.72 * 1.01, 1.01]
-    # Env 1: deltas 1.04, 1.03, 1 + 0.9 * 2.0 - 0.7 = 2.1, 1.01; the recursion stops at t=2.
-    a1 = 1.03 + 0.72 * 2.1
-    expected_1 = [1.04 + 0.72 * a1, a1, 2.1, 1.01]
-    torch.testing.assert_close(adv, torch.tensor([expected_0, expected_1]).T)
-    torch.testing.assert_close(ret, adv + value)
+def _dataset(policy, rollout_steps=6, num_envs=2, max_episode_steps=None, envs=None):
+    envs = envs or EnvGroup(SCRIPTED_ID, num_envs, obj_sets=SCRIPTED_SETS, max_episode_steps=max_episode_steps)
+    return RolloutDataset(envs, policy, rollout_steps, DataCounters(), reset_seed=0)
 
 
-def _gae_reference(reward, value, next_value, terminated, truncated, gamma, lam):
-    """The GAE recursion written as a loop over time (CleanRL's ppo.py, with truncation bootstraps)."""
-    advantage = torch.zeros_like(reward)
-    last = torch.zeros_like(reward[0])
-    for t in reversed(range(reward.shape[0])):
-        delta = reward[t] + gamma * next_value[t] * ~terminated[t] - value[t]
-        last = delta + gamma * lam * ~(terminated[t] | truncated[t]) * last
-        advantage[t] = last
-    return advantage
-
-
-@pytest.mark.parametrize("num_envs", [1, 4, 16])  # torchrl's vectorized form up to 8 envs, its loop beyond
-def test_gae_equals_the_recursion_on_random_rollouts(num_envs):
-    """Test that both GAE paths give the recursion's advantages on random rollouts with episode ends."""
-    g = torch.Generator().manual_seed(num_envs)
-    steps = 300
-    reward, value, next_value = (torch.randn(steps, num_envs, generator=g) for _ in range(3))
-    ended = torch.rand(steps, num_envs, generator=g) < 0.05
-    terminated = ended & (torch.rand(steps, num_envs, generator=g) < 0.5)
-    truncated = ended & ~terminated
-    assert terminated.any() and truncated.any()
-    adv, ret = compute_gae(reward, value, next_value, terminated, truncated, 0.99, 0.95)
-    torch.testing.assert_close(adv, _gae_reference(reward, value, next_value, terminated, truncated, 0.99, 0.95))
-    torch.testing.assert_close(ret, adv + value)
-
-
-def _dataset(rollout_steps=6, num_envs=2, update_epochs=3, num_minibatches=4, max_episode_steps=None, gamma=1.0):
-    envs = EnvGroup(SCRIPTED_ID, num_envs, obj_sets=SCRIPTED_SETS, max_episode_steps=max_episode_steps)
-    policy = ObsValuePolicy()
-    dataset = RolloutDataset(
-        envs,
-        policy,
-        rollout_steps,
-        UpdatePlan(gamma, gae_lambda=1.0, update_epochs=update_epochs, num_minibatches=num_minibatches),
-        counters=DataCounters(),
-        generator=torch.Generator().manual_seed(0),
-        reset_seed=0,
-    )
-    return dataset, policy
-
-
-def test_dataset_yields_the_rollout_once_with_its_minibatch_plan():
-    """Test that one iteration yields the rollout once with update_epochs x num_minibatches index sets."""
-    dataset, _ = _dataset(rollout_steps=6, num_envs=2, update_epochs=3, num_minibatches=4)
+def test_a_rollout_is_one_batch_of_time_by_env_tensors_and_is_counted():
+    """Test that one iteration yields the rollout once as a [T, N] TensorDict with the loop's keys, and counts it."""
+    dataset = _dataset(ObsValuePolicy(), rollout_steps=6, num_envs=2)
     batches = list(dataset)
     assert len(batches) == len(dataset) == 1
-    rollout, minibatches = batches[0]["rollout"], batches[0]["minibatches"]
-    assert rollout.batch_size == torch.Size([12]) and rollout["obs"].shape == (12, 1)
-    assert set(rollout.keys()) == {"obs", "action", "log_prob", "value", "advantage", "return"}
-    assert minibatches.shape == (12, 3)
-    # Each update epoch (4 consecutive minibatches) is a permutation of the whole rollout,
-    # and the epochs are shuffled differently.
-    epochs = minibatches.view(3, 12)
-    for epoch in epochs:
-        assert sorted(epoch.tolist()) == list(range(12))
-    assert not torch.equal(epochs[0], epochs[1])
+    rollout = batches[0]
+    assert rollout.batch_size == torch.Size([6, 2]) and rollout["obs"].shape == (6, 2, 1)
+    keys = {"obs", "action", "log_prob", "value", "next_value", "reward", "terminated", "truncated", "episode_start"}
+    assert set(rollout.keys()) == keys  # no "state": the policy has no memory
+    assert rollout["obs"][:, 0, 0].tolist() == [0, 1, 2, 3, 4, 0]  # the scripted episode ends after 5 steps
+    assert rollout["episode_start"][:, 0].tolist() == [True, False, False, False, False, True]
     assert dataset.counters.env_steps == 12 and dataset.counters.iterations == 1
+    assert dataset.last_collection.env_steps == 12 and len(dataset.last_collection.episodes) == 2
 
 
-def test_dataset_bootstraps_truncation_not_termination():
-    """Test that a truncated step bootstraps from V(final obs) and a terminated step does not."""
-    # Episodes terminate after 5 steps; the time limit truncates at 3 (scripted value = obs).
-    dataset, _ = _dataset(rollout_steps=3, num_envs=1, update_epochs=1, num_minibatches=1, max_episode_steps=3)
-    batch = dataset.collect()
-    obs = batch["obs"][:, 0].tolist()
-    assert obs == [0.0, 1.0, 2.0]
-    # Last step: obs 2 -> reward 3, truncated; V(final obs=3) = 3, so A = 3 + 3 - 2 = 4.
-    # Bootstrapping from the reset obs (value 0) or treating it as terminal would give 1.
-    assert batch["advantage"][2].item() == pytest.approx(4.0)
-    assert batch["return"][0].item() == pytest.approx(1 + 2 + 3 + 3)
-
-    dataset, _ = _dataset(rollout_steps=5, num_envs=1, update_epochs=1, num_minibatches=1)
-    batch = dataset.collect()
-    # Step 4 terminates (obs 4 -> reward 5): no bootstrap, A = 5 - 4 = 1.
-    assert batch["advantage"][4].item() == pytest.approx(1.0)
+@pytest.mark.parametrize("limit, after", [(3, 1.0), (None, 4.0)])
+def test_next_value_is_the_final_observations_value_where_the_time_limit_cut(limit, after):
+    """Test that a truncated step's next value is V(final obs) (= obs 3), not the next episode's first (obs 0), and
+    that a step within an episode takes the next step's value."""
+    rollout = _dataset(ObsValuePolicy(), rollout_steps=4, num_envs=1, max_episode_steps=limit).collect()
+    assert rollout["truncated"][:, 0].tolist() == [False, False, limit == 3, False]
+    # Step 2 reached obs 3: the time limit cut it (V = 3), or the episode went on (the next step's V = 3 too);
+    # step 3 bootstraps from the observation after the rollout.
+    assert rollout["next_value"][2, 0].item() == 3.0
+    assert rollout["next_value"][3, 0].item() == after
 
 
-def test_normalizer_updates_once_per_rollout_after_its_update():
-    """Test that the policy's observation statistics move at the start of the next rollout only."""
-    dataset, policy = _dataset()
-    list(dataset)
-    assert policy.normalizer_updates == 0 and dataset.pending_obs.shape == (12, 1)
-    list(dataset)
-    assert policy.normalizer_updates == 1
+class CountPolicy(torch.nn.Module):
+    """Action 0; V(obs) = 10 * obs; no memory."""
+
+    def __init__(self):
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.zeros(1))
+
+    def initial_state(self, batch_size, device=None):
+        return None
+
+    def value(self, obs, state=None, episode_start=None):
+        return 10 * obs[:, 0]
+
+    def act(self, obs, state=None, episode_start=None, deterministic=False):
+        zeros = torch.zeros(obs.shape[0])
+        return zeros.long(), zeros, self.value(obs), None
 
 
-def test_explained_variance():
-    """Test explained variance: 1 for a perfect critic, 0 for a constant at the mean."""
-    returns = torch.tensor([1.0, 2.0, 3.0, 4.0])
-    assert explained_variance(returns, returns) == pytest.approx(1.0)
-    assert explained_variance(torch.full((4,), 2.5), returns) == pytest.approx(0.0)
+@pytest.mark.parametrize("terminate_at", [0, 3])
+def test_a_batched_env_rollout_bootstraps_truncation_from_its_final_observation(terminate_at):
+    """Test the same on a batched torch env: the step that reaches obs 3 by the time limit takes V(obs 3) = 30; where
+    it terminated there (the time limit reports it too) no bootstrap is taken, and the rollout stays a [T, N] batch
+    on the env's device."""
+    rollout = _dataset(CountPolicy(), 6, envs=count_envs(2, terminate_at)).collect()
+    assert rollout.device == torch.device("cpu") and rollout.batch_size == (6, 2)
+    assert rollout["obs"][:, 0, 0].tolist() == [0, 1, 2, 0, 1, 2]
+    end = 0 if terminate_at else 30  # a terminated step keeps the next step's value (obs 0), which GAE ignores
+    assert rollout["next_value"][:, 0].tolist() == [10, 20, end, 10, 20, end]
+    assert rollout["truncated"][:, 0].tolist() == [False, False, True] * 2
+    assert rollout["terminated"][:, 0].tolist() == [False, False, bool(terminate_at)] * 2
 
 
-def test_a_plan_whose_minibatches_do_not_divide_the_rollout_is_refused_naming_the_fix():
-    """Test that the dataset refuses num_minibatches not dividing rollout_steps x num_envs, before any env step."""
-    with pytest.raises(ValueError, match=r"num_minibatches=5 does not divide .* 6 x 2 = 12 .*algo.num_minibatches"):
-        _dataset(rollout_steps=6, num_envs=2, num_minibatches=5)
+def _host_reads(rollout_steps: int, monkeypatch) -> list[str]:
+    envs = EnvGroup("CartPole-v1", 16, seed=0, max_episode_steps=5, backend="torch")  # episodes end every rollout
+    dataset = _dataset(ActorCritic(envs.observation_space, envs.action_space), rollout_steps, envs=envs)
+    dataset.collect()  # the first reset out of the count
+    reads = []
+    with monkeypatch.context() as patch:
+        for name in ("__bool__", "item", "tolist", "numpy", "cpu", "__float__", "__int__", "__index__"):
+            original = getattr(torch.Tensor, name)
+
+            def counted(self, *args, _name=name, _original=original, **kwargs):
+                reads.append(_name)
+                return _original(self, *args, **kwargs)
+
+            patch.setattr(torch.Tensor, name, counted)
+        dataset.collect()
+    return reads
 
 
-def test_a_dict_rollout_stores_each_key_in_its_own_dtype_and_bootstraps_from_dict_final_observations():
-    """Test that images stay uint8 in the rollout (one byte per pixel), vectors float32, and truncation bootstraps."""
-    from rl_lightning.nets import ActorCritic
+def test_host_reads_per_rollout_are_a_constant(monkeypatch):
+    """Test that on a batched env a rollout of 32 steps reads as many values back to the host as one of 8 (none per
+    step)."""
+    short, long = _host_reads(8, monkeypatch), _host_reads(32, monkeypatch)
+    assert sorted(short) == sorted(long)
+    assert len(long) < 16
 
+
+class StepsSinceStart(torch.nn.Module):
+    """A stand-in recurrent policy whose state ``[B, 1]`` counts the steps since its last reset; records the state
+    it acted with. V(obs, state) = 10 * state + obs, so a bootstrap value shows which state it was computed with."""
+
+    def __init__(self):
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.zeros(1))
+        self.used: list[torch.Tensor] = []
+
+    def initial_state(self, n, device=None):
+        return torch.zeros(n, 1)
+
+    def act(self, obs, state, episode_start, deterministic=False):
+        state = state * (~episode_start).float()[:, None]
+        self.used.append(state[:, 0].clone())
+        zeros = torch.zeros(obs.shape[0])
+        return zeros.long(), zeros, 10 * state[:, 0] + obs[:, 0], state + 1
+
+    def value(self, obs, state, episode_start):
+        return 10 * (state * (~episode_start).float()[:, None])[:, 0] + obs[:, 0]
+
+
+@pytest.mark.parametrize("limit, ends_at", [(None, 5), (3, 3)])  # terminated after 5 steps, or truncated after 3
+def test_a_policys_state_is_carried_reset_where_episodes_end_and_stored_per_step(limit, ends_at):
+    """Test that the state a step acts with counts the steps since the episode began, in this rollout and the next,
+    for terminated and truncated episodes alike, and that the rollout stores the state each step acted from."""
+    policy = StepsSinceStart()
+    dataset = _dataset(policy, rollout_steps=8, max_episode_steps=limit)
+    first, second = dataset.collect(), dataset.collect()
+    used = torch.stack(policy.used)[:, 0].tolist()
+    assert used == [float(t % ends_at) for t in range(16)]
+    starts = torch.cat([first["episode_start"], second["episode_start"]])[:, 0].tolist()
+    assert starts == [t % ends_at == 0 for t in range(16)]
+    assert first["state"].shape == (8, 2, 1) and not first["state"][0].any()
+    # Stored before the step's own reset: the count since the episode began, or the old count where one begins.
+    assert second["state"][0, :, 0].tolist() == [8 % ends_at] * 2
+
+
+def test_a_truncated_episode_bootstraps_with_the_state_after_the_cut_step():
+    """Test that V(final obs) of a time-limit cut uses the state after that step (10 * 3 + obs 3 = 33)."""
+    rollout = _dataset(StepsSinceStart(), rollout_steps=4, num_envs=1, max_episode_steps=3).collect()
+    assert rollout["next_value"][2, 0].item() == 33.0  # cut at obs 3, state 3
+    assert rollout["next_value"][1, 0].item() == 22.0  # the next step's value (obs 2, state 2)
+
+
+def test_a_dict_rollout_keeps_images_as_uint8_and_bootstraps_from_dict_final_observations():
+    """Test that images stay uint8 in the rollout (one byte per pixel), vectors float32, and the values stored are
+    the policy's on the stored observations."""
     envs = EnvGroup(
         "tests.envs.pixel_goal:pixel_goal/PixelGoal-v0", 2, obj_sets={"train": [{}], "test": [{}]}, max_episode_steps=3
     )
     torch.manual_seed(0)
     small_cnn = {"cnn_channels": [4], "cnn_kernels": [2], "cnn_strides": [1], "cnn_features": 8}
     policy = ActorCritic(envs.observation_space, envs.action_space, encoder=small_cnn)
-    dataset = RolloutDataset(
-        envs, policy, 8, UpdatePlan(0.9, 0.95, 1, 2), DataCounters(), torch.Generator().manual_seed(0), reset_seed=0
-    )
-    batch = next(iter(dataset))
-    rollout = batch["rollout"]
+    rollout = _dataset(policy, 8, envs=envs).collect()
     image, position = rollout["obs", "image"], rollout["obs", "position"]
-    assert image.dtype == torch.uint8 and image.shape == (16, 5, 5, 1)
+    assert image.dtype == torch.uint8 and image.shape == (8, 2, 5, 5, 1)
     assert image.numel() * image.element_size() == 16 * 25  # bytes: one per pixel
     assert position.dtype == torch.float32
-    assert (image.flatten(1).max(1).values == 255).all()  # every stored frame shows its goal
-    # Values were computed on the stored observations, minibatches index the nested keys.
-    _, _, value = policy.evaluate_actions(rollout["obs"], rollout["action"])
-    torch.testing.assert_close(value, rollout["value"])
-    assert rollout[batch["minibatches"][0]]["obs", "image"].shape == (8, 5, 5, 1)
-    assert torch.isfinite(rollout["advantage"]).all()
-    # The normalizer moves on the vector key only, after the update.
-    assert policy.encoder.normalizer.count < 1
-    next(iter(dataset))
-    assert policy.encoder.normalizer.count > 16
-    envs.close()
-
-
-def test_a_shared_encoder_takes_log_probabilities_and_values_at_each_step_and_an_mlp_after_the_rollout(monkeypatch):
-    """Test that a policy with an encoder acts through ``act`` (one forward per step, no second pass over the
-    rollout), that its stored log-probabilities and values equal ``evaluate_actions`` on the stored batch, and
-    that a flat MLP policy explores per step and evaluates the rollout once."""
-    from rl_lightning.nets import ActorCritic
-
-    envs = EnvGroup("tests.envs.pixel_goal:pixel_goal/PixelGoal-v0", 2, obj_sets={"train": [{}], "test": [{}]})
-    torch.manual_seed(0)
-    small_cnn = {"cnn_channels": [4], "cnn_kernels": [2], "cnn_strides": [1], "cnn_features": 8}
-    policy = ActorCritic(envs.observation_space, envs.action_space, encoder=small_cnn)
-    assert policy.evaluates_per_step
-    calls = {"act": 0}
-    act = policy.act
-
-    def counted_act(obs, deterministic=False):
-        calls["act"] += 1
-        return act(obs, deterministic)
-
-    def refused(*args, **kwargs):
-        raise AssertionError("a second pass over the rollout")
-
-    monkeypatch.setattr(policy, "act", counted_act)
-    monkeypatch.setattr(policy, "evaluate_actions", refused)
-    dataset = RolloutDataset(
-        envs, policy, 8, UpdatePlan(0.9, 0.95, 1, 2), DataCounters(), torch.Generator().manual_seed(0), reset_seed=0
-    )
-    rollout = dataset.collect()
-    assert calls["act"] == 8
-    monkeypatch.undo()
+    assert (image.flatten(2).max(2).values == 255).all()  # every stored frame shows its goal
     log_prob, _, value = policy.evaluate_actions(rollout["obs"], rollout["action"])
-    torch.testing.assert_close(log_prob, rollout["log_prob"], rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(value, rollout["value"], rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(log_prob, rollout["log_prob"], rtol=1e-5, atol=1e-5)
+    assert rollout["truncated"].any() and torch.isfinite(rollout["next_value"]).all()
     envs.close()
 
-    vector_envs = EnvGroup(SCRIPTED_ID, 2, obj_sets=SCRIPTED_SETS)
-    flat = ActorCritic(vector_envs.observation_space, vector_envs.action_space)
-    assert not flat.evaluates_per_step
 
-    def refused_act(*args, **kwargs):
-        raise AssertionError("per-step act for a flat MLP")
-
-    monkeypatch.setattr(flat, "act", refused_act)
-    dataset = RolloutDataset(
-        vector_envs,
-        flat,
-        6,
-        UpdatePlan(0.9, 0.95, 1, 2),
-        DataCounters(),
-        torch.Generator().manual_seed(0),
-        reset_seed=0,
-    )
-    rollout = dataset.collect()
-    log_prob, _, value = flat.evaluate_actions(rollout["obs"], rollout["action"])
-    torch.testing.assert_close(value, rollout["value"])
-    vector_envs.close()
+def test_ppo_trains_and_evaluates_on_the_torch_backend():
+    """Test that Trainer.fit runs PPO on the batched CartPole through the same loop, and tests both object sets."""
+    data = tiny_rollout_data(backend="torch", num_envs=64, eval_episodes=4)
+    metrics = fit_and_test(tiny_ppo(total_timesteps=64 * 16 * 3), data)
+    assert data.env_steps == 64 * 16 * 3
+    assert metrics["eval/return_mean"] >= 1 and metrics["eval_ood/return_mean"] >= 1
+    episodes = data.last_collection.episodes
+    assert episodes.lengths and episodes.returns == [float(n) for n in episodes.lengths]
 
 
-def test_a_rollout_keeps_for_the_normalizer_only_the_vector_keys_and_nothing_of_an_image_only_space():
-    """Test that the observations kept for the next normalizer update (and saved in checkpoints) hold the Dict's
-    vector key but not its image, and nothing at all for an image Box (its encoder has no normalizer)."""
-    import gymnasium as gym
-    import numpy as np
+def test_the_phase_clock_waits_for_a_cuda_device_only_when_asked(monkeypatch):
+    """Test that the rollout's clock synchronizes a CUDA device only with synchronize_timing, and never the CPU."""
+    import time
 
-    from rl_lightning.nets import ActorCritic
+    from rl_lightning.data.rollout import _timer
 
-    small_cnn = {"cnn_channels": [4], "cnn_kernels": [2], "cnn_strides": [1], "cnn_features": 8}
-    envs = EnvGroup("tests.envs.pixel_goal:pixel_goal/PixelGoal-v0", 2, obj_sets={"train": [{}], "test": [{}]})
-    policy = ActorCritic(envs.observation_space, envs.action_space, encoder=small_cnn)
-    dataset = RolloutDataset(
-        envs, policy, 4, UpdatePlan(0.9, 0.95, 1, 2), DataCounters(), torch.Generator().manual_seed(0), reset_seed=0
-    )
-    dataset.collect()
-    assert set(dataset.pending_obs.keys()) == {"position"} and dataset.pending_obs.shape == (8,)
-    count = float(policy.encoder.normalizer.count)
-    dataset.collect()  # the kept vector key reaches the normalizer
-    assert policy.encoder.normalizer.count > count
-    envs.close()
+    waits = []
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: waits.append(device))
+    assert _timer(torch.device("cpu"), True) is time.perf_counter
+    assert _timer(torch.device("cuda"), False) is time.perf_counter
+    clock = _timer(torch.device("cuda"), True)
+    assert clock() <= clock() and waits == [torch.device("cuda")] * 2
 
-    image_only = ActorCritic(
-        gym.spaces.Box(0, 255, (5, 5, 1), np.uint8), envs.action_space, encoder={**small_cnn, "channels_first": False}
-    )
-    assert image_only.normalizer_input(torch.zeros(3, 5, 5, 1, dtype=torch.uint8)) is None
+
+def test_a_synchronized_phase_timer_switches_the_rollout_to_synchronized_timing():
+    """Test that PhaseTimer(synchronize=True) turns on the rollout's synchronized clock when training starts."""
+    from rl_lightning.callbacks.timing import PhaseTimer
+    from tests.helpers import quiet_trainer
+
+    data = tiny_rollout_data(backend="torch", num_envs=8, rollout_steps=8)
+    timer = PhaseTimer(print_summary=False, synchronize=True)
+    quiet_trainer(callbacks=[timer], max_epochs=1).fit(tiny_ppo(total_timesteps=64), data)
+    assert data._train_dataset.synchronize_timing is True
+    assert timer.totals["env"] > 0 and timer.totals["optimization"] > 0

@@ -25,6 +25,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspa
 
 import lightning.pytorch as pl  # noqa: E402
 import torch  # noqa: E402
+from tensordict import TensorDict  # noqa: E402
 
 from rl_lightning import DQN, PPO, ReplayDataModule, RolloutDataModule  # noqa: E402
 from rl_lightning.callbacks import EvaluationVideo  # noqa: E402
@@ -89,15 +90,29 @@ class Probe(pl.Callback):
         )
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
-        if "initial_state" in batch:  # a recurrent policy's rollout: what this rank's update replays
-            self.record.setdefault("sequences", []).append(
-                {
-                    "rollout_shape": list(batch["rollout"].batch_size),
-                    "minibatches": batch["minibatches"].tolist(),
-                    "first_step_starts": batch["rollout"]["episode_start"][0].tolist(),
-                    "obs": batch["rollout"]["obs"].flatten().tolist(),
-                }
-            )
+        if isinstance(batch, TensorDict) and "state" in batch.keys():  # a recurrent policy's rollout [T, N]
+            record = {
+                "rollout_shape": list(batch.batch_size),
+                "minibatches": [],
+                "first_step_starts": batch["episode_start"][0].tolist(),
+                "obs": batch["obs"].flatten().tolist(),
+            }
+            self.record.setdefault("sequences", []).append(record)
+            rollout_obs = batch["obs"]
+            policy = pl_module.policy
+            evaluate = type(policy).evaluate_actions
+
+            def spy(obs, action, episode_start, state):
+                # Which of this rank's env sequences the minibatch replays: its columns matched to the rollout's.
+                record["minibatches"].append(
+                    [
+                        next(n for n in range(rollout_obs.shape[1]) if torch.equal(obs[:, j], rollout_obs[:, n]))
+                        for j in range(obs.shape[1])
+                    ]
+                )
+                return evaluate(policy, obs, action, episode_start, state)
+
+            policy.evaluate_actions = spy
 
     def on_train_epoch_start(self, trainer, pl_module):
         # --sigterm-epoch: rank 0 alone receives SIGTERM as this epoch starts.

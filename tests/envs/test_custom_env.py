@@ -22,7 +22,7 @@ def test_module_id_imports_the_module_in_this_process_and_in_async_workers():
         "    envs.reset(seed=0)\n"
         "    for _ in range(60):\n"
         "        step = envs.step(np.array([0, 1]))\n"
-        "    print(mode, envs.observation_space.shape, step.obs.shape)\n"
+        "    print(mode, envs.observation_space.shape, tuple(step.obs.shape))\n"
         "    envs.close()\n"
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)

@@ -35,13 +35,13 @@ def test_step_error_restarts_env_and_truncates_episode(tmp_path):
     """Test that an env raising in step is recreated and its episode ends truncated at the last good obs."""
     group = faulty_group(fault="step", at=3, once_file=str(tmp_path / "once"))
     group.reset()
-    broken = group.envs.envs[0].env
+    broken = group.env.envs.envs[0].env
     first, second, third = run(group, 3)
     assert third.cut is not None and third.cut.tolist() == [True, False]
     assert third.truncated[0] and not third.terminated[0] and third.reward[0] == 0.0
     assert third.final_obs[0][0] == 2.0  # the last observation the env returned before failing
     assert third.obs[0][0] == 0.0  # the fresh env's first observation
-    assert group.envs.envs[0].env is not broken
+    assert group.env.envs.envs[0].env is not broken
     assert first.cut is None and second.cut is None
     steps = run(group, 2 * EPISODE_LEN)
     assert not any(np.isnan(s.reward).any() for s in steps)
@@ -143,12 +143,12 @@ def test_env_error_inside_async_worker_is_restarted(tmp_path):
     group = faulty_group(vectorization="async", fault="step", at=2, once_file=str(tmp_path / "once"))
     try:
         group.reset()
-        pids = [p.pid for p in group.envs.processes]
+        pids = [p.pid for p in group.env.envs.processes]
         _, second = run(group, 2)
         assert second.cut.sum() == 1 and second.truncated.sum() == 1
         i = int(np.flatnonzero(second.cut)[0])
         assert second.final_obs[i][0] == 1.0 and second.reward[i] == 0.0
-        assert [p.pid for p in group.envs.processes] == pids  # the workers lived on
+        assert [p.pid for p in group.env.envs.processes] == pids  # the workers lived on
         assert group.pop_stats().env_restarts == 1
     finally:
         group.close()
@@ -160,13 +160,13 @@ def test_dying_async_worker_is_rebuilt_and_every_episode_truncated(tmp_path):
     group = faulty_group(vectorization="async", fault="exit", at=2, once_file=str(tmp_path / "once"))
     try:
         group.reset()
-        old = list(group.envs.processes)
+        old = list(group.env.envs.processes)
         first, second = run(group, 2)
         assert second.cut.all() and second.truncated.all() and not second.terminated.any()
         assert (second.reward == 0).all()
         assert [second.final_obs[i][0] for i in range(2)] == [1.0, 1.0]  # last good observations
         assert np.isfinite(second.obs).all()
-        new = list(group.envs.processes)
+        new = list(group.env.envs.processes)
         assert all(not p.is_alive() and p.exitcode is not None for p in old)  # reaped, not zombies
         children = {p.pid for p in multiprocessing.active_children()}
         assert not children & {p.pid for p in old} and {p.pid for p in new} <= children
@@ -183,9 +183,9 @@ def test_workers_dying_past_the_limit_raise_env_fault_and_leave_no_process():
     """Test that workers dying more than max_env_restarts times in a row raise EnvFault and are all stopped."""
     group = faulty_group(vectorization="async", fault="exit", at=1, max_env_restarts=1)
     group.reset()
-    processes = list(group.envs.processes)
+    processes = list(group.env.envs.processes)
     group.step(np.zeros(2, dtype=np.int64))  # first death: rebuilt
-    processes += group.envs.processes
+    processes += group.env.envs.processes
     match = r"the async workers of Faulty-v0 \(object set 'train'\) failed 2 time.*max_env_restarts=1"
     with pytest.raises(EnvFault, match=match):
         group.step(np.zeros(2, dtype=np.int64))
@@ -198,9 +198,9 @@ def test_worker_dying_in_reset_is_rebuilt(tmp_path):
     """Test that a worker process exiting during reset is replaced and the reset completes, counted."""
     group = faulty_group(vectorization="async", fault="exit_reset", once_file=str(tmp_path / "once"))
     try:
-        old = list(group.envs.processes)
+        old = list(group.env.envs.processes)
         assert group.reset().tolist() == [[0.0], [0.0]]
-        assert group.envs.processes != old and not any(p.is_alive() for p in old)
+        assert group.env.envs.processes != old and not any(p.is_alive() for p in old)
         assert group.pop_stats().env_restarts == 1
     finally:
         group.close()
@@ -210,7 +210,7 @@ def test_env_failing_past_the_limit_in_a_worker_raises_env_fault_and_stops_all_w
     """Test that EnvFault raised inside an async worker reaches the caller with its message, and no worker is left."""
     group = faulty_group(vectorization="async", fault="step", at=1, max_env_restarts=0)
     group.reset()
-    processes = list(group.envs.processes)
+    processes = list(group.env.envs.processes)
     with pytest.raises(EnvFault, match=r"env [01] of Faulty-v0 \(object set 'train'\) \(step\).*boom at step 1"):
         group.step(np.zeros(2, dtype=np.int64))
     assert not any(p.is_alive() for p in processes)
@@ -226,7 +226,7 @@ def test_nan_reward_stops_with_message_naming_reward_and_env(tmp_path):
     with pytest.raises(NumericalFault) as raised:
         group.step(np.zeros(3, dtype=np.int64))
     message = str(raised.value)
-    for part in ["reward nan", "env 1 of Faulty-v0", "object set 'train'", "step 3", "algo.on_nonfinite=skip"]:
+    for part in ["reward nan", "env 1 of Faulty-v0", "object set 'train'", "step 3", "env.on_nonfinite=skip"]:
         assert part in message
 
 
@@ -260,7 +260,7 @@ def test_nan_reward_skip_truncates_counts_and_never_returns_nan():
     assert (third.obs == 0).all()  # reset: the next episode's first observation
     steps += run(group, 20)
     assert all(np.isfinite(s.reward).all() and np.isfinite(s.obs).all() for s in steps)
-    assert all(np.isfinite(o).all() for s in steps for o in s.final_obs.values())
+    assert all(np.isfinite(s.final_obs).all() for s in steps)
     stats = group.pop_stats()
     assert len(stats) == 0  # every episode was cut at step 3
     assert stats.nonfinite_steps == 2 * (23 // 3)  # both envs, every third step
@@ -342,12 +342,3 @@ def test_bad_fault_options_rejected(kwargs, match):
     """Test that invalid fault options raise a ValueError naming the argument."""
     with pytest.raises(ValueError, match=match):
         EnvGroup("CartPole-v1", 1, **kwargs)
-
-
-def test_on_nonfinite_setter_validates():
-    """Test that setting on_nonfinite on a built group checks the value."""
-    group = EnvGroup("CartPole-v1", 1)
-    group.on_nonfinite = "skip"
-    assert group.on_nonfinite == "skip"
-    with pytest.raises(ValueError, match="on_nonfinite must be one of"):
-        group.on_nonfinite = "drop"

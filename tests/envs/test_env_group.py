@@ -1,43 +1,54 @@
-"""Tests for EnvGroup: vector stepping, final observations and episode statistics."""
+"""The one env contract: every backend steps as a batched env of tensors.
 
+With full final observations and statistics, whatever the backend.
+"""
+
+import math
 import multiprocessing
 import sys
 import time
 
-import numpy as np
 import pytest
+import torch
 
-from rl_lightning.envs import EnvGroup
+from rl_lightning.envs import SHIPPED_OBJ_SETS, EnvGroup, TorchVectorEnv
 from rl_lightning.faults import NumericalFault
 from tests.conftest import SCRIPTED_ID, SCRIPTED_SETS
 
 
+def _zeros(n: int) -> torch.Tensor:
+    return torch.zeros(n, dtype=torch.int64)
+
+
 def test_episode_statistics_on_scripted_env():
-    """Test that returns, lengths and success of completed episodes are exact."""
+    """Test that returns, lengths and success of completed episodes are exact, in step order."""
     group = EnvGroup(SCRIPTED_ID, 2, obj_sets=SCRIPTED_SETS)
     group.reset()
     for _ in range(10):
-        group.step(np.zeros(2, dtype=np.int64))
+        group.step(_zeros(2))
     stats = group.pop_stats()
     # Episodes of 5 steps with rewards 1..5: return 15; two per env in 10 steps.
     assert stats.returns == [15.0] * 4
     assert stats.lengths == [5] * 4
     assert stats.successes == [0.0] * 4  # length 5 is odd: reported, not successful
-    assert sorted(stats.envs) == [0, 0, 1, 1]
+    assert stats.envs == [0, 1, 0, 1]
     assert len(group.pop_stats()) == 0
 
 
-def test_truncation_keeps_final_observation():
-    """Test that a truncated episode reports truncated and its true final observation."""
+def test_a_step_is_tensors_and_truncation_keeps_the_final_observation():
+    """Test that a step returns tensors, and a truncated episode reports truncated and its true final observation in
+    the full final_obs batch, while obs holds the next episode's first (same-step autoreset)."""
     group = EnvGroup(SCRIPTED_ID, 1, obj_sets=SCRIPTED_SETS, max_episode_steps=3)
-    group.reset()
-    for _ in range(2):
-        step = group.step(np.zeros(1, dtype=np.int64))
-        assert not step.truncated[0] and not step.final_obs
-    step = group.step(np.zeros(1, dtype=np.int64))
-    assert step.truncated[0] and not step.terminated[0]
-    assert step.final_obs[0][0] == 3.0  # the state the time limit cut off
-    assert step.obs[0][0] == 0.0  # same-step autoreset: the next episode's first state
+    obs = group.reset()
+    assert isinstance(obs, torch.Tensor) and obs.dtype == torch.float32 and group.device == torch.device("cpu")
+    for t in range(2):
+        step = group.step(_zeros(1))
+        assert not step.truncated[0] and not step.done[0] and step.final_obs[0, 0] == t + 1
+        assert step.cut is None and step.reward.dtype == torch.float32
+    step = group.step(_zeros(1))
+    assert step.truncated[0] and not step.terminated[0] and step.done[0]
+    assert step.final_obs[0, 0] == 3.0  # the state the time limit cut off
+    assert step.obs[0, 0] == 0.0  # the next episode's first state
     assert group.pop_stats().lengths == [3]
 
 
@@ -46,7 +57,7 @@ def test_test_set_is_applied_to_envs():
     group = EnvGroup(SCRIPTED_ID, 1, obj_set="test", obj_sets=SCRIPTED_SETS)
     group.reset()
     for _ in range(4):
-        group.step(np.zeros(1, dtype=np.int64))
+        group.step(_zeros(1))
     stats = group.pop_stats()
     assert stats.lengths == [4] and stats.successes == [1.0]
 
@@ -58,10 +69,10 @@ def test_async_vectorization_matches_sync():
         group = EnvGroup("CartPole-v1", 2, vectorization=mode, seed=3)
         obs = [group.reset()]
         for _ in range(5):
-            obs.append(group.step(np.array([0, 1])).obs)
+            obs.append(group.step(torch.tensor([0, 1])).obs)
         group.close()
-        results.append(np.stack(obs))
-    np.testing.assert_array_equal(results[0], results[1])
+        results.append(torch.stack(obs))
+    torch.testing.assert_close(results[0], results[1])
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="workers are forked on Linux only")
@@ -74,7 +85,7 @@ def test_async_workers_are_forked_not_spawned_after_torchrl_import():
     group = EnvGroup("CartPole-v1", 2, vectorization="async")
     group.reset(seed=0)
     seconds = time.perf_counter() - start
-    kinds = {type(process).__name__ for process in group.envs.processes}
+    kinds = {type(process).__name__ for process in group.env.envs.processes}
     group.close()
     assert kinds == {"ForkProcess"}
     # Spawned workers re-import torch, Lightning and torchrl: tens of seconds here.
@@ -88,10 +99,17 @@ def test_async_workers_are_forked_not_spawned_after_torchrl_import():
         ({"env_id": "CartPole-v1", "num_envs": 0}, "num_envs must be a positive integer"),
         ({"env_id": "CartPole-v1", "obj_set": "valid"}, "Unknown object set 'valid'"),
         ({"env_id": "CartPole-v1", "vectorization": "threads"}, "vectorization must be one of"),
+        ({"env_id": "CartPole-v1", "backend": "jax"}, "backend must be one of"),
+        ({"env_id": "Acrobot-v1", "backend": "torch"}, "none of 'Acrobot-v1'"),
+        ({"env_id": "CartPole-v1", "backend": "torch", "wrappers": ["gymnasium.wrappers.FlattenObservation"]},
+         "wrappers=.*acts on single gymnasium envs"),
+        ({"env_id": "CartPole-v1", "backend": "torch", "obs_bound": 10.0}, "obs_bound=10.0 acts on single"),
+        ({"env_id": "CartPole-v1", "backend": "torch", "on_nonfinite": "skip"}, "on_nonfinite='skip'"),
+        ({"env_id": "CartPole-v1", "env_factory": "tests.helpers.count_envs"}, "env_factory=.*backend='gymnasium'"),
     ],
-)
+)  # fmt: skip
 def test_bad_input_rejected(kwargs, match):
-    """Test that bad EnvGroup arguments raise before any env is built."""
+    """Test that bad EnvGroup arguments raise before any env is built, naming the setting."""
     with pytest.raises(ValueError, match=match):
         EnvGroup(**kwargs)
 
@@ -101,19 +119,18 @@ PIXEL_SETS = {"train": [{}], "test": [{}]}
 
 
 @pytest.mark.parametrize("vectorization", ["sync", "async"])
-def test_dict_observations_come_as_a_dict_of_batched_arrays(vectorization):
-    """Test that a Dict env gives one batched array per key, uint8 images as uint8, and dict final observations."""
+def test_dict_observations_come_as_a_tensordict_of_batched_tensors(vectorization):
+    """Test that a Dict env gives a TensorDict of one batched tensor per key, uint8 images as uint8, and the final
+    observations as a full TensorDict too."""
     group = EnvGroup(PIXEL_GOAL, 3, obj_sets=PIXEL_SETS, vectorization=vectorization, max_episode_steps=2)
     try:
         obs = group.reset(seed=0)
-        assert obs["image"].shape == (3, 5, 5, 1) and obs["image"].dtype == np.uint8
-        assert obs["position"].shape == (3, 2)
-        group.step(np.zeros(3, dtype=np.int64))
-        step = group.step(np.zeros(3, dtype=np.int64))
-        ended = np.flatnonzero(step.terminated | step.truncated)
-        assert len(ended) == 3  # the time limit of 2 steps, if not the goal
-        for i in ended:
-            assert set(step.final_obs[i]) == {"image", "position"} and step.final_obs[i]["image"].shape == (5, 5, 1)
+        assert obs["image"].shape == (3, 5, 5, 1) and obs["image"].dtype == torch.uint8
+        assert obs["position"].shape == (3, 2) and obs.batch_size == (3,)
+        group.step(_zeros(3))
+        step = group.step(_zeros(3))
+        assert step.done.all()  # the time limit of 2 steps, if not the goal
+        assert step.final_obs.batch_size == (3,) and step.final_obs["image"].shape == (3, 5, 5, 1)
     finally:
         group.close()
 
@@ -121,12 +138,12 @@ def test_dict_observations_come_as_a_dict_of_batched_arrays(vectorization):
 def test_only_float_keys_are_checked_and_a_nan_names_its_key():
     """Test that the NaN check skips the uint8 image and names the float key that held the NaN."""
     group = EnvGroup(PIXEL_GOAL, 2, obj_sets={"train": [{"make_kwargs": {"nan_at": 2}}], "test": [{}]})
-    assert group.checks._paths == [("position",)]  # the image costs nothing
+    assert group.env.checks._paths == [("position",)]  # the image costs nothing
     group.reset(seed=0)
-    group.step(np.zeros(2, dtype=np.int64))
+    group.step(_zeros(2))
     with pytest.raises(NumericalFault, match=r"observation\['position'\] value nan at index \(1,\)"):
         for _ in range(3):
-            group.step(np.zeros(2, dtype=np.int64))
+            group.step(_zeros(2))
     group.close()
 
 
@@ -137,3 +154,126 @@ def test_obs_bound_clips_the_float_keys_only():
     obs = group.reset(seed=0)
     assert obs["position"].max() <= 2.0 and obs["image"].max() == 255
     group.close()
+
+
+def test_actions_reach_the_env_as_it_takes_them():
+    """Test that Box actions are clipped to the bounds and Discrete indices shifted by start, on the env's device."""
+    box = EnvGroup("Pendulum-v1", 2)
+    torch.testing.assert_close(box.env_action(torch.tensor([[5.0], [-0.5]])), torch.tensor([[2.0], [-0.5]]))
+    box.close()
+    shifted = EnvGroup("CartPole-v1", 2, wrappers=["tests.envs.test_env_group.StartAtOne"])
+    assert shifted.env_action(torch.tensor([0, 1])).tolist() == [1, 2]
+    shifted.reset(seed=0)
+    shifted.step(torch.tensor([0, 1]))  # the env asserts that its actions are in its space
+    shifted.close()
+
+
+import gymnasium as gym  # noqa: E402
+
+
+class StartAtOne(gym.ActionWrapper):
+    """CartPole with its actions numbered from 1 (a Discrete space with ``start=1``)."""
+
+    def __init__(self, env):
+        super().__init__(env)
+        self.action_space = gym.spaces.Discrete(2, start=1)
+
+    def action(self, action):
+        assert action in (1, 2), action
+        return action - 1
+
+
+# ---------------------------------------------------------------- the batched backend
+
+
+def test_each_batched_episode_runs_one_shipped_variation():
+    """Test that every env's parameters are one variation's, kept through its episode and drawn anew after it."""
+    group = EnvGroup("CartPole-v1", 64, obj_set="train", seed=0, backend="torch")
+    group.reset()
+    variations = SHIPPED_OBJ_SETS["CartPole-v1"]["train"]
+    lengths = sorted(v["attrs"]["length"] for v in variations)
+    seen, redrawn = set(), 0
+    for _ in range(200):
+        before = group.env.params["length"].clone()
+        step = group.step(torch.randint(0, 2, (64,)))
+        after = group.env.params["length"]
+        # a running episode keeps its variation; an ended one may draw another
+        assert torch.equal(before[~step.done], after[~step.done])
+        redrawn += int((before[step.done] != after[step.done]).sum())
+        seen.update(group.variation.tolist())
+        masspole = [variations[v]["attrs"]["masspole"] for v in group.variation.tolist()]
+        assert torch.allclose(group.env.params["masspole"], torch.tensor(masspole))
+    assert seen == {0, 1, 2} and redrawn > 0
+    assert sorted(set(group.env.params["length"].tolist())) == pytest.approx(lengths)
+
+
+def test_a_variation_silent_on_a_parameter_runs_the_default():
+    """Test that a variation silent on a parameter runs the env's default (heavy_cart keeps length 0.5)."""
+    group = EnvGroup("CartPole-v1", 256, obj_set="test", seed=1, backend="torch")
+    group.reset()
+    heavy = group.env.params["masscart"] == 5.0
+    assert heavy.any() and (~heavy).any()
+    assert torch.equal(group.env.params["length"][heavy], torch.full((int(heavy.sum()),), 0.5))
+
+
+def test_batched_episode_statistics_are_read_once():
+    """Test that pop_stats reports each ended episode once, its return the sum of its rewards (CartPole: its length)."""
+    group = EnvGroup("CartPole-v1", 8, seed=0, backend="torch")
+    group.reset()
+    ends = 0
+    for _ in range(100):
+        ends += int(group.step(_zeros(8)).done.sum())
+    stats = group.pop_stats()
+    assert len(stats) == ends > 0
+    assert stats.returns == [float(n) for n in stats.lengths]
+    assert all(math.isnan(s) for s in stats.successes)
+    assert len(group.pop_stats()) == 0
+
+
+def test_pendulum_returns_are_the_sum_of_rewards():
+    """Test that a truncated Pendulum episode's return is the sum of its 200 rewards."""
+    group = EnvGroup("Pendulum-v1", 3, seed=0, backend="torch")
+    group.reset()
+    total = torch.zeros(3, dtype=torch.float64)
+    for _ in range(200):
+        step = group.step(torch.zeros(3, 1))
+        total += step.reward
+    stats = group.pop_stats()
+    assert stats.lengths == [200] * 3 and step.truncated.all()
+    assert stats.returns == pytest.approx(total.tolist())
+
+
+def test_batched_non_finite_values_stop_the_run():
+    """Test that a NaN observation of a batched env is counted on the device and raised by pop_stats, naming it."""
+    sets = {"train": [{"attrs": {"g": float("nan")}}], "test": [{}]}
+    group = EnvGroup("Pendulum-v1", 4, obj_sets=sets, seed=0, backend="torch")
+    group.reset()
+    group.step(torch.zeros(4, 1))
+    with pytest.raises(NumericalFault, match="Pendulum-v1 .* returned a non-finite observation"):
+        group.pop_stats()
+
+
+def _wrong_env(num_envs: int, device: str):
+    def make(env_id, n, dev, seed, limit):
+        env = TorchVectorEnv(env_id, num_envs, seed=seed)
+        env.device = torch.device(device)  # what a simulator built on another device reports
+        return env
+
+    return make
+
+
+def test_bad_batched_settings_name_the_fix():
+    """Test that unknown parameters, make_kwargs, other tasks, sizes and devices are refused before a step."""
+    torch_env = {"backend": "torch"}
+    with pytest.raises(ValueError, match=r"sets \['polelength'\].*has \['force_mag'"):
+        EnvGroup("CartPole-v1", 2, obj_sets={"train": [{"attrs": {"polelength": 1.0}}], "test": [{}]}, **torch_env)
+    with pytest.raises(ValueError, match="make_kwargs .* attrs"):
+        EnvGroup("CartPole-v1", 2, obj_sets={"train": [{"make_kwargs": {"sutton_barto_reward": True}}]}, **torch_env)
+    with pytest.raises(ValueError, match="names env_id 'Acrobot-v1'"):
+        EnvGroup("CartPole-v1", 2, obj_sets={"train": [{"env_id": "Acrobot-v1"}]}, **torch_env)
+    with pytest.raises(ValueError, match="holds 3 envs, but num_envs=2"):
+        EnvGroup("CartPole-v1", 2, env_factory=_wrong_env(3, "cpu"), **torch_env)
+    with pytest.raises(ValueError, match="lives on cuda:0, but the policy trains on cpu"):
+        EnvGroup("CartPole-v1", 2, env_factory=_wrong_env(2, "cuda:0"), **torch_env)
+    with pytest.raises(ValueError, match="parameters are numbers"):
+        EnvGroup("CartPole-v1", 2, obj_sets={"train": [{"attrs": {"length": "long"}}]}, **torch_env)

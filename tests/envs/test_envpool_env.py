@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 import torch
 
+from rl_lightning.envs import EnvGroup
 from rl_lightning.envs.envpool_env import EnvPoolVectorEnv, check_envpool_task
-from rl_lightning.envs.tensor_group import TensorEnvGroup
 from tests.conftest import SCRIPTED_ID
 from tests.helpers import fit_and_test, tiny_ppo, tiny_replay_data, tiny_rollout_data
 
@@ -61,20 +61,15 @@ def test_unknown_tasks_and_varied_parameters_are_refused_with_the_fix():
     with pytest.raises(ValueError, match=f"no task '{SCRIPTED_ID}'"):  # a gymnasium id EnvPool does not ship
         tiny_rollout_data(env_id=SCRIPTED_ID, backend="envpool")
     with pytest.raises(ValueError, match=r"no per-env parameters.*obj_sets: \{train: \[\{\}\]"):
-        from rl_lightning.envs.envpool_env import envpool_env
-
-        TensorEnvGroup("CartPole-v1", 2, make_env=envpool_env)  # the shipped sets vary the pole
+        EnvGroup("CartPole-v1", 2, backend="envpool")  # the shipped sets vary the pole
     with pytest.raises(ValueError, match="env.wrappers"):
         tiny_rollout_data(backend="envpool", wrappers=["gymnasium.wrappers.RecordEpisodeStatistics"])
 
 
 def test_ppo_trains_and_evaluates_on_the_envpool_backend():
-    """Test that Trainer.fit runs PPO on EnvPool's CartPole through the tensor path and tests both object sets."""
-    from rl_lightning.data.device_rollout import DeviceRolloutDataset
-
+    """Test that Trainer.fit runs PPO on EnvPool's CartPole through the one rollout loop and tests both object sets."""
     data = tiny_rollout_data(backend="envpool", num_envs=8, obj_sets=PLAIN, eval_episodes=4)
     metrics = fit_and_test(tiny_ppo(total_timesteps=8 * 16 * 3), data)
-    assert isinstance(data._train_dataset, DeviceRolloutDataset)
     assert data.env_steps == 8 * 16 * 3
     assert metrics["eval/return_mean"] >= 1 and metrics["eval_ood/return_mean"] >= 1
 

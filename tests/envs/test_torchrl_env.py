@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from rl_lightning.envs.torchrl_env import TorchRLVectorEnv, user_factory
+from rl_lightning.envs import EnvGroup
+from rl_lightning.envs.torchrl_env import TorchRLVectorEnv
 from tests.envs.batched_factory import LIMIT, CountEnv
 from tests.helpers import fit_and_test, tiny_ppo, tiny_rollout_data
 
@@ -39,12 +40,9 @@ def test_a_torchrl_env_with_a_nested_batch_is_refused_with_the_fix():
 def test_ppo_trains_on_a_users_torchrl_env_named_in_config():
     """Test that RolloutDataModule(backend='torch', env_factory=path) builds the user's env and PPO fits and tests
     on it, the truncated episodes of LIMIT steps counted as episodes."""
-    from rl_lightning.data.device_rollout import DeviceRolloutDataset
-
     data = tiny_rollout_data(env_id="Count-v0", backend="torch", env_factory=FACTORY, num_envs=4, obj_sets=PLAIN,
                              eval_episodes=2)  # fmt: skip
     metrics = fit_and_test(tiny_ppo(total_timesteps=4 * 16 * 2), data)
-    assert isinstance(data._train_dataset, DeviceRolloutDataset)
     assert isinstance(data.train_envs.env, TorchRLVectorEnv)
     assert data.last_collection.episodes.lengths and set(data.last_collection.episodes.lengths) == {LIMIT}
     assert metrics["eval/return_mean"] == LIMIT and metrics["eval_ood/return_mean"] == LIMIT
@@ -53,7 +51,7 @@ def test_ppo_trains_on_a_users_torchrl_env_named_in_config():
 @pytest.mark.parametrize(
     "kwargs, match",
     [
-        ({"backend": "gymnasium", "env_factory": FACTORY}, "env.backend=torch, or env.env_factory=null"),
+        ({"backend": "gymnasium", "env_factory": FACTORY}, "backend='gymnasium' does not step.*drop env_factory"),
         ({"backend": "torch", "env_factory": "no_pkg.sim.make"}, "'no_pkg.sim.make' cannot be imported"),
         ({"backend": "torch", "env_factory": "tests.envs.batched_factory.LIMIT"}, "is not a callable"),
     ],
@@ -70,7 +68,25 @@ def test_bad_factories_are_refused_at_construction(kwargs, match):
 )
 def test_factories_returning_the_wrong_batch_are_refused_before_any_step(factory, match):
     """Test that a batch of the wrong size and a non-env are refused when the envs are built, naming the fix."""
-    from rl_lightning.envs.tensor_group import TensorEnvGroup
-
     with pytest.raises(ValueError, match=match):
-        TensorEnvGroup("Count-v0", 4, obj_sets=PLAIN, make_env=user_factory(f"tests.envs.batched_factory.{factory}"))
+        EnvGroup("Count-v0", 4, obj_sets=PLAIN, backend="torch", env_factory=f"tests.envs.batched_factory.{factory}")
+
+
+def test_a_factory_is_taken_as_a_function_and_kept_by_its_import_path():
+    """Test that the Python front door takes the simulator factory as a function object, keeps its import path in
+    the saved settings (so checkpoints rebuild it), and refuses a lambda or a local function, saying why."""
+    from tests.envs import batched_factory
+
+    data = tiny_rollout_data(env_id="Count-v0", backend="torch", env_factory=batched_factory.make_count_envs,
+                             num_envs=4, obj_sets=PLAIN)  # fmt: skip
+    assert data.hparams.env_factory == "tests.envs.batched_factory.make_count_envs"
+    data.setup("fit")
+    assert data.train_envs.num_envs == 4 and isinstance(data.train_envs.env, TorchRLVectorEnv)
+    data.close()
+
+    def local(env_id, num_envs, device, seed, max_episode_steps):
+        return batched_factory.make_count_envs(env_id, num_envs, device, seed, max_episode_steps)
+
+    for factory in (lambda *args: None, local):
+        with pytest.raises(ValueError, match="cannot be kept in a checkpoint.*top level of a module"):
+            tiny_rollout_data(env_id="Count-v0", backend="torch", env_factory=factory, obj_sets=PLAIN)

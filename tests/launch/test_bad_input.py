@@ -422,8 +422,13 @@ ROWS = [
 # The real entry points as subprocesses (a few seconds each): the message, a non-zero exit, no traceback.
 PROCESS_ROWS = [
     ("hydra", "num-envs-not-a-number", ["env.num_envs=abc"], ["Config error:", "'env.num_envs'", "env.num_envs=..."]),
-    # A learning setting under its key of earlier releases runs as the algorithm's (train.py renames it).
-    ("hydra", "old-data-key", ["data.num_minibatches=3"], ["Config error:", "num_minibatches=3", "choose a divisor"]),
+    # A learning setting in the data group is an unknown key there, pointing to the algorithm's.
+    (
+        "hydra",
+        "learning-setting-under-data",
+        ["data.num_minibatches=3"],
+        ["Config error:", "Unknown config key 'data.num_minibatches'", "Did you mean 'algo.num_minibatches'?"],
+    ),
     ("cli", "negative-lr", ["fit", "--model", "PPO", "--model.lr", "-1"], ["error:", "--model.lr", "positive number"]),
     (
         "cli",

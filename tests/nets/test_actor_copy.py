@@ -49,13 +49,14 @@ def test_sync_interval_delays_syncs():
         assert actor.syncs == expected_syncs
 
 
-def test_normalizer_updates_go_to_the_learner_and_reach_the_copy():
-    """Test that update_normalizer through the copy moves the learner's statistics and syncs them in."""
+def test_the_learners_observation_statistics_reach_the_copy_with_its_weights():
+    """Test that the learner's normalizer update (PPO's, after its update phase) reaches the copy at its next sync."""
     learner = _learner()
     actor = ActorCopy(learner, "cpu", "float32")
-    mean_before = learner.normalizer.mean.clone()
-    actor.update_normalizer(torch.randn(32, 4) + 5)
-    assert not torch.equal(learner.normalizer.mean, mean_before)
+    learner.update_normalizer(torch.randn(32, 4) + 5)
+    assert not torch.equal(actor.module.normalizer.mean, learner.normalizer.mean)
+    actor.mark_stale()  # the optimizer step that came with it
+    actor.act(torch.zeros(1, 4))
     assert torch.equal(actor.module.normalizer.mean, learner.normalizer.mean)
 
 
@@ -67,8 +68,8 @@ def test_bfloat16_copy_holds_the_learner_weights_rounded_and_returns_float32():
     weight = dict(actor.module.named_parameters())["actor.0.weight"]
     assert weight.dtype == torch.bfloat16
     assert torch.equal(weight, dict(learner.named_parameters())["actor.0.weight"].to(torch.bfloat16))
-    action, log_prob, value = actor.act(torch.randn(5, 4))
-    assert action.dtype == torch.int64 and log_prob.dtype == value.dtype == torch.float32
+    action, log_prob, value, state = actor.act(torch.randn(5, 4))
+    assert action.dtype == torch.int64 and log_prob.dtype == value.dtype == torch.float32 and state is None
 
 
 def test_verify_names_a_corrupted_tensor():

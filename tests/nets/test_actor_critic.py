@@ -10,6 +10,16 @@ from rl_lightning.nets import ActorCritic
 BOX4 = gym.spaces.Box(-np.inf, np.inf, (4,))
 
 
+def _sample(policy, obs):
+    """A sampled action for each observation (the action ``act`` draws)."""
+    return policy.sample(policy.actor(policy.features(obs)))
+
+
+def _evaluate(policy, obs, action):
+    """``evaluate_actions`` on a flat batch: the rollout's sequences of one step."""
+    return tuple(x[0] for x in policy.evaluate_actions(obs[None], action[None]))
+
+
 @pytest.mark.parametrize(
     "action_space, action_shape",
     [
@@ -24,9 +34,10 @@ def test_act_and_evaluate_shapes_agree(action_space, action_shape):
     torch.manual_seed(0)
     policy = ActorCritic(BOX4, action_space)
     obs = torch.randn(8, 4)
-    action, log_prob, value = policy.act(obs)
+    action, log_prob, value, state = policy.act(obs)
+    assert state is None and policy.initial_state(8) is None
     assert action.shape == action_shape and log_prob.shape == (8,) and value.shape == (8,)
-    log_prob2, entropy, value2 = policy.evaluate_actions(obs, action)
+    log_prob2, entropy, value2 = _evaluate(policy, obs, action)
     torch.testing.assert_close(log_prob, log_prob2)
     torch.testing.assert_close(value, value2)
     assert entropy.shape == (8,) and (entropy > 0).all()
@@ -78,9 +89,9 @@ def test_distributions_match_torch_distributions(action_space):
         torch.manual_seed(1)
         expected_action = reference.sample()
         torch.manual_seed(1)
-        torch.testing.assert_close(policy.explore(obs), expected_action)
-    action = policy.explore(obs)
-    log_prob, entropy, _ = policy.evaluate_actions(obs, action)
+        torch.testing.assert_close(_sample(policy, obs), expected_action)
+    action = _sample(policy, obs)
+    log_prob, entropy, _ = _evaluate(policy, obs, action)
     expected_log_prob, expected_entropy = reference.log_prob(action), reference.entropy()
     if not policy.discrete:
         expected_log_prob, expected_entropy = expected_log_prob.sum(-1), expected_entropy.sum(-1)
@@ -108,7 +119,7 @@ def test_discrete_samples_follow_the_policy_probabilities():
     obs = torch.zeros(20_000, 4)
     with torch.no_grad():
         probs = torch.softmax(policy.actor(obs[:1]), -1)[0]
-        counts = torch.bincount(policy.explore(obs), minlength=3).float() / obs.shape[0]
+        counts = torch.bincount(_sample(policy, obs), minlength=3).float() / obs.shape[0]
     torch.testing.assert_close(counts, probs, atol=0.01, rtol=0)
     assert probs.max() - probs.min() > 0.4  # the probabilities really differ
 
@@ -126,10 +137,10 @@ def test_multi_discrete_log_probabilities_and_entropies_are_those_of_a_product_o
             p.add_(torch.randn_like(p))  # probabilities away from uniform
     out = policy.actor(policy.features(obs))
     parts = [torch.distributions.Categorical(logits=part) for part in out.split([3, 2, 4], -1)]
-    action = policy.explore(obs)
+    action = _sample(policy, obs)
     assert action.dtype == torch.int64 and action.shape == (64, 3)
     assert ((action >= 0) & (action < torch.tensor([3, 2, 4]))).all()
-    log_prob, entropy, _ = policy.evaluate_actions(obs, action)
+    log_prob, entropy, _ = _evaluate(policy, obs, action)
     torch.testing.assert_close(log_prob, sum(d.log_prob(action[:, i]) for i, d in enumerate(parts)))
     torch.testing.assert_close(entropy, sum(d.entropy() for d in parts))
     torch.testing.assert_close(policy(obs), torch.stack([d.probs.argmax(-1) for d in parts], -1))
@@ -144,14 +155,14 @@ def test_multi_binary_log_probabilities_and_entropies_are_those_of_a_product_of_
     obs = torch.randn(64, 4)
     out = policy.actor(obs)
     reference = torch.distributions.Bernoulli(logits=out)
-    action = policy.explore(obs)
-    log_prob, entropy, _ = policy.evaluate_actions(obs, action)
+    action = _sample(policy, obs)
+    log_prob, entropy, _ = _evaluate(policy, obs, action)
     torch.testing.assert_close(log_prob, reference.log_prob(action.float()).sum(-1))
     torch.testing.assert_close(entropy, reference.entropy().sum(-1))
     torch.testing.assert_close(policy(obs), (reference.probs > 0.5).long())
     zeros = torch.zeros(20_000, 4)
     with torch.no_grad():
-        frequency = policy.explore(zeros).float().mean(0)
+        frequency = _sample(policy, zeros).float().mean(0)
         torch.testing.assert_close(frequency, torch.sigmoid(policy.actor(zeros[:1]))[0], atol=0.01, rtol=0)
 
 
@@ -163,7 +174,7 @@ def test_multi_discrete_samples_follow_each_entrys_probabilities():
         policy.actor[-1].bias.copy_(torch.tensor([1.0, 0.0, -1.0, 0.5, -0.5, 2.0, 0.0, 0.0, -2.0]))
         obs = torch.zeros(20_000, 4)
         logits = policy.actor(obs[:1])[0].split([3, 2, 4])
-        action = policy.explore(obs)
+        action = _sample(policy, obs)
     for i, part in enumerate(logits):
         counts = torch.bincount(action[:, i], minlength=len(part)).float() / obs.shape[0]
         torch.testing.assert_close(counts, torch.softmax(part, -1), atol=0.01, rtol=0)

@@ -1,4 +1,4 @@
-"""Tests of denormal flushing during a fit (rl_lightning/fast/denormals.py) against torch's default handling."""
+"""Tests of denormal flushing during a fit (rl_lightning/callbacks/denormals.py) against torch's default handling."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import lightning.pytorch as pl
 import pytest
 import torch
 
-from rl_lightning import DQN, fast
-from rl_lightning.fast.denormals import FlushDenormals, flushing
+from rl_lightning import DQN
+from rl_lightning.callbacks.denormals import FlushDenormals, flushing
 from tests.helpers import quiet_trainer, tiny_replay_data
 
 pytestmark = pytest.mark.skipif(
@@ -16,21 +16,21 @@ pytestmark = pytest.mark.skipif(
 
 
 class _Seen(pl.Callback):
-    """Records whether the fit's thread flushed denormals at every batch end; raises at ``fail_at`` if set."""
+    """Records whether the fit's thread flushed denormals at every optimizer step; raises at step ``fail_at``."""
 
     def __init__(self, fail_at: int | None = None):
         self.seen: list[bool] = []
         self.fail_at = fail_at
 
-    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+    def on_before_optimizer_step(self, trainer, pl_module, optimizer):
         self.seen.append(flushing())
-        if batch_idx == self.fail_at:
+        if len(self.seen) == self.fail_at:
             raise RuntimeError("stop here")
 
 
-def _fit(tmp_path, callback: pl.Callback, seed: int = 0) -> DQN:
+def _fit(tmp_path, callback: pl.Callback, seed: int = 0, **kwargs) -> DQN:
     pl.seed_everything(seed, verbose=False)
-    model = DQN(hidden_sizes=(16,), total_timesteps=60, target_update_interval=5)
+    model = DQN(hidden_sizes=(16,), total_timesteps=60, target_update_interval=5, **kwargs)
     quiet_trainer(tmp_path, callbacks=[callback], max_epochs=1).fit(model, tiny_replay_data("CartPole-v1", seed=seed))
     return model
 
@@ -47,18 +47,18 @@ def test_half_the_smallest_normal_float_reads_zero_only_while_flushing():
 
 
 @pytest.mark.parametrize("on", [True, False])
-def test_a_fit_flushes_denormals_only_with_the_fast_path_on_and_puts_the_setting_back(tmp_path, on):
-    """Test that every batch of a fit runs flushed with the fast path on, none with it off, and neither after."""
+def test_a_fit_flushes_denormals_only_with_flush_denormal_and_puts_the_setting_back(tmp_path, on):
+    """Test that every gradient step of a fit runs flushed with flush_denormal=True (the default), none with False,
+    and neither after the fit."""
     seen = _Seen()
-    fast.set_enabled(on)
-    _fit(tmp_path, seen)
+    _fit(tmp_path, seen, flush_denormal=on)
     assert seen.seen and all(s is on for s in seen.seen)
     assert not flushing()
 
 
 def test_a_failed_fit_puts_the_setting_back(tmp_path):
     """Test that an exception inside the fit leaves the thread as it found it."""
-    seen = _Seen(fail_at=2)
+    seen = _Seen(fail_at=3)
     with pytest.raises(RuntimeError, match="stop here"):
         _fit(tmp_path, seen)
     assert seen.seen == [True] * 3
@@ -77,7 +77,7 @@ def test_a_thread_that_flushes_already_keeps_flushing(tmp_path):
 
 
 def test_adam_on_normal_numbers_is_bit_identical_and_on_denormal_ones_within_their_size():
-    """Test the shortcut against the plain path: Adam's step with and without flushing.
+    """Test Adam's step with and without flushing.
 
     Gradients of normal size give the same weights to the bit; gradients near 1e-39 (whose
     moments are denormal) give weights that differ by far less than float32 can show on
@@ -109,7 +109,7 @@ def test_adam_on_normal_numbers_is_bit_identical_and_on_denormal_ones_within_the
 
 
 def test_a_dqn_fit_flushed_ends_with_the_weights_of_one_computed_in_full(tmp_path, monkeypatch):
-    """Test the shortcut against the plain path on a whole fit (the same seed, the flush off for the reference)."""
+    """Test a whole fit flushed against one computed in full (the same seed): the same weights to float rounding."""
     flushed = _fit(tmp_path / "a", _Seen())
     monkeypatch.setattr(FlushDenormals, "on_fit_start", lambda self, trainer, module: None)
     plain = _fit(tmp_path / "b", _Seen())

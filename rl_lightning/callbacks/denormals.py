@@ -5,27 +5,25 @@ parts of it sink below float32's smallest normal number (1.2e-38). x86 CPUs comp
 such denormal numbers through a slow path, so the optimizer step of a small network grows
 several-fold as training goes on: DQN's fused Adam step on CartPole took 0.52 ms inside a
 fit against 0.09 ms with denormals flushed, SAC's 0.66 against 0.30 ms
-(``python -m benchmarks.denormals``; ``docs/fast_path.md``). torch offers the switch and
-leaves it off by default.
+(``python -m benchmarks.denormals``). torch offers the switch and leaves it off by default;
+the algorithms turn it on for their fits (``flush_denormal=True``, their default).
 
 What changes: a result below 1.2e-38 reads as 0, and so does such an input (the x86
 flags flush-to-zero and denormals-are-zero, which ``torch.set_flush_denormal`` sets
-together). Updates differ from the plain path only where a value was that small: an Adam
-moment of 1e-40 moves a weight by about ``lr * 1e-32`` (``tests/fast/test_denormals.py``).
+together). Updates differ from unflushed ones only where a value was that small: an Adam
+moment of 1e-40 moves a weight by about ``lr * 1e-32`` (``tests/callbacks/test_denormals.py``).
 
 Scope: the setting belongs to the calling thread, so it covers the fit's thread (the
 training loop, acting, evaluation, and torch's intra-op work on it), not torch's other
 intra-op threads nor env worker processes. :class:`FlushDenormals` turns it on when a fit
-starts, with the fast path on and a CPU that supports it, and puts back what the thread had
-when the fit ends or fails; a thread that flushes already is left as it is.
+starts, on a CPU that supports it, and puts back what the thread had when the fit ends or
+fails; a thread that flushes already is left as it is.
 """
 
 from __future__ import annotations
 
 import lightning.pytorch as pl
 import torch
-
-from rl_lightning.fast.switch import enabled
 
 
 def flushing() -> bool:
@@ -36,8 +34,8 @@ def flushing() -> bool:
 class FlushDenormals(pl.Callback):
     """Flush denormals to zero on the fit's thread from fit start; restore the thread's setting at fit end or failure.
 
-    Added by every :class:`~rl_lightning.algos.RLModule` fit (``configure_callbacks``); inert
-    with the fast path off (``RL_LIGHTNING_FAST=0``) and on CPUs without the flags.
+    Added to every fit of an algorithm with ``flush_denormal=True`` (``RLModule.configure_callbacks``);
+    inert on CPUs without the flags.
     """
 
     def __init__(self):
@@ -46,7 +44,7 @@ class FlushDenormals(pl.Callback):
 
     def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self.restore()  # a fit that failed before its end hooks leaves nothing set
-        if enabled() and not flushing() and torch.set_flush_denormal(True):
+        if not flushing() and torch.set_flush_denormal(True):
             self.turned_on = True
 
     def on_fit_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:

@@ -1,0 +1,295 @@
+"""The gymnasium backend: one gymnasium env per index, stepped as the contract's batched env of CPU tensors.
+
+:class:`GymnasiumVectorEnv` is gymnasium's vector env (sync or async, ``SAME_STEP``
+autoreset) of single envs, each drawing its episodes from an object set
+(:class:`~rl_lightning.envs.object_sets.ObjectSetWrapper`), behind the interface every
+backend speaks (:class:`~rl_lightning.envs.env_group.EnvGroup`): torch tensors in and out,
+``info["final_obs"]`` a full ``[num_envs, ...]`` batch. What only single envs can do is done
+here, in numpy, before the step becomes tensors:
+
+- an env that raises is recreated and an async worker that dies is rebuilt
+  (:mod:`rl_lightning.envs.restart`);
+- non-finite or out-of-bound values stop the run with a message naming the env, or cut the
+  episode short (:mod:`rl_lightning.envs.checks`). A cut episode ends as *truncated* at its last
+  good observation with reward 0, and ``info["cut"]`` marks it: it is partial, so it is left
+  out of episode statistics and replay.
+
+``info`` also carries what the single envs report of an ended episode: ``success``
+(``is_success`` or ``success``, NaN where none) and ``episode_return`` (gymnasium's
+``RecordEpisodeStatistics`` score where it sits before reward shaping, as on Atari), and the
+fault counts of the step (``faults``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import torch
+from gymnasium.vector import AutoresetMode
+
+from rl_lightning.envs.checks import ValueChecks, nonfinite_message
+from rl_lightning.envs.object_sets import ObjectSetWrapper, ObjSets
+from rl_lightning.envs.obs import Obs, map_obs, row, select_envs, to_tensor, write_obs
+from rl_lightning.envs.restart import RebuildingVectorEnv, RestartingEnv
+from rl_lightning.envs.wrappers import WrapperSpec
+from rl_lightning.faults import NumericalFault
+
+#: Episodes in a row one env may have cut short by non-finite values (``on_nonfinite="skip"``)
+#: before the run stops anyway: an env that never finishes an episode is broken, and an
+#: evaluation waiting for its episode quota would otherwise never end.
+MAX_CONSECUTIVE_SKIPS = 100
+
+
+def _ended_values(final_info: dict[str, Any], key: str, mask_key: str, n: int) -> np.ndarray | None:
+    """``final_info[key]`` as floats ``[n]``, NaN where the env reported none (``None`` when none did)."""
+    values = final_info.get(key)
+    if values is None:
+        return None
+    mask = final_info.get(mask_key)
+    out = np.full(n, np.nan)
+    where = np.ones(n, dtype=bool) if mask is None else np.asarray(mask, dtype=bool)
+    out[where] = np.asarray(values, dtype=np.float64)[where]
+    return out
+
+
+class GymnasiumVectorEnv(gym.vector.VectorEnv):
+    """A gymnasium vector env of single envs over one object set, returning CPU tensors.
+
+    Args:
+        obj_sets: The resolved object sets (``obj_set`` among them).
+        obj_set: The set episodes are drawn from.
+        num_envs: Envs stepped together.
+        label: Names the envs in messages (``"CartPole-v1 (object set 'train')"``).
+        max_episode_steps: Time limit; ``None`` keeps the registered one.
+        vectorization: ``"sync"`` (one process) or ``"async"`` (a worker process per env).
+        render_mode: Passed to ``gymnasium.make``.
+        max_env_restarts: Recreations of one env (or rebuilds of the workers) in a row without a
+            finished episode; one more raises :class:`~rl_lightning.faults.EnvFault`.
+        obs_bound: Bound on the absolute value of observations (``None``: finiteness only).
+        obs_bound_mode: ``"clip"`` or ``"reject"`` (treated as non-finite).
+        on_nonfinite: ``"stop"`` raises :class:`~rl_lightning.faults.NumericalFault`; ``"skip"``
+            cuts the episode short and resets the env.
+        wrappers: Wrapper specs applied after each ``gymnasium.make``.
+    """
+
+    metadata = {"autoreset_mode": AutoresetMode.SAME_STEP}
+
+    def __init__(
+        self,
+        obj_sets: ObjSets,
+        obj_set: str,
+        num_envs: int,
+        label: str,
+        max_episode_steps: int | None = None,
+        vectorization: str = "sync",
+        render_mode: str | None = None,
+        max_env_restarts: int = 3,
+        obs_bound: float | None = None,
+        obs_bound_mode: str = "clip",
+        on_nonfinite: str = "stop",
+        wrappers: Sequence[WrapperSpec] = (),
+    ):
+        self.num_envs, self.label, self.on_nonfinite = num_envs, label, on_nonfinite
+        self.device = torch.device("cpu")
+
+        def make(i: int):
+            def build():
+                return ObjectSetWrapper(
+                    obj_sets, obj_set, max_episode_steps=max_episode_steps, render_mode=render_mode, wrappers=wrappers
+                )
+
+            name = self._label(i)  # a string, not this object, goes into the factory (async workers pickle it)
+            return lambda: RestartingEnv(build, max_env_restarts, name)
+
+        self._vec = RebuildingVectorEnv(
+            [make(i) for i in range(num_envs)], vectorization, max_env_restarts, self._label("async workers")
+        )
+        envs = self._vec.envs
+        self.single_observation_space = envs.single_observation_space
+        self.single_action_space = envs.single_action_space
+        self.observation_space, self.action_space = envs.observation_space, envs.action_space
+        self.checks = ValueChecks(num_envs, obs_bound, obs_bound_mode, self.single_observation_space)
+        self._steps = np.zeros(num_envs, dtype=np.int64)  # steps into each env's episode (messages)
+        self._skips = np.zeros(num_envs, dtype=np.int64)  # episodes cut in a row by skips, per env
+        self._reset_seed = 0
+        self._obs: Obs | None = None  # the last numpy observations (a cut episode's last good one)
+        self._faults = {"env_restarts": 0, "nonfinite_steps": 0, "obs_clipped": 0}
+
+    @property
+    def envs(self) -> gym.vector.VectorEnv:
+        """gymnasium's vector env of the single envs (a new one after async workers were rebuilt)."""
+        return self._vec.envs
+
+    def _label(self, i: int | str | None = None) -> str:
+        """Names env ``i`` (or all envs, or e.g. ``"async workers"``) in messages."""
+        which = f"env {i}" if isinstance(i, int) else f"the {i or 'envs'}"
+        return f"{which} of {self.label}"
+
+    def _count(self, **counts: int) -> None:
+        for key, value in counts.items():
+            self._faults[key] += int(value)
+
+    def _pop_faults(self) -> dict[str, int]:
+        faults = {k: v for k, v in self._faults.items() if v}
+        self._faults = dict.fromkeys(self._faults, 0)
+        return faults
+
+    def _action(self, actions: Any) -> np.ndarray:
+        action = actions.cpu().numpy() if torch.is_tensor(actions) else np.asarray(actions)
+        space = self.single_action_space
+        return action.astype(space.dtype) if isinstance(space, gym.spaces.MultiBinary) else action
+
+    # ---------------------------------------------------------------- reset
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[Obs, dict[str, Any]]:
+        """Reset every env (env ``i`` with ``seed + i``); checked (and clipped) first observations as tensors."""
+        seed = self._reset_seed if seed is None else seed
+        self._reset_seed = seed
+        self._obs = self._screen(self._vector_reset([seed + i for i in range(self.num_envs)])[0])
+        self._steps[:] = 0
+        return to_tensor(self._obs, "cpu", batch_dims=1), {"faults": self._pop_faults()}
+
+    def _vector_reset(self, seeds: list[int | None], mask: np.ndarray | None = None) -> tuple[Obs, bool]:
+        """Reset all envs (or those in ``mask``); also whether async workers died and were rebuilt (then all reset)."""
+        obs, info, rebuilds = self._vec.reset(seeds, mask, base_seed=self._reset_seed)
+        restarts = info.get("env_restart")  # recreations inside RestartingEnv.reset
+        self._count(env_restarts=rebuilds + (0 if restarts is None else int(restarts.sum())))
+        return obs, rebuilds > 0
+
+    def _screen(self, obs: Obs) -> Obs:
+        """Reset again the envs whose first observation is non-finite or rejected (``stop``: raise); clip."""
+        for _ in range(MAX_CONSECUTIVE_SKIPS):
+            if self.checks.obs_clean(obs):
+                self._count(obs_clipped=self.checks.clip(obs))
+                return obs
+            bad = self._bad_envs(obs, None, {}, at_reset=True)
+            self._count(nonfinite_steps=bad.sum())
+            new, rebuilt = self._vector_reset([None] * self.num_envs, bad)
+            obs = new if rebuilt else select_envs(bad, new, obs)
+        raise NumericalFault(
+            f"Resetting {self._label()} returned non-finite (or out-of-bound) observations "
+            f"{MAX_CONSECUTIVE_SKIPS} times in a row (on_nonfinite='skip'). Fix the env's reset."
+        )
+
+    # ---------------------------------------------------------------- faults
+    def _bad_envs(self, obs: Obs, reward: np.ndarray | None, final_obs: dict[int, Obs], at_reset: bool = False):
+        """Envs with a non-finite (or rejected) value: raise with ``stop``, else a mask of them."""
+        faults = self.checks.find(obs, reward, final_obs)
+        if faults and self.on_nonfinite == "stop":
+            fault = faults[0]
+            step = None if at_reset else int(self._steps[fault.env]) + 1
+            raise NumericalFault(nonfinite_message(fault, self._label(fault.env), step, self.checks.obs_bound))
+        bad = np.zeros(self.num_envs, dtype=bool)
+        bad[[f.env for f in faults]] = True
+        return bad
+
+    def _skip(self, bad, obs, reward, terminated, truncated, final_obs, cut) -> Obs:
+        """Cut the episodes of ``bad`` envs at their last good observation and reset those envs (arrays in place)."""
+        self._count(nonfinite_steps=bad.sum())
+        self._skips[bad] += 1
+        if self._skips.max() > MAX_CONSECUTIVE_SKIPS:
+            raise NumericalFault(
+                f"{self._label(int(self._skips.argmax()))} returned non-finite (or rejected) values in "
+                f"{MAX_CONSECUTIVE_SKIPS + 1} episodes in a row (on_nonfinite='skip'). Fix the env."
+            )
+        for i in np.flatnonzero(bad):
+            final_obs[int(i)] = row(self._obs, i)
+        reward[bad], terminated[bad], truncated[bad], cut[bad] = 0.0, False, True, True
+        new, rebuilt = self._vector_reset([None] * self.num_envs, bad)
+        if rebuilt:  # a worker died in that reset: every running episode ends here too
+            alive = ~terminated & ~truncated
+            for i in np.flatnonzero(alive):
+                final_obs[int(i)] = row(obs, i)
+            truncated[alive], cut[alive] = True, True
+            return self._screen(new)
+        return self._screen(select_envs(bad, new, obs))
+
+    # ---------------------------------------------------------------- step
+    def step(self, actions: Any) -> tuple[Obs, torch.Tensor, torch.Tensor, torch.Tensor, dict[str, Any]]:
+        """Step every env once (ended episodes restart within the step).
+
+        Returns:
+            ``(obs, reward, terminated, truncated, info)`` as CPU tensors; ``info["final_obs"]``
+            (every env's reached observation: the true last one where an episode ended), and
+            where there are any, ``cut``, ``success``, ``episode_return`` and ``faults``.
+
+        Raises:
+            NumericalFault: A non-finite (or rejected) value with ``on_nonfinite="stop"``.
+            EnvFault: An env (or the async workers) failed more than ``max_env_restarts`` times in a row.
+        """
+        result = self._vec.step(self._action(actions))
+        n = self.num_envs
+        if result is None:  # an async worker died: the envs were rebuilt; every episode ends, cut
+            self._count(env_restarts=1)
+            final = self._obs
+            self._obs = self._screen(self._vec.reset(self._vec.rebuild_seeds(self._reset_seed), None)[0])
+            self._steps[:] = 0
+            cut = torch.ones(n, dtype=torch.bool)
+            obs = to_tensor(self._obs, "cpu", batch_dims=1)
+            info = {"final_obs": to_tensor(final, "cpu", batch_dims=1), "cut": cut, "faults": self._pop_faults()}
+            return obs, torch.zeros(n), torch.zeros(n, dtype=torch.bool), cut.clone(), info
+        obs, reward, terminated, truncated, info = result
+        reward = np.asarray(reward, dtype=np.float32)
+        clean = self.checks.clean(obs, reward)  # the cheap check; details only when it fails
+        final_obs: dict[int, Obs] = {}
+        done = terminated | truncated
+        cut = None
+        if done.any():
+            for i in np.flatnonzero(done):
+                final_obs[int(i)] = info["final_obs"][i]
+                if clean and self.checks.float_obs:
+                    clean = self.checks.obs_clean(final_obs[int(i)])
+            restarted = info.get("final_info", {}).get("env_restart")  # RestartingEnv cut the episode
+            if restarted is not None:
+                cut = restarted.astype(bool)
+                self._count(env_restarts=restarted.sum())
+            restarts = info.get("env_restart")  # recreations in the autoreset
+            if restarts is not None:
+                self._count(env_restarts=restarts.sum())
+        if not clean:
+            bad = self._bad_envs(obs, reward, final_obs)
+            if bad.any():
+                cut = np.zeros(n, dtype=bool) if cut is None else cut
+                obs = self._skip(bad, obs, reward, terminated, truncated, final_obs, cut)
+        if self.checks.clipping:
+            self._count(obs_clipped=self.checks.clip(obs))
+            for i, final in final_obs.items():
+                final_obs[i] = map_obs(np.copy, final)  # the env may own the array: clip a copy
+                self._count(obs_clipped=self.checks.clip(final_obs[i]))
+        self._steps += 1
+        self._obs = obs
+        out = {}
+        if final_obs:
+            ended = terminated | truncated
+            finished = ended if cut is None else ended & ~cut
+            self._steps[ended] = 0
+            self._skips[finished] = 0  # a finished episode: the env works
+            if finished.any():
+                self._vec.episode_finished()
+            final_info = info.get("final_info", {})
+            success = _ended_values(final_info, "is_success", "_is_success", n)
+            success = _ended_values(final_info, "success", "_success", n) if success is None else success
+            episode = final_info.get("episode")
+            scored = _ended_values(episode, "r", "_r", n) if isinstance(episode, dict) else None
+            if scored is not None and final_info.get("_episode") is not None:
+                scored[~np.asarray(final_info["_episode"], dtype=bool)] = np.nan
+            full = map_obs(np.copy, obs)
+            for i, final in final_obs.items():
+                write_obs(full, i, final)
+            out["final_obs"] = to_tensor(full, "cpu", batch_dims=1)
+            out.update({k: torch.from_numpy(v) for k, v in (("success", success), ("episode_return", scored))
+                        if v is not None})  # fmt: skip
+            if cut is not None:
+                out["cut"] = torch.from_numpy(cut)
+        obs_t = to_tensor(obs, "cpu", batch_dims=1)
+        out.setdefault("final_obs", obs_t)
+        faults = self._pop_faults() if any(self._faults.values()) else None
+        if faults:
+            out["faults"] = faults
+        return obs_t, torch.from_numpy(reward), torch.from_numpy(terminated), torch.from_numpy(truncated), out
+
+    def close_extras(self, **kwargs: Any) -> None:
+        """Close the single envs (and the async workers)."""
+        self._vec.close()
