@@ -224,20 +224,22 @@ def to_torchrl_batch(batch: TensorDict) -> TensorDict:
     )
 
 
-def random_actions(space: gym.Space, num_envs: int, generator: torch.Generator) -> torch.Tensor:
-    """Uniform actions ``[num_envs, ...]`` on the generator's device: a ``Box`` between its bounds, a ``Discrete``
-    index from 0 (the policy's indices; the env group adds ``start``).
+def random_action_space(space: gym.Space, num_envs: int, seed: int) -> gym.Space:
+    """The seeded batch space of uniform warm-up actions ``[num_envs, ...]`` in the policy's terms.
+
+    A ``Box`` between its bounds, ``Discrete`` indices from 0 (the env group adds ``start``), drawn with
+    gymnasium's ``sample`` as Stable-Baselines3 draws its ``learning_starts`` actions.
 
     Raises:
         TypeError: Another action space (the off-policy algorithms act in these two).
     """
-    device = generator.device
     if isinstance(space, gym.spaces.Discrete):
-        return torch.randint(int(space.n), (num_envs,), generator=generator, device=device)
-    if isinstance(space, gym.spaces.Box):
-        low, high = (torch.as_tensor(b, dtype=torch.float32, device=device) for b in (space.low, space.high))
-        return low + torch.rand((num_envs, *space.shape), generator=generator, device=device) * (high - low)
-    raise TypeError(f"Replay collection draws uniform actions from a Discrete or Box space, got {space}.")
+        space = gym.spaces.Discrete(int(space.n))
+    elif not isinstance(space, gym.spaces.Box):
+        raise TypeError(f"Replay collection draws uniform actions from a Discrete or Box space, got {space}.")
+    batched = gym.vector.utils.batch_space(space, num_envs)
+    batched.seed(seed)
+    return batched
 
 
 class ReplayDataset(IterableDataset):
@@ -281,7 +283,7 @@ class ReplayDataset(IterableDataset):
         self.steps_per_epoch, self.learning_starts = steps_per_epoch, learning_starts
         self.train_freq, self.gradient_steps = train_freq, gradient_steps
         self.counters, self.reset_seed, self.world_size = counters, reset_seed, world_size
-        self.action_generator = torch.Generator(device=envs.device).manual_seed(action_seed)
+        self.random_actions = random_action_space(envs.action_space, envs.num_envs, action_seed)
         #: Gradient steps still owed by the chunk collected last (saved: a chunk cut short finishes on resume).
         self.gradient_credit = 0
         #: Vector steps taken in the current epoch (saved: a resumed run finishes an epoch cut short).
@@ -381,7 +383,7 @@ class ReplayDataset(IterableDataset):
         obs = envs.obs
         t0 = time.perf_counter()
         if self.counters.env_steps < self.learning_starts:
-            action = random_actions(envs.action_space, envs.num_envs, self.action_generator)
+            action = torch.as_tensor(self.random_actions.sample(), device=envs.device)
         else:
             action = self.policy.explore(to_device(obs, policy_device(self.policy)), self.counters.env_steps)
         t1 = time.perf_counter()
