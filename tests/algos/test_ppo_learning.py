@@ -35,7 +35,7 @@ def _train_and_test(experiment: str, seed: int, tmp_path, overrides: tuple[str, 
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("seed", [pytest.param(0, marks=[pytest.mark.ci, pytest.mark.plain]), 1, 2])
+@pytest.mark.parametrize("seed", [pytest.param(0, marks=pytest.mark.ci), 1, 2])
 def test_ppo_solves_cartpole_within_150k_steps(seed, tmp_path):
     """Test that experiment=ppo reaches a deterministic train-set return >= 475 on CartPole within 150k steps."""
     metrics = _train_and_test("ppo", seed, tmp_path)
