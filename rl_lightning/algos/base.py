@@ -61,10 +61,15 @@ class RLModule(pl.LightningModule):
             (:class:`~rl_lightning.callbacks.FlushDenormals`): Adam's second moments sink that low,
             and the CPU computes on them several times slower (DQN's optimizer step 0.52 against
             0.09 ms; ``python -m benchmarks.denormals``). A value that small reads as 0.
+        compile: Run the update's loss (forward and backward) and the acting methods through
+            ``torch.compile`` during ``fit``. Compiling costs seconds up front (a minute on a cold
+            cache) and pays back on long runs and GPUs; off by default (``python -m benchmarks.compile``).
     """
 
     #: The data module class this algorithm's training_step expects batches from.
     datamodule_class: type | None = None
+    #: The policy methods collection calls (compiled with ``compile=True``).
+    acting_methods: tuple[str, ...] = ()
 
     def __init__(
         self,
@@ -74,6 +79,7 @@ class RLModule(pl.LightningModule):
         on_nonfinite: str = "stop",
         max_grad_norm: float | None = None,
         flush_denormal: bool = True,
+        compile: bool = False,
     ):
         super().__init__()
         check_positive_int(total_timesteps=total_timesteps)
@@ -84,6 +90,9 @@ class RLModule(pl.LightningModule):
         self.keep_last = keep_last
         self.on_nonfinite = on_nonfinite
         self.flush_denormal = flush_denormal
+        self.torch_compile = compile
+        #: What the update calls for its losses: :meth:`loss`, or its ``torch.compile`` during a fit with ``compile``.
+        self.loss_fn = self.loss
         self.guard = UpdateGuard(max_grad_norm, on_nonfinite)
         self.policy: nn.Module | None = None
         #: An acting copy of ``policy`` on another device or dtype (set by the ``ActorSync`` callback).
@@ -208,6 +217,10 @@ class RLModule(pl.LightningModule):
         action = action[0] if single else action
         return action if next_state is None else (action, next_state.cpu().numpy())
 
+    def loss(self, batch: Any) -> Any:
+        """The algorithm's losses on one batch of its update (implemented by each algorithm)."""
+        raise NotImplementedError
+
     def gradients_finite(
         self, optimizer: torch.optim.Optimizer, losses: Any, clip_per_group: bool = False, clip: bool = True
     ) -> bool:
@@ -278,6 +291,16 @@ class RLModule(pl.LightningModule):
                 "algorithms clip and check gradients themselves. Use trainer.precision=bf16-mixed or 32."
             )
         self._fit_start = (time.perf_counter(), self.env_steps)
+        if self.torch_compile:
+            # torch.compile of bound methods, set on the instances for this fit only (on_fit_end removes them).
+            self.loss_fn = torch.compile(self.loss)
+            for name in self.acting_methods:
+                setattr(self.acting_policy, name, torch.compile(getattr(self.acting_policy, name)))
+
+    def on_fit_end(self) -> None:
+        self.loss_fn = self.loss
+        for name in self.acting_methods if self.torch_compile else ():
+            vars(self.acting_policy).pop(name, None)
 
     def on_train_start(self) -> None:
         self.loops_started = True

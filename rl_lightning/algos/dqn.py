@@ -16,10 +16,11 @@ from typing import Any
 
 import gymnasium as gym
 import torch
+from tensordict import TensorDict
 from torch import nn
 
 from rl_lightning.algos.base import RLModule
-from rl_lightning.algos.dqn_loss import LOSS_FUNCTIONS, dqn_loss
+from rl_lightning.algos.dqn_loss import LOSS_FUNCTIONS, DQNLossTerms, dqn_loss
 from rl_lightning.algos.update import adam
 from rl_lightning.checks import check_hidden_sizes, check_positive, check_positive_int, check_unit_interval
 from rl_lightning.data import ReplayDataModule
@@ -60,9 +61,12 @@ class DQN(RLModule):
             saved in the hyperparameters; pass it again to ``load_from_checkpoint``). The
             target network is a copy, encoder included. Vector observations do not use it.
         flush_denormal: Flush denormal floats to zero during ``fit`` (see :class:`~rl_lightning.algos.RLModule`).
+        compile: ``torch.compile`` the update's loss and acting during ``fit`` (see
+            :class:`~rl_lightning.algos.RLModule`).
     """
 
     datamodule_class = ReplayDataModule
+    acting_methods = ("explore",)
 
     def __init__(
         self,
@@ -84,8 +88,11 @@ class DQN(RLModule):
         on_nonfinite: str = "stop",
         encoder: dict[str, Any] | nn.Module | Callable[[gym.Space], nn.Module] | None = None,
         flush_denormal: bool = True,
+        compile: bool = False,
     ):
-        super().__init__(total_timesteps, save_interval, keep_last, on_nonfinite, max_grad_norm, flush_denormal)
+        super().__init__(
+            total_timesteps, save_interval, keep_last, on_nonfinite, max_grad_norm, flush_denormal, compile
+        )
         check_positive(lr=lr)
         check_unit_interval(gamma=gamma, tau=tau, open_low=True)
         for name in ("exploration_fraction", "exploration_initial_eps", "exploration_final_eps"):
@@ -125,6 +132,11 @@ class DQN(RLModule):
     def configure_optimizers(self):
         return adam(self.policy.parameters(), lr=self.hparams.lr)
 
+    def loss(self, batch: TensorDict) -> DQNLossTerms:
+        """The TD loss on a replay batch (see :func:`~rl_lightning.algos.dqn_loss.dqn_loss`)."""
+        hp = self.hparams
+        return dqn_loss(self.policy, self.target_net, batch, hp.gamma, hp.double_dqn, hp.loss_function)
+
     def training_step(self, epoch: ReplayEpoch, batch_idx: int) -> None:
         """The epoch's gradient steps: per sampled batch the TD loss, backward, clipping, Adam; the target cadence.
 
@@ -138,7 +150,7 @@ class DQN(RLModule):
         for batch in epoch:
             if hp.anneal_lr:  # the env-step count is the chunk's for all its gradient steps
                 self.anneal_lr(hp.lr)
-            terms = dqn_loss(self.policy, self.target_net, batch, hp.gamma, hp.double_dqn, hp.loss_function)
+            terms = self.loss_fn(batch)
             optimizer.zero_grad(set_to_none=True)
             self.manual_backward(terms.loss)
             # Clips to max_grad_norm and refuses (or, by option, skips) a NaN or inf update.

@@ -19,7 +19,7 @@ from tensordict import TensorDict
 from torch import nn
 
 from rl_lightning.algos.base import RLModule
-from rl_lightning.algos.ppo_loss import LOSS_COEFS, compute_gae, ppo_loss
+from rl_lightning.algos.ppo_loss import LOSS_COEFS, PPOLossTerms, compute_gae, ppo_loss
 from rl_lightning.algos.update import adam
 from rl_lightning.checks import (
     check_hidden_sizes,
@@ -90,9 +90,12 @@ class PPO(RLModule):
             sequences of this many steps, each from the state the rollout acted with at its first
             step; must divide ``rollout_steps``. ``None``: the whole rollout.
         flush_denormal: Flush denormal floats to zero during ``fit`` (see :class:`RLModule`).
+        compile: ``torch.compile`` the update's loss and acting during ``fit`` (see
+            :class:`~rl_lightning.algos.RLModule`).
     """
 
     datamodule_class = RolloutDataModule
+    acting_methods = ("act", "value")
 
     def __init__(
         self,
@@ -124,8 +127,11 @@ class PPO(RLModule):
         shared_core: bool = True,
         bptt_length: int | None = None,
         flush_denormal: bool = True,
+        compile: bool = False,
     ):
-        super().__init__(total_timesteps, save_interval, keep_last, on_nonfinite, max_grad_norm, flush_denormal)
+        super().__init__(
+            total_timesteps, save_interval, keep_last, on_nonfinite, max_grad_norm, flush_denormal, compile
+        )
         if recurrent and (actor is not None or critic is not None):
             raise ValueError(
                 "recurrent=True builds its own heads after the recurrent core; a custom actor or critic cannot be "
@@ -213,6 +219,15 @@ class PPO(RLModule):
         if self.hparams.anneal_lr:
             self.anneal_lr(self.hparams.lr)
 
+    def loss(self, mb: dict[str, Any]) -> PPOLossTerms:
+        """The clipped loss on a minibatch of ``B`` sequences of ``L`` steps (``[L, B]`` tensors, a recurrent policy's
+        ``state`` at each step), as :func:`~rl_lightning.algos.ppo_loss.ppo_loss` computes it."""
+        state = mb["state"][0] if "state" in mb else None  # a sequence replays from the state of its first step
+        log_prob, entropy, value = self.policy.evaluate_actions(mb["obs"], mb["action"], mb["episode_start"], state)
+        old = (mb[key].flatten() for key in ("log_prob", "value", "advantage", "return"))
+        coefs = {name: self.hparams[name] for name in LOSS_COEFS}
+        return ppo_loss(log_prob.flatten(), entropy.flatten(), value.flatten(), *old, **coefs)
+
     def training_step(self, rollout: TensorDict, batch_idx: int) -> None:
         """The update phase on one rollout ``[T, N]``: GAE, then ``update_epochs x num_minibatches`` loss steps.
 
@@ -232,18 +247,12 @@ class PPO(RLModule):
         L = self.sequence_length(T)
         sequences = rollout.apply(lambda x: x.reshape(T // L, L, *x.shape[1:]).transpose(0, 1).flatten(1, 2),
                                   batch_size=[L, T // L * N])  # fmt: skip
-        coefs = {name: hp[name] for name in LOSS_COEFS}
         # Plain tensors (a TensorDict for Dict observations): indexing them costs less than indexing the TensorDict.
         keys = ("obs", "action", "log_prob", "value", "advantage", "return", "episode_start", "state")
         columns = {key: sequences[key] for key in keys if key in sequences.keys()}
         for _ in range(hp.update_epochs):
             for index in torch.randperm(sequences.shape[1]).to(self.device).view(hp.num_minibatches, -1):
-                mb = {key: value[:, index] for key, value in columns.items()}
-                state = mb["state"][0] if "state" in mb else None
-                log_prob, entropy, value = self.policy.evaluate_actions(mb["obs"], mb["action"], mb["episode_start"],
-                                                                        state)  # fmt: skip
-                old = (mb[key].flatten() for key in ("log_prob", "value", "advantage", "return"))
-                terms = ppo_loss(log_prob.flatten(), entropy.flatten(), value.flatten(), *old, **coefs)
+                terms = self.loss_fn({key: value[:, index] for key, value in columns.items()})
                 optimizer.zero_grad(set_to_none=True)
                 self.manual_backward(terms.loss)
                 if self.gradients_finite(optimizer, terms):  # clips to max_grad_norm; refuses (or skips) a NaN

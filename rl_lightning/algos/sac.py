@@ -58,9 +58,12 @@ class SAC(RLModule):
             and the critics each get their own encoder (per network, as SB3's SAC by default);
             the target critics a copy of the critics'. Vector observations do not use it.
         flush_denormal: Flush denormal floats to zero during ``fit`` (see :class:`~rl_lightning.algos.RLModule`).
+        compile: ``torch.compile`` the update's loss and acting during ``fit`` (see
+            :class:`~rl_lightning.algos.RLModule`).
     """
 
     datamodule_class = ReplayDataModule
+    acting_methods = ("explore",)
 
     def __init__(
         self,
@@ -79,8 +82,11 @@ class SAC(RLModule):
         on_nonfinite: str = "stop",
         encoder: dict[str, Any] | nn.Module | Callable[[gym.Space], nn.Module] | None = None,
         flush_denormal: bool = True,
+        compile: bool = False,
     ):
-        super().__init__(total_timesteps, save_interval, keep_last, on_nonfinite, max_grad_norm, flush_denormal)
+        super().__init__(
+            total_timesteps, save_interval, keep_last, on_nonfinite, max_grad_norm, flush_denormal, compile
+        )
         check_positive(actor_lr=actor_lr, critic_lr=critic_lr, alpha_lr=alpha_lr, init_alpha=init_alpha)
         check_unit_interval(gamma=gamma, tau=tau, open_low=True)
         if max_grad_norm is not None:
@@ -152,7 +158,7 @@ class SAC(RLModule):
 
     def update(self, batch: TensorDict, optimizer) -> None:
         """One SAC update on a replay batch: critics, actor, temperature, then the targets."""
-        terms = self.loss(batch)
+        terms = self.loss_fn(batch)
         # The three losses touch disjoint parameters (sac_loss detaches the critics inside the
         # actor loss and the log-probs inside the temperature loss): one backward of their sum serves all.
         optimizer.zero_grad(set_to_none=True)
