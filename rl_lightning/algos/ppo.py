@@ -18,29 +18,18 @@ import torch
 from tensordict import TensorDict
 from torch import nn
 
+from rl_lightning import checks
 from rl_lightning.algos.base import RLModule
+from rl_lightning.algos.metrics import explained_variance
 from rl_lightning.algos.ppo_loss import LOSS_COEFS, PPOLossTerms, compute_gae, ppo_loss
 from rl_lightning.algos.update import adam
-from rl_lightning.checks import (
-    check_hidden_sizes,
-    check_non_negative,
-    check_positive,
-    check_positive_int,
-    check_unit_interval,
-)
 from rl_lightning.data import RolloutDataModule
 from rl_lightning.faults import interrupt_request
 from rl_lightning.nets import ActorCritic
 from rl_lightning.nets.encoders import build_encoder, check_encoder_argument
-from rl_lightning.nets.recurrent import CELLS, RecurrentActorCritic
+from rl_lightning.nets.recurrent import RecurrentActorCritic, check_recurrent_settings
 
 _TRAIN_METRICS = ("policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction")
-
-
-def explained_variance(value: torch.Tensor, returns: torch.Tensor) -> float:
-    """``1 - Var[return - value] / Var[return]``: 1 is a perfect critic, <= 0 a useless one."""
-    var = returns.var()
-    return float("nan") if var == 0 else float(1 - (returns - value).var() / var)
 
 
 class PPO(RLModule):
@@ -132,24 +121,12 @@ class PPO(RLModule):
         super().__init__(
             total_timesteps, save_interval, keep_last, on_nonfinite, max_grad_norm, flush_denormal, compile
         )
-        if recurrent and (actor is not None or critic is not None):
-            raise ValueError(
-                "recurrent=True builds its own heads after the recurrent core; a custom actor or critic cannot be "
-                "combined with it. Drop algo.actor / algo.critic, or set recurrent=false."
-            )
-        if recurrent and cell not in CELLS:
-            raise ValueError(f"cell must be one of {CELLS}, got {cell!r} (Hydra: algo.cell=lstm).")
-        if not recurrent and bptt_length is not None:
-            raise ValueError(
-                f"bptt_length={bptt_length} truncates the backpropagation through a recurrent core; this policy "
-                "has none. Set recurrent=true (Hydra: algo.recurrent=true), or drop bptt_length."
-            )
-        check_positive_int(update_epochs=update_epochs, num_minibatches=num_minibatches, recurrent_size=recurrent_size)
-        check_positive_int(bptt_length=bptt_length, none="None")
-        check_unit_interval(gamma=gamma, gae_lambda=gae_lambda)
-        check_positive(lr=lr, clip_coef=clip_coef, max_grad_norm=max_grad_norm)
-        check_non_negative(ent_coef=ent_coef, vf_coef=vf_coef)
-        check_hidden_sizes(hidden_sizes, allow_empty=True)
+        check_recurrent_settings(recurrent, cell, recurrent_size, bptt_length, actor is not None or critic is not None)
+        checks.check_positive_int(update_epochs=update_epochs, num_minibatches=num_minibatches)
+        checks.check_unit_interval(gamma=gamma, gae_lambda=gae_lambda)
+        checks.check_positive(lr=lr, clip_coef=clip_coef, max_grad_norm=max_grad_norm)
+        checks.check_non_negative(ent_coef=ent_coef, vf_coef=vf_coef)
+        checks.check_hidden_sizes(hidden_sizes, allow_empty=True)
         self.automatic_optimization = False  # the update phase runs inside training_step
         encoder, own_encoder = check_encoder_argument(encoder)  # checked now, before any env is made
         self.save_hyperparameters(ignore=["actor", "critic", *(["encoder"] if own_encoder else [])])
@@ -187,15 +164,10 @@ class PPO(RLModule):
             )
         sequences = num_envs * rollout_steps // length
         if sequences % self.hparams.num_minibatches:
-            what = (
-                f"transitions: rollout_steps x num_envs = {rollout_steps} x {num_envs} = {sequences}"
-                if length == 1
-                else f"sequences of a recurrent policy: num_envs x rollout_steps / sequence length = {num_envs} x "
-                f"{rollout_steps} / {length} = {sequences}"
-            )
             raise ValueError(
-                f"num_minibatches={self.hparams.num_minibatches} does not divide the rollout's {what}; choose a "
-                "divisor so every minibatch has the same size: PPO(num_minibatches=...) (Hydra: "
+                f"num_minibatches={self.hparams.num_minibatches} does not divide the rollout's {sequences} sequences "
+                f"of {length} step(s) (rollout_steps x num_envs / {length} = {rollout_steps} x {num_envs} / {length}); "
+                "choose a divisor so every minibatch has the same size: PPO(num_minibatches=...) (Hydra: "
                 "algo.num_minibatches=...; CLI: --model.num_minibatches)."
             )
 
@@ -204,15 +176,6 @@ class PPO(RLModule):
         data = self.trainer.datamodule
         if stage == "fit" and isinstance(data, RolloutDataModule):
             self.check_rollout(data.hparams.rollout_steps, data.hparams.num_envs)
-
-    def on_fit_start(self) -> None:
-        super().on_fit_start()
-        if self.hparams.recurrent and self.acting_copy is not None:
-            raise ValueError(
-                "A recurrent policy (algo.recurrent=true) acts with its own state; an acting copy (ActorSync, "
-                "callbacks=split_actor) of it is not supported. Drop the ActorSync callback, or set "
-                "algo.recurrent=false."
-            )
 
     def on_train_epoch_start(self) -> None:
         # One rollout per epoch: the learning rate steps down once per rollout (CleanRL's detail 4).
@@ -238,10 +201,7 @@ class PPO(RLModule):
         """
         hp, optimizer = self.hparams, self.optimizers()
         T, N = rollout.batch_size
-        advantage, returns = compute_gae(
-            rollout["reward"], rollout["value"], rollout["next_value"], rollout["terminated"], rollout["truncated"],
-            hp.gamma, hp.gae_lambda,
-        )  # fmt: skip
+        advantage, returns = compute_gae(rollout, hp.gamma, hp.gae_lambda)
         rollout.update({"advantage": advantage, "return": returns})
         self.explained_variance = explained_variance(rollout["value"].flatten(), returns.flatten())
         L = self.sequence_length(T)

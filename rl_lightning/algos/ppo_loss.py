@@ -13,20 +13,13 @@ from __future__ import annotations
 import dataclasses
 
 import torch
+from tensordict import TensorDict
 
 #: The loss's coefficients, as :func:`ppo_loss` and :class:`~rl_lightning.algos.PPO` name them.
 LOSS_COEFS = ("clip_coef", "ent_coef", "vf_coef", "norm_adv", "clip_vloss")
 
 
-def compute_gae(
-    reward: torch.Tensor,
-    value: torch.Tensor,
-    next_value: torch.Tensor,
-    terminated: torch.Tensor,
-    truncated: torch.Tensor,
-    gamma: float,
-    gae_lambda: float,
-) -> tuple[torch.Tensor, torch.Tensor]:
+def compute_gae(rollout: TensorDict, gamma: float, gae_lambda: float) -> tuple[torch.Tensor, torch.Tensor]:
     """Generalized advantage estimation (Schulman et al., 2016, eq. 16), CleanRL's backward loop over time.
 
     ``next_value[t]`` is the value of the state step ``t`` reached: for a truncated step the
@@ -34,14 +27,17 @@ def compute_gae(
     the episode); a terminated step has no next value. The recursion stops at either end.
 
     Args:
-        reward, value, next_value: ``[T, N]``.
-        terminated, truncated: ``[T, N]`` bools.
+        rollout: ``[T, N]`` with ``reward``, ``value``, ``next_value`` and the ``terminated`` and
+            ``truncated`` bools (:class:`~rl_lightning.data.RolloutDataset`'s columns).
         gamma: Discount factor.
         gae_lambda: GAE's lambda.
 
     Returns:
         ``(advantage, return)``, each ``[T, N]``, with ``return = advantage + value``.
     """
+    reward, value, next_value, terminated, truncated = (
+        rollout[key] for key in ("reward", "value", "next_value", "terminated", "truncated")
+    )
     delta = reward + gamma * next_value * (~terminated) - value  # the TD error of each step
     carry = gamma * gae_lambda * ~(terminated | truncated)  # where an episode goes on into the next step
     advantage, last = [], torch.zeros_like(value[0])

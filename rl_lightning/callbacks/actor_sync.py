@@ -46,6 +46,12 @@ class ActorSync(pl.Callback):
             pl_module.acting_copy.verify()
 
     def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if pl_module.policy is not None and pl_module.policy.initial_state(1) is not None:
+            raise ValueError(
+                "A recurrent policy (algo.recurrent=true) acts with its own state; an acting copy (ActorSync, "
+                "callbacks=split_actor) of it is not supported. Drop the ActorSync callback, or set "
+                "algo.recurrent=false."
+            )
         self._attach(pl_module)
 
     def on_validation_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:

@@ -25,11 +25,32 @@ import gymnasium as gym
 import torch
 from torch import nn
 
+from rl_lightning.checks import check_positive_int
 from rl_lightning.nets.actor_critic import ActorCritic
 from rl_lightning.nets.encoders import EncoderSettings
 from rl_lightning.nets.mlp import mlp
 
 CELLS = ("lstm", "gru")
+
+
+def check_recurrent_settings(
+    recurrent: bool, cell: str, recurrent_size: int, bptt_length: int | None, custom_heads: bool
+) -> None:
+    """Refuse, naming the fix, PPO's recurrent settings that do not go together (checked before any env is made)."""
+    if recurrent and custom_heads:
+        raise ValueError(
+            "recurrent=True builds its own heads after the recurrent core; a custom actor or critic cannot be "
+            "combined with it. Drop algo.actor / algo.critic, or set recurrent=false."
+        )
+    if recurrent and cell not in CELLS:
+        raise ValueError(f"cell must be one of {CELLS}, got {cell!r} (Hydra: algo.cell=lstm).")
+    if not recurrent and bptt_length is not None:
+        raise ValueError(
+            f"bptt_length={bptt_length} truncates the backpropagation through a recurrent core; this policy "
+            "has none. Set recurrent=true (Hydra: algo.recurrent=true), or drop bptt_length."
+        )
+    check_positive_int(recurrent_size=recurrent_size)
+    check_positive_int(bptt_length=bptt_length, none="None")
 
 
 def _core(cell: str, in_features: int, size: int) -> nn.RNNBase:

@@ -20,6 +20,12 @@ with warnings.catch_warnings():
     from torchrl.objectives import ClipPPOLoss
 
 
+def _rollout(reward, value, next_value, terminated, truncated) -> TensorDict:
+    """The rollout columns compute_gae reads, ``[T, N]``."""
+    columns = {"reward": reward, "value": value, "next_value": next_value, "terminated": terminated}
+    return TensorDict({**columns, "truncated": truncated}, batch_size=reward.shape)
+
+
 def _batch(policy, n=64, seed=0):
     g = torch.Generator().manual_seed(seed)
     obs = torch.randn(n, 4, generator=g)
@@ -139,7 +145,7 @@ def test_gae_hand_computed_terminated_and_truncated():
     next_value = torch.tensor([[0.6, 0.6], [99.0, 0.7], [0.8, 2.0], [0.9, 0.9]])
     terminated = torch.tensor([[0, 0], [1, 0], [0, 0], [0, 0]], dtype=torch.bool)
     truncated = torch.tensor([[0, 0], [0, 0], [0, 1], [0, 0]], dtype=torch.bool)
-    adv, ret = compute_gae(reward, value, next_value, terminated, truncated, gamma, lam)
+    adv, ret = compute_gae(_rollout(reward, value, next_value, terminated, truncated), gamma, lam)
     # Env 0: deltas 1.04, 0.4, 1.02, 1.01; the recursion stops at t=1.
     expected_0 = [1.04 + 0.72 * 0.4, 0.4, 1.02 + 0.72 * 1.01, 1.01]
     # Env 1: deltas 1.04, 1.03, 1 + 0.9 * 2.0 - 0.7 = 2.1, 1.01; the recursion stops at t=2.
@@ -162,7 +168,7 @@ def test_gae_equals_torchrls_on_random_rollouts(num_envs):
     terminated = ended & (torch.rand(steps, num_envs, generator=g) < 0.5)
     truncated = ended & ~terminated
     assert terminated.any() and truncated.any()
-    adv, ret = compute_gae(reward, value, next_value, terminated, truncated, 0.99, 0.95)
+    adv, ret = compute_gae(_rollout(reward, value, next_value, terminated, truncated), 0.99, 0.95)
     expected, target = generalized_advantage_estimate(
         0.99, 0.95, value[..., None], next_value[..., None], reward[..., None], ended[..., None],
         terminated[..., None], time_dim=0,
