@@ -51,9 +51,9 @@ from torch import nn
 from rl_lightning.algos.base import RLModule
 from rl_lightning.callbacks.checkpoint import plain_file_mode
 from rl_lightning.envs.obs import storage_dtype
-from rl_lightning.envs.spaces import space_to_dict
 from rl_lightning.nets.actor_critic import ActorCritic
 from rl_lightning.nets.dqn import QValueNetwork
+from rl_lightning.spaces import space_to_dict
 
 EXPORT_FORMATS = ("torchscript", "onnx")
 #: Name of the metadata entry (a TorchScript extra file, an ONNX metadata property).

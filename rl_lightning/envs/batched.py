@@ -1,29 +1,17 @@
 """Device-native batched envs: thousands of simulations as torch tensors on one device, stepped at once.
 
-:class:`TorchVectorEnv` is a gymnasium ``VectorEnv`` whose observations, rewards, flags and
-actions are torch tensors on its device (CPU or CUDA), the interface GPU simulators expose
-(ManiSkill3's ``ManiSkillVectorEnv``, Isaac Lab's gym interface). The dynamics are a small
-object of pure tensor functions (:class:`CartPoleDynamics`, :class:`PendulumDynamics`); the
-env adds what every batched env shares: the time limit, same-step autoreset, per-env
-parameters (the object sets' variations) and a seeded torch generator.
-
-The two reference dynamics equal gymnasium's ``CartPole-v1`` and ``Pendulum-v1`` step for
-step (``tests/envs/test_batched.py`` holds them against gymnasium from the same states and
-actions), so CI runs the tensor path without a GPU. Kept packages have none that fits:
-gymnasium's functional ``phys2d`` versions are written in JAX, and torchrl's ``PendulumEnv``
-is a tutorial env with other observations (``th``, ``thdot``) and no time limit.
-
-Autoreset (gymnasium's ``SAME_STEP`` mode, as ManiSkill3 and Isaac Lab do it): an env whose
-episode ends in a step returns its next episode's first observation from that step, and the
-true last observation in ``info["final_obs"]`` (the whole batch; rows where
-``info["_final_obs"]`` is set are the ones that ended). The step never branches on the
-device's values: a fresh start state is drawn for every env each step and taken where an
-episode ended (``torch.where``), so a step reads nothing back to the host.
+:class:`TorchVectorEnv` is a gymnasium ``VectorEnv`` of torch tensors on its device (the env
+contract, :mod:`~rl_lightning.envs.env_group`). The dynamics are pure tensor functions
+(:class:`CartPoleDynamics`, :class:`PendulumDynamics`, equal to gymnasium's step for step:
+``tests/envs/test_batched.py``); the env adds the time limit, ``SAME_STEP`` autoreset, per-env
+parameters (the object sets' variations) and a seeded generator. A step never branches on the
+device's values: fresh start states are drawn every step and taken where an episode ended
+(``torch.where``), so it reads nothing back to the host. No kept package has such envs in
+torch: gymnasium's functional versions are JAX, torchrl's ``PendulumEnv`` has other observations.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from collections.abc import Mapping
 from typing import Any, Protocol
@@ -36,14 +24,10 @@ from gymnasium.vector.utils import batch_space
 
 
 class Dynamics(Protocol):
-    """What :class:`TorchVectorEnv` needs of a simulation: pure functions of batched tensors.
-
-    Attributes:
-        env_id: The gymnasium id whose dynamics these equal.
-        params: Per-env physical parameters and their defaults (gymnasium's attribute names).
-        max_episode_steps: The id's time limit.
-        observation_space, action_space: One env's spaces (gymnasium's).
-    """
+    """What :class:`TorchVectorEnv` needs of a simulation: its gymnasium id, per-env parameters with their
+    defaults, time limit and single spaces, and pure functions of batched tensors: ``start(n, generator,
+    like) -> [n, state_dim]`` draws start states, ``step(state, action, params) -> (state, reward [n],
+    terminated [n])`` advances every env, ``observe(state) -> [n, obs_dim]``."""
 
     env_id: str
     params: Mapping[str, float]
@@ -51,61 +35,40 @@ class Dynamics(Protocol):
     observation_space: gym.spaces.Box
     action_space: gym.Space
 
-    def start(self, n: int, generator: torch.Generator, like: torch.Tensor) -> torch.Tensor:
-        """``n`` start states ``[n, state_dim]`` in ``like``'s dtype and device, drawn from ``generator``."""
+    def start(self, n: int, generator: torch.Generator, like: torch.Tensor) -> torch.Tensor: ...
 
     def step(
         self, state: torch.Tensor, action: torch.Tensor, params: Mapping[str, torch.Tensor]
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """One step of every env: ``(next state, reward [n], terminated [n] bool)``."""
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]: ...
 
-    def observe(self, state: torch.Tensor) -> torch.Tensor:
-        """Observations ``[n, obs_dim]`` of states ``[n, state_dim]``."""
+    def observe(self, state: torch.Tensor) -> torch.Tensor: ...
 
 
-def _uniform(n: int, low: torch.Tensor, high: torch.Tensor, generator: torch.Generator, like: torch.Tensor):
-    """``[n, len(low)]`` uniform draws in ``[low, high)`` (gymnasium's ``np_random.uniform``)."""
-    u = torch.rand((n, low.numel()), generator=generator, dtype=like.dtype, device=like.device)
-    return low + (high - low) * u
+def _uniform(low: list[float], n: int, generator: torch.Generator, like: torch.Tensor) -> torch.Tensor:
+    """``[n, len(low)]`` uniform draws in ``[-low, low)`` (gymnasium's ``np_random.uniform``)."""
+    bound = torch.tensor(low, dtype=like.dtype, device=like.device)
+    return bound * (2 * torch.rand((n, len(low)), generator=generator, dtype=like.dtype, device=like.device) - 1)
 
 
-@dataclasses.dataclass(frozen=True)
 class CartPoleDynamics:
     """gymnasium's ``CartPole-v1`` (Barto, Sutton and Anderson 1983; Florian 2007's equations), batched.
 
-    gymnasium's ``CartPoleEnv.step`` with its default Euler integrator and reward 1 per step
-    (the terminating step too); starts uniform in ``[-0.05, 0.05)^4``; terminated when the
-    cart leaves +-2.4 or the pole leans past 12 degrees. ``total_mass`` and
-    ``polemass_length`` are derived from the parameters in every step, so a variation of
-    ``length`` or ``masspole`` changes the dynamics (as ``ObjectSetWrapper`` makes gymnasium's do).
+    ``CartPoleEnv.step`` with its default Euler integrator and reward 1 per step (the terminating
+    one too); starts uniform in ``[-0.05, 0.05)^4``; terminated when the cart leaves +-2.4 or the
+    pole leans past 12 degrees. ``total_mass`` and ``polemass_length`` are derived from the
+    parameters in every step, so varying ``length`` or ``masspole`` changes the dynamics.
     """
 
-    env_id: str = "CartPole-v1"
-    params: Mapping[str, float] = dataclasses.field(
-        default_factory=lambda: {
-            "gravity": 9.8,
-            "masscart": 1.0,
-            "masspole": 0.1,
-            "length": 0.5,  # half the pole's length, as gymnasium names it
-            "force_mag": 10.0,
-            "tau": 0.02,
-        }
-    )
-    max_episode_steps: int = 500
-    x_threshold: float = 2.4
-    theta_threshold_radians: float = 12 * 2 * math.pi / 360
-    observation_space: gym.spaces.Box = dataclasses.field(
-        default_factory=lambda: gym.spaces.Box(
-            -np.array([4.8, np.inf, 24 * 2 * math.pi / 360, np.inf], np.float32),
-            np.array([4.8, np.inf, 24 * 2 * math.pi / 360, np.inf], np.float32),
-            dtype=np.float32,
-        )
-    )
-    action_space: gym.Space = dataclasses.field(default_factory=lambda: gym.spaces.Discrete(2))
+    env_id, max_episode_steps = "CartPole-v1", 500
+    # gymnasium's names; length is half the pole's length.
+    params = {"gravity": 9.8, "masscart": 1.0, "masspole": 0.1, "length": 0.5, "force_mag": 10.0, "tau": 0.02}
+    x_threshold, theta_threshold_radians = 2.4, 12 * 2 * math.pi / 360
+    _high = np.array([4.8, np.inf, 24 * 2 * math.pi / 360, np.inf], np.float32)
+    observation_space = gym.spaces.Box(-_high, _high, dtype=np.float32)
+    action_space = gym.spaces.Discrete(2)
 
     def start(self, n: int, generator: torch.Generator, like: torch.Tensor) -> torch.Tensor:
-        bound = torch.full((4,), 0.05, dtype=like.dtype, device=like.device)
-        return _uniform(n, -bound, bound, generator, like)
+        return _uniform([0.05] * 4, n, generator, like)
 
     def step(self, state, action, params):
         x, x_dot, theta, theta_dot = state.unbind(-1)
@@ -136,31 +99,21 @@ def angle_normalize(x: torch.Tensor) -> torch.Tensor:
     return torch.remainder(x + math.pi, 2 * math.pi) - math.pi
 
 
-@dataclasses.dataclass(frozen=True)
 class PendulumDynamics:
     """gymnasium's ``Pendulum-v1``, batched: the state ``(theta, theta_dot)``, observations ``(cos, sin, theta_dot)``.
 
-    gymnasium's ``PendulumEnv.step``: torque clipped to ``max_torque``, cost
-    ``angle_normalize(th)^2 + 0.1 thdot^2 + 0.001 u^2`` of the state before the step, the
-    speed clipped to ``max_speed``; starts uniform in ``[-pi, pi) x [-1, 1)``; never
-    terminates (the 200-step limit truncates).
+    ``PendulumEnv.step``: torque clipped to ``max_torque``, cost ``angle_normalize(th)^2 + 0.1
+    thdot^2 + 0.001 u^2`` of the state before the step, the speed clipped to ``max_speed``; starts
+    uniform in ``[-pi, pi) x [-1, 1)``; never terminates (the 200-step limit truncates).
     """
 
-    env_id: str = "Pendulum-v1"
-    params: Mapping[str, float] = dataclasses.field(
-        default_factory=lambda: {"g": 10.0, "m": 1.0, "l": 1.0, "dt": 0.05, "max_speed": 8.0, "max_torque": 2.0}
-    )
-    max_episode_steps: int = 200
-    observation_space: gym.spaces.Box = dataclasses.field(
-        default_factory=lambda: gym.spaces.Box(-np.array([1, 1, 8], np.float32), np.array([1, 1, 8], np.float32))
-    )
-    action_space: gym.Space = dataclasses.field(
-        default_factory=lambda: gym.spaces.Box(-2.0, 2.0, shape=(1,), dtype=np.float32)
-    )
+    env_id, max_episode_steps = "Pendulum-v1", 200
+    params = {"g": 10.0, "m": 1.0, "l": 1.0, "dt": 0.05, "max_speed": 8.0, "max_torque": 2.0}
+    observation_space = gym.spaces.Box(-np.array([1, 1, 8], np.float32), np.array([1, 1, 8], np.float32))
+    action_space = gym.spaces.Box(-2.0, 2.0, shape=(1,), dtype=np.float32)
 
     def start(self, n: int, generator: torch.Generator, like: torch.Tensor) -> torch.Tensor:
-        high = torch.tensor([math.pi, 1.0], dtype=like.dtype, device=like.device)
-        return _uniform(n, -high, high, generator, like)
+        return _uniform([math.pi, 1.0], n, generator, like)
 
     def step(self, state, action, params):
         th, thdot = state.unbind(-1)
@@ -181,33 +134,16 @@ class PendulumDynamics:
 DYNAMICS: dict[str, type] = {"CartPole-v1": CartPoleDynamics, "Pendulum-v1": PendulumDynamics}
 
 
-def dynamics_for(env_id: str) -> Dynamics:
-    """The reference dynamics of ``env_id``.
-
-    Raises:
-        ValueError: No batched torch version of ``env_id``; names those there are.
-    """
-    if env_id not in DYNAMICS:
-        raise ValueError(
-            f"There is no batched torch version of {env_id!r}; rl_lightning ships {sorted(DYNAMICS)}. Use one of "
-            "those, pass your simulator's tensor vector env (a gymnasium VectorEnv of torch tensors or a batched "
-            "torchrl EnvBase), or run the gymnasium backend."
-        )
-    return DYNAMICS[env_id]()
-
-
 class TorchVectorEnv(gym.vector.VectorEnv):
     """A batch of ``num_envs`` simulations held as tensors on ``device``, stepped in one call.
 
     Args:
-        dynamics: The simulation, or the gymnasium id of a reference one (``"CartPole-v1"``,
-            ``"Pendulum-v1"``).
+        dynamics: The simulation, or the gymnasium id of a reference one (:data:`DYNAMICS`).
         num_envs: Envs in the batch.
         device: Where the state lives and every returned tensor is.
-        dtype: The state's dtype (observations are float32 whatever it is: the single
-            observation space's dtype). ``torch.float64`` reproduces gymnasium's numpy
-            arithmetic to rounding; float32 is a GPU simulator's usual choice.
-        max_episode_steps: The time limit (default: the id's, 500 for CartPole, 200 for Pendulum).
+        dtype: The state's dtype (observations are float32): ``torch.float64`` reproduces
+            gymnasium's numpy arithmetic to rounding; float32 is a GPU simulator's usual choice.
+        max_episode_steps: The time limit (default: the dynamics').
         seed: Seeds the generator; ``reset(seed=...)`` seeds it again.
         **params: Parameter values for every env (e.g. ``length=0.6``), else the defaults.
 
@@ -229,7 +165,13 @@ class TorchVectorEnv(gym.vector.VectorEnv):
         seed: int | None = None,
         **params: float,
     ):
-        self.dynamics = dynamics_for(dynamics) if isinstance(dynamics, str) else dynamics
+        if isinstance(dynamics, str) and dynamics not in DYNAMICS:
+            raise ValueError(
+                f"There is no batched torch version of {dynamics!r}; rl_lightning ships {sorted(DYNAMICS)}. Use one of "
+                "those, pass your simulator's tensor vector env (a gymnasium VectorEnv of torch tensors or a batched "
+                "torchrl EnvBase), or run the gymnasium backend."
+            )
+        self.dynamics = DYNAMICS[dynamics]() if isinstance(dynamics, str) else dynamics
         if isinstance(num_envs, bool) or not isinstance(num_envs, int) or num_envs < 1:
             raise ValueError(f"num_envs must be a positive integer, got {num_envs!r}.")
         if dtype not in (torch.float32, torch.float64):
@@ -261,15 +203,8 @@ class TorchVectorEnv(gym.vector.VectorEnv):
         self.elapsed = torch.zeros(num_envs, dtype=torch.int64, device=self.device)
 
     def set_params(self, env_ids: torch.Tensor | None = None, **values: float | torch.Tensor) -> None:
-        """Write parameters of the envs ``env_ids`` (indices or a bool mask; default all), from the next step on.
-
-        Args:
-            env_ids: Which envs.
-            **values: A number for all of them, or a tensor with one value per selected env.
-
-        Raises:
-            ValueError: A name these dynamics do not have (the message lists those they have).
-        """
+        """Write parameters of the envs ``env_ids`` (indices or a bool mask; default all), from the next step on:
+        a number for all of them, or a tensor with one value per selected env. An unknown name is refused."""
         unknown = sorted(set(values) - set(self.params))
         if unknown:
             raise ValueError(
@@ -283,13 +218,9 @@ class TorchVectorEnv(gym.vector.VectorEnv):
     def reset(
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
     ) -> tuple[torch.Tensor, dict[str, Any]]:
-        """Start a new episode in the envs ``options["env_ids"]`` (default: all); return every env's observation.
-
-        Args:
-            seed: Seeds the generator first.
-            options: ``env_ids`` (indices or a bool mask) and ``params`` (a mapping for
-                :meth:`set_params`, applied to those envs before their new episodes).
-        """
+        """Start a new episode in the envs ``options["env_ids"]`` (indices or a bool mask; default all), after
+        ``options["params"]`` (for :meth:`set_params`) and seeding the generator with ``seed``; every env's
+        observation."""
         options = dict(options or {})
         unknown = sorted(set(options) - {"env_ids", "params"})
         if unknown:
@@ -322,15 +253,10 @@ class TorchVectorEnv(gym.vector.VectorEnv):
     def step(
         self, actions: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, dict[str, Any]]:
-        """Step every env; ended episodes restart in the same step (``SAME_STEP`` autoreset, see the module).
+        """Step every env with ``actions`` ``[num_envs, ...]``; ended episodes restart in the same step.
 
-        Args:
-            actions: ``[num_envs, ...]`` on the env's device (numpy arrays are copied there).
-
-        Returns:
-            ``(obs, reward, terminated, truncated, info)``: tensors on the device (reward in
-            the state's dtype, flags bool); ``info["final_obs"]`` holds the observations
-            before the restart and ``info["_final_obs"]`` which envs restarted.
+        Returns ``(obs, reward, terminated, truncated, info)`` on the device (reward in the state's
+        dtype); ``info["final_obs"]`` holds what every env reached, ``info["_final_obs"]`` which restarted.
         """
         state, reward, terminated = self.dynamics.step(self.state, self._actions(actions), self.params)
         self.elapsed = self.elapsed + 1

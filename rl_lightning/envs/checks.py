@@ -1,15 +1,10 @@
-"""Checks of what envs return: non-finite observations and rewards, observations out of bounds.
+"""Checks of what gymnasium envs return: non-finite observations and rewards, observations out of bounds.
 
-A NaN or inf that reaches the rollout spreads through GAE, the loss and the optimizer
-state within one update, and the run is lost long before anyone looks. The check sits at
-the env layer, where the message can name the env that produced the value.
-
-Cost: the common case is one dot product per step over the batch of observations and one
-over the rewards. Multiplying by zeros turns every finite value into 0 and every NaN or
-inf into NaN (IEEE 754: ``0 * inf = NaN``, and NaN propagates through the sum), so
-``isfinite(x @ 0)`` tells whether all of ``x`` is finite, cheaper than
-``np.isfinite(x).all()``, which would allocate a mask. The details
-(which env, which value) are looked up only when that says something is wrong.
+A NaN or inf that reaches the rollout spreads through GAE, the loss and the optimizer state
+within one update. The check sits at the env layer, where the message can name the env. Its
+common case is one dot product with zeros per step (IEEE 754: ``0 * inf = NaN``, and NaN
+propagates through the sum), cheaper than ``np.isfinite(x).all()``, which allocates a mask;
+which env and which value are looked up only when that says something is wrong.
 """
 
 from __future__ import annotations
@@ -45,15 +40,8 @@ def check_value_options(obs_bound: Any, obs_bound_mode: Any, on_nonfinite: Any =
 
 @dataclasses.dataclass
 class ValueFault:
-    """One bad value: which env, in what, the value and where in the observation.
-
-    Attributes:
-        env: Env index in the group.
-        what: ``"reward"``, ``"observation"`` or ``"final observation"``.
-        value: The offending value.
-        index: Its position inside the observation (``()`` for a reward).
-        out_of_bound: The value is finite but outside ``obs_bound`` (``reject`` mode).
-    """
+    """One bad value: the env index, in what (``"reward"``, ``"observation"``, ``"final observation"``), the
+    value, its index inside the observation, and whether it is finite but outside ``obs_bound`` (``reject``)."""
 
     env: int
     what: str
@@ -83,10 +71,8 @@ def _first_bad(x: np.ndarray, bound: float | None) -> tuple[tuple[int, ...], flo
 
 
 def float_paths(space: Any) -> list[tuple[str, ...]]:
-    """Where a space's float arrays are: ``[()]`` for a float ``Box``, the keys' paths in a ``Dict``.
-
-    Integer leaves (uint8 images, discrete indices) cannot be non-finite, so they are never checked.
-    """
+    """Where a space's float arrays are: ``[()]`` for a float ``Box``, the keys' paths in a ``Dict`` (integer
+    leaves, such as uint8 images, cannot be non-finite and are never checked)."""
     spaces = getattr(space, "spaces", None)
     if isinstance(spaces, dict):
         return [(key, *path) for key, sub in spaces.items() for path in float_paths(sub)]
@@ -102,16 +88,9 @@ def _at(obs: Any, path: tuple[str, ...]) -> Any:
 
 
 class ValueChecks:
-    """Per-step checks of one env group's observations and rewards.
-
-    Args:
-        num_envs: Envs in the group.
-        obs_bound: Bound on the absolute value of observations; ``None`` checks finiteness only.
-        obs_bound_mode: ``"clip"`` (clip and count) or ``"reject"`` (treat as non-finite).
-        observation_space: One env's observation space. Only its float arrays are checked
-            and clipped (a float ``Box``, or the float keys of a ``Dict``): integer
-            observations (images) cannot be non-finite and cost nothing here.
-    """
+    """Per-step checks of one env group's observations and rewards (only the float arrays of one env's
+    ``observation_space``): finite, and within ``obs_bound`` (``obs_bound_mode``: ``"clip"`` clips and counts,
+    ``"reject"`` treats a value beyond it as non-finite; ``None`` checks finiteness only)."""
 
     def __init__(self, num_envs: int, obs_bound: float | None, obs_bound_mode: str, observation_space: Any):
         self.obs_bound = None if obs_bound is None else float(obs_bound)

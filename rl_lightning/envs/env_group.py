@@ -1,25 +1,22 @@
 """``EnvGroup``: the one env contract. Every backend steps as one batched env of torch tensors on a device.
 
-Whatever steps the envs, the data layer sees the same thing: :meth:`EnvGroup.step` takes
-actions ``[num_envs, ...]`` as tensors and returns one :class:`Step` of tensors on the group's
-device, in ``SAME_STEP`` autoreset (an env whose episode ends starts the next one in the same
-call) with ``final_obs`` a full ``[num_envs, ...]`` batch (a ``TensorDict`` for a ``Dict`` space):
-the observation each env reached, which for an ended episode is its true last one. The
-rollout bootstraps truncated episodes from it, replay stores it as ``next_obs``. This is the
-contract GPU simulators (ManiSkill3, Isaac Lab) and rsl_rl's ``VecEnv`` speak.
+:meth:`EnvGroup.step` takes actions ``[num_envs, ...]`` and returns one :class:`Step` of
+tensors on the group's device, in gymnasium's ``SAME_STEP`` autoreset (an env whose episode
+ends starts the next one in the same call), with ``final_obs`` a full ``[num_envs, ...]``
+batch: the observation each env reached, for an ended episode its true last one (the rollout
+bootstraps truncated episodes from it; replay stores it as ``next_obs``). It is the contract
+GPU simulators (ManiSkill3, Isaac Lab) and rsl_rl's ``VecEnv`` speak. Every backend is a
+gymnasium ``VectorEnv`` of tensors with this autoreset and ``info["final_obs"]``:
 
-Backends (``backend=``), each a gymnasium ``VectorEnv`` of tensors:
+- ``"gymnasium"``: one gymnasium env per index (:mod:`~rl_lightning.envs.gymnasium_env`, CPU
+  tensors), with object-set wrappers, restarts, value checks and ``on_nonfinite="skip"``;
+- ``"torch"``: the library's batched torch envs (:mod:`~rl_lightning.envs.batched`) or a user's
+  simulator from ``env_factory`` (:mod:`~rl_lightning.envs.torchrl_env`), on the group's device;
+- ``"envpool"``: EnvPool's C++ batch (:mod:`~rl_lightning.envs.envpool_env`), CPU.
 
-- ``"gymnasium"``: one gymnasium env per index (:class:`~rl_lightning.envs.gymnasium_env.GymnasiumVectorEnv`,
-  CPU tensors): object-set wrappers, restarts, value checks and ``on_nonfinite="skip"`` live there;
-- ``"torch"``: the library's batched torch envs (:mod:`rl_lightning.envs.batched`) or a user's
-  simulator from ``env_factory`` (:mod:`rl_lightning.envs.torchrl_env`), on the group's device;
-- ``"envpool"``: EnvPool's C++ batch (:mod:`rl_lightning.envs.envpool_env`), CPU.
-
-On a batched backend an object set's variations become per-env parameters, drawn again for
-every env whose episode ended (``torch.where``, no host read), and non-finite values are
-counted on the device and raised once per :meth:`pop_stats`. Episode statistics are kept as
-tensors and read to the host once per :meth:`pop_stats`, so stepping never waits on the device.
+On a batched backend an object set's variations are per-env parameters, drawn again for
+every env whose episode ended (``torch.where``, no host read). Episode statistics and the
+non-finite check stay on the device until :meth:`EnvGroup.pop_stats`, so stepping never waits.
 """
 
 from __future__ import annotations
@@ -136,13 +133,9 @@ def make_env(
 ) -> ObjectSetWrapper:
     """One gymnasium env drawing its episodes from an object set (what videos and ``rl-lightning play`` step).
 
-    Unlike :class:`EnvGroup` it does not reset itself when an episode ends, so the last
-    frame of an episode can be rendered. For ``render_mode="rgb_array"`` on a machine with
-    no display, MuJoCo is pointed at its headless EGL backend (``MUJOCO_GL=egl``) and pygame
-    at SDL's dummy video driver, unless the user chose otherwise.
-
-    Raises:
-        ValueError: Unknown env id or object set (naming the ones available).
+    It does not reset itself when an episode ends, so the last frame can be rendered. With no
+    display, MuJoCo renders through EGL (``MUJOCO_GL``) and pygame through SDL's dummy driver,
+    unless the user chose otherwise. Unknown env ids or object sets raise a ``ValueError``.
     """
     check_env_id(env_id)
     check_positive_int(max_episode_steps=max_episode_steps, none="None")
@@ -158,15 +151,12 @@ def make_env(
 
 @dataclasses.dataclass
 class Step:
-    """One step of every env, as tensors on the group's device with a leading ``num_envs`` axis.
+    """One step of every env: tensors on the group's device with a leading ``num_envs`` axis.
 
-    Attributes:
-        obs: Next observations; for an env whose episode ended, the first of its next episode.
-        reward, terminated, truncated, done: ``[num_envs]`` (``done = terminated | truncated``).
-        final_obs: The observation each env reached (the true last one where an episode ended;
-            a cut episode's last good one).
-        cut: ``[num_envs]`` bools: episodes cut short by an env fault or a skipped non-finite
-            value (also ``truncated``; no true transition); ``None`` when none was.
+    ``obs`` starts the next episode where one ended; ``final_obs`` is what each env reached
+    (a cut episode's last good observation); ``done = terminated | truncated``; ``cut`` marks
+    episodes cut short by an env fault or a skipped non-finite value (also ``truncated``, no
+    true transition), ``None`` when none was.
     """
 
     obs: Obs
@@ -180,14 +170,9 @@ class Step:
 
 @dataclasses.dataclass
 class EpisodeStats:
-    """Completed episodes since the last :meth:`EnvGroup.pop_stats` (one entry each; success NaN where the env
-    reports none; episodes cut short are not entries), and the env fault counts of the same period.
-
-    Attributes:
-        env_restarts: Env recreations plus async vector-env rebuilds.
-        nonfinite_steps: Env steps or resets with a non-finite (or rejected) value that were skipped.
-        obs_clipped: Observation values clipped to ``obs_bound``.
-    """
+    """Episodes completed since the last :meth:`EnvGroup.pop_stats` (success NaN where the env reports none; cut
+    episodes are not entries), and the period's fault counts: env recreations and worker rebuilds, skipped
+    non-finite steps or resets, observation values clipped to ``obs_bound``."""
 
     returns: list[float] = dataclasses.field(default_factory=list)
     lengths: list[int] = dataclasses.field(default_factory=list)
@@ -201,17 +186,6 @@ class EpisodeStats:
         return len(self.returns)
 
 
-def _batched_env(
-    backend: str, factory: EnvFactory | None, env_id: str, num_envs: int, device: torch.device, seed: int,
-    max_episode_steps: int | None,
-) -> gym.vector.VectorEnv:  # fmt: skip
-    if backend == "envpool":
-        return EnvPoolVectorEnv(env_id, num_envs, seed=seed, max_episode_steps=max_episode_steps)
-    if factory is not None:
-        return user_factory(factory)(env_id, num_envs, device, seed, max_episode_steps)
-    return TorchVectorEnv(env_id, num_envs, device=device, seed=seed, max_episode_steps=max_episode_steps)
-
-
 class EnvGroup:
     """A batch of environments drawing their episodes from one object set, stepped as tensors.
 
@@ -219,20 +193,19 @@ class EnvGroup:
         env_id: Gymnasium id (or the id a user's factory builds).
         num_envs: Envs stepped together.
         obj_set: The object set episodes are drawn from (``"train"``, ``"test"``).
-        obj_sets: All object sets; ``None`` takes the shipped ones for ``env_id`` (or the env
-            itself, with a warning).
+        obj_sets: All object sets; ``None`` takes the shipped ones for ``env_id`` (or the env itself, with a warning).
         max_episode_steps: Time limit; ``None`` keeps the env's.
         seed: Base seed (gymnasium: env ``i`` gets ``seed + i``; batched: the batch's generators).
         device: Where a batched env lives (the gymnasium and envpool backends are on the CPU).
         backend: ``"gymnasium"``, ``"torch"`` or ``"envpool"`` (see the module).
-        env_factory: With ``backend="torch"``: a user's simulator, a function
-            ``(env_id, num_envs, device, seed, max_episode_steps) -> batched env`` or its import path.
+        env_factory: With ``backend="torch"``, a user's simulator: a function
+            ``(env_id, num_envs, device, seed, max_episode_steps) -> batched env``, or its import path.
         vectorization, render_mode, max_env_restarts, obs_bound, obs_bound_mode, on_nonfinite, wrappers:
             The gymnasium backend's (:class:`~rl_lightning.envs.gymnasium_env.GymnasiumVectorEnv`).
 
     Raises:
-        ValueError: A setting the backend cannot run, an env of another batch size or device
-            than asked, object sets that vary what the env cannot (each naming the fix).
+        ValueError: A setting the backend cannot run, an env of another batch size or device than asked, object
+            sets that vary what the env cannot (each naming the fix).
     """
 
     def __init__(
@@ -271,9 +244,12 @@ class EnvGroup:
             self.env = GymnasiumVectorEnv(self.obj_sets, obj_set, num_envs, label, max_episode_steps, vectorization,
                                           render_mode, max_env_restarts, obs_bound, obs_bound_mode, on_nonfinite,
                                           wrappers)  # fmt: skip
+        elif backend == "envpool":
+            self.env = EnvPoolVectorEnv(env_id, num_envs, seed=seed, max_episode_steps=max_episode_steps)
+        elif env_factory is not None:
+            self.env = user_factory(env_factory)(env_id, num_envs, torch.device(device), seed, max_episode_steps)
         else:
-            self.env = _batched_env(backend, env_factory, env_id, num_envs, torch.device(device), seed,
-                                    max_episode_steps)  # fmt: skip
+            self.env = TorchVectorEnv(env_id, num_envs, device=device, seed=seed, max_episode_steps=max_episode_steps)
         self.device = torch.device(getattr(self.env, "device", "cpu"))
         if self.env.num_envs != num_envs:
             raise ValueError(

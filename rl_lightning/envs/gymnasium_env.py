@@ -1,41 +1,49 @@
-"""The gymnasium backend: one gymnasium env per index, stepped as the contract's batched env of CPU tensors.
+"""The gymnasium backend: one gymnasium env per index, stepped as the env contract's batch of CPU tensors.
 
 :class:`GymnasiumVectorEnv` is gymnasium's vector env (sync or async, ``SAME_STEP``
-autoreset) of single envs, each drawing its episodes from an object set
-(:class:`~rl_lightning.envs.object_sets.ObjectSetWrapper`), behind the interface every
-backend speaks (:class:`~rl_lightning.envs.env_group.EnvGroup`): torch tensors in and out,
-``info["final_obs"]`` a full ``[num_envs, ...]`` batch. What only single envs can do is done
-here, in numpy, before the step becomes tensors:
+autoreset) of single envs drawing their episodes from an object set
+(:class:`~rl_lightning.envs.object_sets.ObjectSetWrapper`), behind the contract of
+:class:`~rl_lightning.envs.env_group.EnvGroup`. What only single envs can do is done here,
+in numpy, before the step becomes tensors:
 
-- an env that raises is recreated and an async worker that dies is rebuilt
-  (:mod:`rl_lightning.envs.restart`);
+- an env that raises is recreated (:class:`~rl_lightning.envs.restart.RestartingEnv`, inside
+  the worker) and an async worker that dies is replaced by building the vector env anew;
 - non-finite or out-of-bound values stop the run with a message naming the env, or cut the
-  episode short (:mod:`rl_lightning.envs.checks`). A cut episode ends as *truncated* at its last
-  good observation with reward 0, and ``info["cut"]`` marks it: it is partial, so it is left
-  out of episode statistics and replay.
+  episode short (:mod:`rl_lightning.envs.checks`): it ends *truncated* at its last good
+  observation with reward 0, and ``info["cut"]`` marks it (left out of statistics and replay).
 
 ``info`` also carries what the single envs report of an ended episode: ``success``
-(``is_success`` or ``success``, NaN where none) and ``episode_return`` (gymnasium's
-``RecordEpisodeStatistics`` score where it sits before reward shaping, as on Atari), and the
-fault counts of the step (``faults``).
+(``is_success`` or ``success``, NaN where none), ``episode_return`` (gymnasium's
+``RecordEpisodeStatistics`` score, where it sits before reward shaping as on Atari), and the
+step's fault counts (``faults``).
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from typing import Any
 
 import gymnasium as gym
 import numpy as np
 import torch
-from gymnasium.vector import AutoresetMode
+from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv
 
 from rl_lightning.envs.checks import ValueChecks, nonfinite_message
 from rl_lightning.envs.object_sets import ObjectSetWrapper, ObjSets
 from rl_lightning.envs.obs import Obs, map_obs, row, select_envs, to_tensor, write_obs
-from rl_lightning.envs.restart import RebuildingVectorEnv, RestartingEnv
+from rl_lightning.envs.restart import (
+    ASYNC_CONTEXT,
+    WORKER_LOST,
+    RestartingEnv,
+    derive_seed,
+    restart_message,
+    terminate_workers,
+)
 from rl_lightning.envs.wrappers import WrapperSpec
-from rl_lightning.faults import NumericalFault
+from rl_lightning.faults import EnvFault, NumericalFault
+
+logger = logging.getLogger(__name__)
 
 #: Episodes in a row one env may have cut short by non-finite values (``on_nonfinite="skip"``)
 #: before the run stops anyway: an env that never finishes an episode is broken, and an
@@ -73,6 +81,10 @@ class GymnasiumVectorEnv(gym.vector.VectorEnv):
         on_nonfinite: ``"stop"`` raises :class:`~rl_lightning.faults.NumericalFault`; ``"skip"``
             cuts the episode short and resets the env.
         wrappers: Wrapper specs applied after each ``gymnasium.make``.
+
+    Attributes:
+        envs: gymnasium's vector env of the single envs (a new one after a worker died).
+        rebuilds: Times the vector env was built anew (seeds the rebuilt envs).
     """
 
     metadata = {"autoreset_mode": AutoresetMode.SAME_STEP}
@@ -93,6 +105,7 @@ class GymnasiumVectorEnv(gym.vector.VectorEnv):
         wrappers: Sequence[WrapperSpec] = (),
     ):
         self.num_envs, self.label, self.on_nonfinite = num_envs, label, on_nonfinite
+        self.is_async, self.max_env_restarts = vectorization == "async", max_env_restarts
         self.device = torch.device("cpu")
 
         def make(i: int):
@@ -104,24 +117,18 @@ class GymnasiumVectorEnv(gym.vector.VectorEnv):
             name = self._label(i)  # a string, not this object, goes into the factory (async workers pickle it)
             return lambda: RestartingEnv(build, max_env_restarts, name)
 
-        self._vec = RebuildingVectorEnv(
-            [make(i) for i in range(num_envs)], vectorization, max_env_restarts, self._label("async workers")
-        )
-        envs = self._vec.envs
-        self.single_observation_space = envs.single_observation_space
-        self.single_action_space = envs.single_action_space
-        self.observation_space, self.action_space = envs.observation_space, envs.action_space
+        self.env_fns = [make(i) for i in range(num_envs)]
+        self.rebuilds, self._losses = 0, 0  # rebuilds in all, and since an episode last finished
+        self.envs = self._make()
+        self.single_observation_space = self.envs.single_observation_space
+        self.single_action_space = self.envs.single_action_space
+        self.observation_space, self.action_space = self.envs.observation_space, self.envs.action_space
         self.checks = ValueChecks(num_envs, obs_bound, obs_bound_mode, self.single_observation_space)
         self._steps = np.zeros(num_envs, dtype=np.int64)  # steps into each env's episode (messages)
         self._skips = np.zeros(num_envs, dtype=np.int64)  # episodes cut in a row by skips, per env
         self._reset_seed = 0
         self._obs: Obs | None = None  # the last numpy observations (a cut episode's last good one)
         self._faults = {"env_restarts": 0, "nonfinite_steps": 0, "obs_clipped": 0}
-
-    @property
-    def envs(self) -> gym.vector.VectorEnv:
-        """gymnasium's vector env of the single envs (a new one after async workers were rebuilt)."""
-        return self._vec.envs
 
     def _label(self, i: int | str | None = None) -> str:
         """Names env ``i`` (or all envs, or e.g. ``"async workers"``) in messages."""
@@ -137,10 +144,59 @@ class GymnasiumVectorEnv(gym.vector.VectorEnv):
         self._faults = dict.fromkeys(self._faults, 0)
         return faults
 
-    def _action(self, actions: Any) -> np.ndarray:
-        action = actions.cpu().numpy() if torch.is_tensor(actions) else np.asarray(actions)
-        space = self.single_action_space
-        return action.astype(space.dtype) if isinstance(space, gym.spaces.MultiBinary) else action
+    # ---------------------------------------------------------------- the vector env and its workers
+    def _make(self) -> gym.vector.VectorEnv:
+        if self.is_async:
+            return AsyncVectorEnv(self.env_fns, autoreset_mode=AutoresetMode.SAME_STEP, context=ASYNC_CONTEXT)
+        return SyncVectorEnv(self.env_fns, autoreset_mode=AutoresetMode.SAME_STEP)
+
+    def _guarded(self, call, *args: Any, **kwargs: Any) -> Any:
+        """``call`` on the vector env; ``None`` when an async worker died and the envs were built anew.
+
+        A dead worker cannot report anything: the parent sees a closed pipe (:data:`WORKER_LOST`).
+        What is left of the workers is terminated and the vector env is built again, or, past
+        ``max_env_restarts`` rebuilds in a row, :class:`EnvFault` is raised. When one env gave up
+        (``EnvFault`` from its worker) the other workers are stopped too.
+        """
+        try:
+            return call(*args, **kwargs)
+        except WORKER_LOST as err:
+            if not self.is_async:  # raised by the vector env itself (an env's own errors are RestartingEnv's)
+                raise
+            self._losses += 1
+            terminate_workers(self.envs)
+            error = f"a worker process died ({type(err).__name__}: {str(err) or 'connection closed'})"
+            label = self._label("async workers")
+            if self._losses > self.max_env_restarts:
+                raise EnvFault(restart_message(label, self._losses, self.max_env_restarts, error)) from err
+            logger.warning(
+                "%s: %s; rebuilding them (%d of at most %d in a row).",
+                label,
+                error,
+                self._losses,
+                self.max_env_restarts,
+            )
+            self.rebuilds += 1
+            self.envs = self._make()
+            return None
+        except EnvFault:
+            if self.is_async:
+                terminate_workers(self.envs)
+            raise
+
+    def _rebuild_seeds(self) -> list[int | None]:
+        """Fresh, reproducible seeds for the envs after the latest rebuild (env ``i``: from ``seed + i``)."""
+        return [derive_seed(self._reset_seed + i, self.rebuilds) for i in range(self.num_envs)]
+
+    def _vector_reset(self, seeds: list[int | None], mask: np.ndarray | None = None) -> tuple[Obs, bool]:
+        """Reset all envs (or those in ``mask``); also whether workers died and were rebuilt (then all were reset)."""
+        rebuilt, options = 0, None if mask is None else {"reset_mask": mask}
+        while (result := self._guarded(self.envs.reset, seed=seeds, options=options)) is None:
+            rebuilt, options, seeds = rebuilt + 1, None, self._rebuild_seeds()
+        obs, info = result
+        restarts = info.get("env_restart")  # recreations inside RestartingEnv.reset
+        self._count(env_restarts=rebuilt + (0 if restarts is None else int(restarts.sum())))
+        return obs, rebuilt > 0
 
     # ---------------------------------------------------------------- reset
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[Obs, dict[str, Any]]:
@@ -150,13 +206,6 @@ class GymnasiumVectorEnv(gym.vector.VectorEnv):
         self._obs = self._screen(self._vector_reset([seed + i for i in range(self.num_envs)])[0])
         self._steps[:] = 0
         return to_tensor(self._obs, "cpu", batch_dims=1), {"faults": self._pop_faults()}
-
-    def _vector_reset(self, seeds: list[int | None], mask: np.ndarray | None = None) -> tuple[Obs, bool]:
-        """Reset all envs (or those in ``mask``); also whether async workers died and were rebuilt (then all reset)."""
-        obs, info, rebuilds = self._vec.reset(seeds, mask, base_seed=self._reset_seed)
-        restarts = info.get("env_restart")  # recreations inside RestartingEnv.reset
-        self._count(env_restarts=rebuilds + (0 if restarts is None else int(restarts.sum())))
-        return obs, rebuilds > 0
 
     def _screen(self, obs: Obs) -> Obs:
         """Reset again the envs whose first observation is non-finite or rejected (``stop``: raise); clip."""
@@ -208,23 +257,21 @@ class GymnasiumVectorEnv(gym.vector.VectorEnv):
 
     # ---------------------------------------------------------------- step
     def step(self, actions: Any) -> tuple[Obs, torch.Tensor, torch.Tensor, torch.Tensor, dict[str, Any]]:
-        """Step every env once (ended episodes restart within the step).
-
-        Returns:
-            ``(obs, reward, terminated, truncated, info)`` as CPU tensors; ``info["final_obs"]``
-            (every env's reached observation: the true last one where an episode ended), and
-            where there are any, ``cut``, ``success``, ``episode_return`` and ``faults``.
+        """Step every env once (ended episodes restart within the step); the contract's tensors and ``info``.
 
         Raises:
             NumericalFault: A non-finite (or rejected) value with ``on_nonfinite="stop"``.
             EnvFault: An env (or the async workers) failed more than ``max_env_restarts`` times in a row.
         """
-        result = self._vec.step(self._action(actions))
+        action = actions.cpu().numpy() if torch.is_tensor(actions) else np.asarray(actions)
+        if isinstance(self.single_action_space, gym.spaces.MultiBinary):
+            action = action.astype(self.single_action_space.dtype)
+        result = self._guarded(self.envs.step, action)
         n = self.num_envs
-        if result is None:  # an async worker died: the envs were rebuilt; every episode ends, cut
+        if result is None:  # a worker died: the envs were rebuilt; every episode ends, cut
             self._count(env_restarts=1)
             final = self._obs
-            self._obs = self._screen(self._vec.reset(self._vec.rebuild_seeds(self._reset_seed), None)[0])
+            self._obs = self._screen(self._vector_reset(self._rebuild_seeds())[0])
             self._steps[:] = 0
             cut = torch.ones(n, dtype=torch.bool)
             obs = to_tensor(self._obs, "cpu", batch_dims=1)
@@ -267,7 +314,7 @@ class GymnasiumVectorEnv(gym.vector.VectorEnv):
             self._steps[ended] = 0
             self._skips[finished] = 0  # a finished episode: the env works
             if finished.any():
-                self._vec.episode_finished()
+                self._losses = 0  # the workers work: the count of rebuilds in a row starts over
             final_info = info.get("final_info", {})
             success = _ended_values(final_info, "is_success", "_is_success", n)
             success = _ended_values(final_info, "success", "_success", n) if success is None else success
@@ -285,11 +332,10 @@ class GymnasiumVectorEnv(gym.vector.VectorEnv):
                 out["cut"] = torch.from_numpy(cut)
         obs_t = to_tensor(obs, "cpu", batch_dims=1)
         out.setdefault("final_obs", obs_t)
-        faults = self._pop_faults() if any(self._faults.values()) else None
-        if faults:
-            out["faults"] = faults
+        if any(self._faults.values()):
+            out["faults"] = self._pop_faults()
         return obs_t, torch.from_numpy(reward), torch.from_numpy(terminated), torch.from_numpy(truncated), out
 
     def close_extras(self, **kwargs: Any) -> None:
         """Close the single envs (and the async workers)."""
-        self._vec.close()
+        self.envs.close()

@@ -87,82 +87,66 @@ ObjSets = dict[str, list[Variation]]
 # test sets go beyond that range, so the test return measures out-of-distribution behaviour.
 TRAIN_SEEDS, TEST_SEEDS = (0, 100_000), (100_000, 200_000)  # held-out sets use unseen seeds too
 _CHEETAH_BODIES = ("torso", "bthigh", "bshin", "bfoot", "fthigh", "fshin", "ffoot")
+_CHEETAH_GEAR = (120.0, 90.0, 60.0, 120.0, 60.0, 30.0)  # HalfCheetah-v5's motors (its half_cheetah.xml)
+
+
+def _sets(train: dict[str, dict[str, Any]], test: dict[str, dict[str, Any]]) -> dict[str, list]:
+    """One env's shipped sets from ``{name: attrs}``: train on the train seeds, test on the held-out ones."""
+    return {
+        "train": [{"name": name, "attrs": attrs, "seeds": TRAIN_SEEDS} for name, attrs in train.items()],
+        "test": [{"name": name, "attrs": attrs, "seeds": TEST_SEEDS} for name, attrs in test.items()],
+    }
+
+
 SHIPPED_OBJ_SETS: dict[str, dict[str, list[dict[str, Any]]]] = {
-    "CartPole-v1": {
-        "train": [
-            {"name": "default", "attrs": {"length": 0.5, "masspole": 0.1}, "seeds": TRAIN_SEEDS},
-            {"name": "short", "attrs": {"length": 0.4, "masspole": 0.08}, "seeds": TRAIN_SEEDS},
-            {"name": "long", "attrs": {"length": 0.6, "masspole": 0.12}, "seeds": TRAIN_SEEDS},
-        ],
-        "test": [
-            {"name": "very_short_light", "attrs": {"length": 0.25, "masspole": 0.05}, "seeds": TEST_SEEDS},
-            {"name": "very_long_heavy", "attrs": {"length": 1.0, "masspole": 0.2}, "seeds": TEST_SEEDS},
-            {"name": "heavy_cart", "attrs": {"masscart": 5.0}, "seeds": TEST_SEEDS},
-        ],
-    },
-    "InvertedPendulum-v5": {
-        "train": [
-            {"name": "default", "attrs": {BODY_MASS_SCALE: {"pole": 1.0}}, "seeds": TRAIN_SEEDS},
-            {"name": "light_pole", "attrs": {BODY_MASS_SCALE: {"pole": 0.8}}, "seeds": TRAIN_SEEDS},
-            {"name": "heavy_pole", "attrs": {BODY_MASS_SCALE: {"pole": 1.2}}, "seeds": TRAIN_SEEDS},
-        ],
-        # Mass changes alone barely move a trained policy here; a weak motor (gear 100 -> 8)
-        # and strong gravity (11 g) are where it breaks, so the test set measures a real gap.
-        "test": [
-            {"name": "very_heavy_pole", "attrs": {BODY_MASS_SCALE: {"pole": 2.0}}, "seeds": TEST_SEEDS},
-            {
-                "name": "weak_motor",
-                "attrs": {"model.actuator_gear": [[8.0, 0, 0, 0, 0, 0]]},
-                "seeds": TEST_SEEDS,
-            },
-            {
-                "name": "strong_gravity",
-                "attrs": {"model.opt.gravity": [0.0, 0.0, -107.91]},
-                "seeds": TEST_SEEDS,
-            },
-        ],
-    },
+    "CartPole-v1": _sets(
+        train={
+            "default": {"length": 0.5, "masspole": 0.1},
+            "short": {"length": 0.4, "masspole": 0.08},
+            "long": {"length": 0.6, "masspole": 0.12},
+        },
+        test={
+            "very_short_light": {"length": 0.25, "masspole": 0.05},
+            "very_long_heavy": {"length": 1.0, "masspole": 0.2},
+            "heavy_cart": {"masscart": 5.0},
+        },
+    ),
+    # Mass changes alone barely move a trained policy here; a weak motor (gear 100 -> 8) and
+    # strong gravity (11 g) are where it breaks, so the test set measures a real gap.
+    "InvertedPendulum-v5": _sets(
+        train={
+            name: {BODY_MASS_SCALE: {"pole": k}}
+            for name, k in [("default", 1.0), ("light_pole", 0.8), ("heavy_pole", 1.2)]
+        },
+        test={
+            "very_heavy_pole": {BODY_MASS_SCALE: {"pole": 2.0}},
+            "weak_motor": {"model.actuator_gear": [[8.0, 0, 0, 0, 0, 0]]},
+            "strong_gravity": {"model.opt.gravity": [0.0, 0.0, -107.91]},
+        },
+    ),
     # Pendulum's step reads g, m and l directly (no derived quantities). Train: +-10% on mass
     # and length; test: a bob 60% heavier (max_torque stays 2), a 40% longer rod, 1.4 g.
-    "Pendulum-v1": {
-        "train": [
-            {"name": "default", "attrs": {"m": 1.0, "l": 1.0}, "seeds": TRAIN_SEEDS},
-            {"name": "light_short", "attrs": {"m": 0.9, "l": 0.9}, "seeds": TRAIN_SEEDS},
-            {"name": "heavy_long", "attrs": {"m": 1.1, "l": 1.1}, "seeds": TRAIN_SEEDS},
-        ],
-        "test": [
-            {"name": "heavy_bob", "attrs": {"m": 1.6}, "seeds": TEST_SEEDS},
-            {"name": "long_rod", "attrs": {"l": 1.4}, "seeds": TEST_SEEDS},
-            {"name": "strong_gravity", "attrs": {"g": 14.0}, "seeds": TEST_SEEDS},
-        ],
-    },
+    "Pendulum-v1": _sets(
+        train={
+            "default": {"m": 1.0, "l": 1.0},
+            "light_short": {"m": 0.9, "l": 0.9},
+            "heavy_long": {"m": 1.1, "l": 1.1},
+        },
+        test={"heavy_bob": {"m": 1.6}, "long_rod": {"l": 1.4}, "strong_gravity": {"g": 14.0}},
+    ),
     # HalfCheetah: train scales every body's mass by 0.9-1.1; test doubles the torso, makes
     # the ground slippery (friction 0.4 -> 0.1) and weakens every motor to 60 %.
-    "HalfCheetah-v5": {
-        "train": [
-            {"name": "default", "attrs": {BODY_MASS_SCALE: dict.fromkeys(_CHEETAH_BODIES, 1.0)}, "seeds": TRAIN_SEEDS},
-            {"name": "light", "attrs": {BODY_MASS_SCALE: dict.fromkeys(_CHEETAH_BODIES, 0.9)}, "seeds": TRAIN_SEEDS},
-            {"name": "heavy", "attrs": {BODY_MASS_SCALE: dict.fromkeys(_CHEETAH_BODIES, 1.1)}, "seeds": TRAIN_SEEDS},
-        ],
-        "test": [
-            {"name": "heavy_torso", "attrs": {BODY_MASS_SCALE: {"torso": 2.0}}, "seeds": TEST_SEEDS},
-            {"name": "slippery", "attrs": {"model.geom_friction": [0.1, 0.1, 0.1]}, "seeds": TEST_SEEDS},
-            {
-                "name": "weak_motors",
-                "attrs": {
-                    "model.actuator_gear": [
-                        [72.0, 0, 0, 0, 0, 0],
-                        [54.0, 0, 0, 0, 0, 0],
-                        [36.0, 0, 0, 0, 0, 0],
-                        [72.0, 0, 0, 0, 0, 0],
-                        [36.0, 0, 0, 0, 0, 0],
-                        [18.0, 0, 0, 0, 0, 0],
-                    ]
-                },
-                "seeds": TEST_SEEDS,
-            },
-        ],
-    },
+    "HalfCheetah-v5": _sets(
+        train={
+            name: {BODY_MASS_SCALE: dict.fromkeys(_CHEETAH_BODIES, k)}
+            for name, k in [("default", 1.0), ("light", 0.9), ("heavy", 1.1)]
+        },
+        test={
+            "heavy_torso": {BODY_MASS_SCALE: {"torso": 2.0}},
+            "slippery": {"model.geom_friction": [0.1, 0.1, 0.1]},
+            "weak_motors": {"model.actuator_gear": [[0.6 * gear, 0, 0, 0, 0, 0] for gear in _CHEETAH_GEAR]},
+        },
+    ),
 }
 
 

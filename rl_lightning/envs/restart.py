@@ -1,33 +1,25 @@
-"""Environment faults: recreate an env that raises, and rebuild async workers that die.
+"""Environment faults of the gymnasium backend: recreate an env that raises; stop dead workers.
 
-Two layers, because the two faults are seen in different processes:
-
-- :class:`RestartingEnv` wraps each single env (inside the async worker process when there
-  is one). An exception in ``step`` closes the broken env, builds a fresh one from the
-  factory and returns the last good observation as a *truncated* final observation; the
-  vector env's ``SAME_STEP`` autoreset then resets the fresh env. An exception in ``reset``
-  is retried with a fresh env. Either way the episode ends without a bootstrap from a
-  state the env never reached.
-- A worker process that exits (crash, ``os._exit``, the OOM killer) cannot report
-  anything: the parent sees a closed pipe. :class:`RebuildingVectorEnv` terminates what is
-  left of the async vector env (:func:`terminate_workers`) and builds a new one;
-  :class:`~rl_lightning.envs.EnvGroup` resets it and ends every episode as truncated.
-
-Both count *consecutive* recreations: a finished episode in between resets the count, and
-going past ``max_env_restarts`` raises :class:`~rl_lightning.faults.EnvFault`, so a flaky
-env is survived and a broken one stops the run.
+Two layers, because the two faults are seen in different processes: :class:`RestartingEnv`
+wraps each single env (inside the async worker when there is one) and recreates it when it
+raises; a worker process that exits (crash, ``os._exit``, the OOM killer) is seen by the
+parent as a closed pipe, and :class:`~rl_lightning.envs.gymnasium_env.GymnasiumVectorEnv`
+builds its vector env anew (:func:`terminate_workers` stops what is left). Both count
+*consecutive* failures: a finished episode in between resets the count, and going past
+``max_env_restarts`` raises :class:`~rl_lightning.faults.EnvFault`, so a flaky env is
+survived and a broken one stops the run.
 """
 
 from __future__ import annotations
 
 import logging
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
 import gymnasium as gym
 import numpy as np
-from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv
+from gymnasium.vector import AsyncVectorEnv
 
 from rl_lightning.faults import EnvFault
 
@@ -197,102 +189,3 @@ def terminate_workers(envs: AsyncVectorEnv, timeout: float = 5.0) -> None:
             pipe.close()
     envs.error_queue.close()
     envs.closed = True  # nothing left to close; keeps gymnasium's __del__ from trying
-
-
-class RebuildingVectorEnv:
-    """A gymnasium vector env (``SAME_STEP`` autoreset) that is built anew when an async worker dies.
-
-    Args:
-        env_fns: One factory per env.
-        vectorization: ``"sync"`` or ``"async"`` (only async workers can die on their own).
-        max_env_restarts: Rebuilds allowed in a row without :meth:`episode_finished` in between;
-            one more raises :class:`EnvFault`.
-        label: Names the workers in messages.
-
-    Attributes:
-        envs: The current gymnasium vector env.
-        rebuilds: Rebuilds so far (seeds the rebuilt envs, see :meth:`rebuild_seeds`).
-    """
-
-    def __init__(self, env_fns: Sequence[Callable[[], gym.Env]], vectorization: str, max_env_restarts: int, label: str):
-        self.env_fns = list(env_fns)
-        self.is_async = vectorization == "async"
-        self.max_env_restarts = max_env_restarts
-        self.label = label
-        self.rebuilds = 0
-        self._losses = 0  # rebuilds since an episode last finished
-        self.envs = self._make()
-
-    def _make(self) -> gym.vector.VectorEnv:
-        if self.is_async:
-            return AsyncVectorEnv(self.env_fns, autoreset_mode=AutoresetMode.SAME_STEP, context=ASYNC_CONTEXT)
-        return SyncVectorEnv(self.env_fns, autoreset_mode=AutoresetMode.SAME_STEP)
-
-    def _rebuild(self, err: BaseException) -> None:
-        """Replace a vector env whose worker died, or raise :class:`EnvFault` past the limit."""
-        self._losses += 1
-        terminate_workers(self.envs)
-        error = f"a worker process died ({type(err).__name__}: {str(err) or 'connection closed'})"
-        if self._losses > self.max_env_restarts:
-            raise EnvFault(restart_message(self.label, self._losses, self.max_env_restarts, error)) from err
-        logger.warning(
-            "%s: %s; rebuilding them (%d of at most %d in a row).",
-            self.label,
-            error,
-            self._losses,
-            self.max_env_restarts,
-        )
-        self.rebuilds += 1
-        self.envs = self._make()
-
-    def episode_finished(self) -> None:
-        """An episode finished: the workers work, so the count of rebuilds in a row starts over."""
-        self._losses = 0
-
-    def rebuild_seeds(self, base_seed: int) -> list[int | None]:
-        """Fresh, reproducible seeds for the envs after the latest rebuild (env ``i``: from ``base_seed + i``)."""
-        return [derive_seed(base_seed + i, self.rebuilds) for i in range(len(self.env_fns))]
-
-    def step(self, actions: Any) -> tuple | None:
-        """gymnasium's vector ``step``; ``None`` when a worker died and the envs were rebuilt (reset them)."""
-        try:
-            return self.envs.step(actions)
-        except WORKER_LOST as err:
-            if not self.is_async:  # raised by the vector env itself (an env's own errors are RestartingEnv's)
-                raise
-            self._rebuild(err)
-            return None
-        except EnvFault:
-            self._stop_workers()
-            raise
-
-    def reset(
-        self, seeds: list[int | None], mask: np.ndarray | None = None, base_seed: int = 0
-    ) -> tuple[Any, dict[str, Any], int]:
-        """Reset every env (or those in ``mask``), rebuilding the envs if a worker dies on the way.
-
-        Returns:
-            Observations, infos, and the number of rebuilds it took (after one, every env was
-            reset with :meth:`rebuild_seeds` of ``base_seed``).
-        """
-        rebuilds = 0
-        while True:
-            try:
-                return (*self.envs.reset(seed=seeds, options=None if mask is None else {"reset_mask": mask}), rebuilds)
-            except WORKER_LOST as err:
-                if not self.is_async:
-                    raise
-                self._rebuild(err)
-                rebuilds, mask, seeds = rebuilds + 1, None, self.rebuild_seeds(base_seed)
-            except EnvFault:
-                self._stop_workers()
-                raise
-
-    def _stop_workers(self) -> None:
-        """An env in one worker gave up (``EnvFault``): the run stops, so stop the other workers too."""
-        if self.is_async:
-            terminate_workers(self.envs)
-
-    def close(self) -> None:
-        """Close the vector env (and its workers)."""
-        self.envs.close()

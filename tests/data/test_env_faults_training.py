@@ -98,7 +98,7 @@ def test_data_modules_pass_fault_options_to_every_env_group(make):
         groups = [data.train_envs, *data.eval_envs.values()]
         assert len(groups) == 3
         for envs in groups:
-            assert envs.env._vec.max_env_restarts == 5 and envs.env.checks.obs_bound == 3.0 and envs.env.checks.reject
+            assert envs.env.max_env_restarts == 5 and envs.env.checks.obs_bound == 3.0 and envs.env.checks.reject
             assert envs.env.on_nonfinite == "skip"
         assert data.hparams.max_env_restarts == 5 and data.hparams.obs_bound_mode == "reject"
     finally:

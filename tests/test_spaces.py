@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from rl_lightning.envs.spaces import space_from_dict, space_to_dict
+from rl_lightning.spaces import space_from_dict, space_to_dict
 
 SPACES = {
     "cartpole": gym.spaces.Box(
