@@ -91,8 +91,8 @@ class ReplayDataModule(EnvDataModule):
     ``gradient_steps`` gradient steps on batches sampled from a torchrl replay buffer
     (Stable-Baselines3's spelling and schedule; see :mod:`rl_lightning.data.replay`). Without
     them, ``utd_ratio`` gradient steps per env step, in the smallest chunks that allows
-    (:func:`~rl_lightning.data.chunks.chunk_schedule`). Each chunk is one Lightning batch, a
-    :class:`~rl_lightning.data.chunks.ReplayChunk` that ``training_step`` iterates.
+    (:func:`~rl_lightning.data.chunks.chunk_schedule`). Each epoch is one Lightning batch, a
+    :class:`~rl_lightning.data.chunks.ReplayEpoch` whose iteration in ``training_step`` collects the chunks.
     Validation and test are as in :class:`~rl_lightning.data.RolloutDataModule`.
 
     Args:
