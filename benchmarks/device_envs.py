@@ -13,7 +13,7 @@ One invocation measures, alternating the contenders over repeats (``benchmarks/r
    and per-repeat ratios.
 2. **Time to solve** (``benchmarks/solve_cartpole.py``'s watch: 10 deterministic episodes of
    plain CartPole-v1 reach a mean of 475, evaluation time excluded): ``+experiment=ppo_batched``
-   against our gymnasium path (``+experiment=ppo``, RL-Zoo's settings) and Stable-Baselines3
+   against our gymnasium backend (``+experiment=ppo``, RL-Zoo's settings) and Stable-Baselines3
    with RL-Zoo's preset, over seeds.
 3. **TensorDict's per-step cost** at this batch: writing one step's seven tensors into
    preallocated buffers, plain tensors against a ``TensorDict`` (what the rollout would pay per
@@ -25,6 +25,7 @@ Usage::
     python -m benchmarks.device_envs                 # 3 repeats, 3 seeds (about 3 minutes on 2 cores)
     python -m benchmarks.device_envs --quick         # 1 repeat, 1 seed, a short run
     python -m benchmarks.device_envs --device cuda   # the throughput part on a GPU
+    python -m benchmarks.device_envs --compile       # ours with PPO(compile=True) (compiling inside the timed fit)
 """
 
 from __future__ import annotations
@@ -114,6 +115,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--threads", type=int, default=torch.get_num_threads(), help="torch intra-op threads")
     parser.add_argument("--quick", action="store_true", help="1 repeat, 1 seed, 4 rollouts: a smoke run")
     parser.add_argument("--skip-solve", action="store_true", help="throughput and TensorDict cost only")
+    parser.add_argument("--compile", action="store_true", help="the throughput part's rl_lightning with compile=True")
     parser.add_argument("--json", help="also write the figures here")
     args = parser.parse_args(argv)
     if args.quick:
@@ -125,9 +127,10 @@ def main(argv: list[str] | None = None) -> dict:
     print(f"device_envs: {s.num_envs} envs on {args.device}, {args.env_steps} env steps per run, {args.threads} "
           f"torch thread(s); {info}", flush=True)  # fmt: skip
     report: dict = {"machine": info, "settings": dataclasses.asdict(s), "device": args.device, "threads": args.threads}
+    report["compile"] = args.compile
     results = alternate(
         {
-            "rl_lightning": lambda seed: ours(s, args.env_steps, seed, args.device),
+            "rl_lightning": lambda seed: ours(s, args.env_steps, seed, args.device, compile=args.compile),
             "plain_pytorch": lambda seed: plain(s, args.env_steps, seed, args.device),
         },
         args.repeats,
@@ -136,7 +139,8 @@ def main(argv: list[str] | None = None) -> dict:
     report["throughput"] = {"runs": results, "env_steps_per_second": summary}
     lines = [
         f"### PPO, batched torch CartPole-v1, {s.num_envs} envs x {s.rollout_steps} steps on {args.device} "
-        f"({args.env_steps} env steps per run, {args.repeats} alternating repeats, {args.threads} thread(s))",
+        f"({args.env_steps} env steps per run, {args.repeats} alternating repeats, {args.threads} thread(s)"
+        + (", rl_lightning with compile=True)" if args.compile else ")"),
         table("PPO", summary, "env-steps/s", ["plain_pytorch"]),
         "",
         paired(results, "env_steps_per_second", "rl_lightning", "plain_pytorch"),

@@ -62,7 +62,7 @@ def _measure(
     if library:
         group = EnvGroup(env_id, num_envs, vectorization=vectorization, seed=seed)
         group.reset(seed)
-        envs, step = group.envs, group.step
+        envs, step = group.env, group.step  # the gymnasium backend's vector env: its batched spaces, close
     else:
         env_fns = [lambda: gym.make(env_id) for _ in range(num_envs)]
         if vectorization == "sync":

@@ -3,9 +3,9 @@
 One invocation, contenders alternating over repeats: rl_lightning's PPO inside ``Trainer.fit``
 at CleanRL's ``ppo.py`` settings (``throughput.PPO_SETTINGS``: 4 envs x 128 steps, 4 epochs
 of 4 minibatches), and the same with 64 envs (64 x 128 steps, still 4 minibatches), each once
-on the gymnasium backend (one gymnasium env per
-index, numpy) and once on EnvPool (``rl_lightning.envs.envpool_env``, the tensor path on the
-CPU). No evaluation, no observation normalization; env-steps/s, medians and per-repeat ratios.
+on the gymnasium backend (one gymnasium env per index) and once on EnvPool
+(``rl_lightning.envs.envpool_env``, EnvPool's C++ batch on the CPU). No evaluation, no observation
+normalization; env-steps/s, medians and per-repeat ratios.
 
 Usage::
 

@@ -23,7 +23,7 @@ import torch
 from tensordict import TensorDict
 
 from rl_lightning.data.compact_replay import CompactReplayBuffer
-from rl_lightning.data.replay import make_replay_buffer, store_transitions, transition_bytes
+from rl_lightning.data.replay import make_replay_buffer, transition_bytes
 
 OBS_SPACE = gym.spaces.Box(0, 255, (4, 84, 84), np.uint8)
 ACTION_SPACE = gym.spaces.Discrete(4)
@@ -43,7 +43,7 @@ def ours(capacity: int, num_envs: int, optimize_memory_usage: bool) -> int:
         buffer.extend(TensorDict(fields, batch_size=[num_envs]), {})
         return buffer.storage._storage.bytes() + buffer.sampleable.numel() * buffer.sampleable.element_size()
     fields["next_obs"] = obs.clone()
-    store_transitions(buffer, TensorDict(fields, batch_size=[num_envs]))
+    buffer.extend(TensorDict(fields, batch_size=[num_envs]))
     return buffer.storage._storage.bytes()
 
 

@@ -2,6 +2,7 @@
 
     pip install -e ".[bench]"
     python -m benchmarks.run [--quick] [--suites ppo,solve,offpolicy,ceiling,scaling,atari] [--repeats 3] [--out DIR]
+                             [--compile]
 
 Suites (all in one invocation, contenders alternating within every repeat so a shared
 machine's noise falls on all of them alike; medians, ranges and ratios reported):
@@ -19,6 +20,9 @@ machine's noise falls on all of them alike; medians, ranges and ratios reported)
 - ``atari`` (not in the default set: it needs ``pip install -e ".[envs]"`` and 5 minutes):
   PPO on Breakout at CleanRL's ``ppo_atari.py`` settings against Stable-Baselines3's
   ``CnnPolicy`` and CleanRL's loop (``benchmarks/atari.py``).
+
+``--compile`` runs our PPO, SAC and DQN of the ``ppo`` and ``offpolicy`` suites with ``compile=True``
+(``torch.compile`` of the loss and acting; its seconds fall inside the timed fit).
 
 Writes ``DIR/results.json`` (every measurement, thread counts, machine and versions) and
 ``DIR/results.md`` (the tables); prints the tables. The full run takes about 15 minutes on
@@ -137,12 +141,12 @@ def finish(lines: list[str], report: dict, json_path: str | None) -> dict:
 
 
 # ---------------------------------------------------------------- suites
-def suite_ppo(quick: bool, repeats: int, report: dict) -> list[str]:
+def suite_ppo(quick: bool, repeats: int, report: dict, compile: bool = False) -> list[str]:
     steps = SIZES["ppo_env_steps"][quick]
     print(f"ppo: CleanRL settings, {steps} env steps per run", flush=True)
     results = alternate(
         {
-            "rl_lightning": lambda seed: throughput.ppo_ours(steps, seed),
+            "rl_lightning": lambda seed: throughput.ppo_ours(steps, seed, compile=compile),
             "stable_baselines3": lambda seed: throughput.ppo_sb3(steps, seed),
             "plain_pytorch": lambda seed: throughput.ppo_plain(steps, seed),
         },
@@ -198,7 +202,7 @@ def solve_table(title: str, results: dict[str, list[dict]], report: dict) -> lis
     return lines
 
 
-def suite_offpolicy(quick: bool, repeats: int, report: dict) -> list[str]:
+def suite_offpolicy(quick: bool, repeats: int, report: dict, compile: bool = False) -> list[str]:
     from benchmarks import sac_vs_sb3
 
     lines = []
@@ -210,7 +214,7 @@ def suite_offpolicy(quick: bool, repeats: int, report: dict) -> list[str]:
         (
             "SAC, Pendulum-v1",
             {
-                "rl_lightning": lambda seed: sac_vs_sb3.ours(sac_steps, seed),
+                "rl_lightning": lambda seed: sac_vs_sb3.ours(sac_steps, seed, compile=compile),
                 "stable_baselines3": lambda seed: sac_vs_sb3.sb3(sac_steps, seed),
             },
             sac_steps,
@@ -218,7 +222,7 @@ def suite_offpolicy(quick: bool, repeats: int, report: dict) -> list[str]:
         (
             "DQN, CartPole-v1",
             {
-                "rl_lightning": lambda seed: throughput.dqn_ours(dqn_steps, seed),
+                "rl_lightning": lambda seed: throughput.dqn_ours(dqn_steps, seed, compile=compile),
                 "stable_baselines3": lambda seed: throughput.dqn_sb3(dqn_steps, seed),
             },
             dqn_steps,
@@ -226,7 +230,7 @@ def suite_offpolicy(quick: bool, repeats: int, report: dict) -> list[str]:
         (
             "DQN, CartPole-v1, RL-Zoo's chunks (train_freq 256, gradient_steps 128)",
             {
-                "rl_lightning": lambda seed: throughput.dqn_ours(chunk_steps, seed, rl_zoo),
+                "rl_lightning": lambda seed: throughput.dqn_ours(chunk_steps, seed, rl_zoo, compile=compile),
                 "stable_baselines3": lambda seed: throughput.dqn_sb3(chunk_steps, seed, rl_zoo),
             },
             chunk_steps,
@@ -346,6 +350,9 @@ def main(argv: list[str] | None = None) -> dict:
     )
     parser.add_argument("--repeats", type=int, default=3, help="alternating repeats per throughput suite")
     parser.add_argument("--out", default="bench_results", help="directory for results.json, results.md, plots")
+    parser.add_argument(
+        "--compile", action="store_true", help="our PPO, SAC and DQN (ppo, offpolicy suites) with compile=True"
+    )
     args = parser.parse_args(argv)
     suites = [s.strip() for s in args.suites.split(",") if s.strip()]
     unknown = sorted(set(suites) - set(SUITES))
@@ -358,7 +365,13 @@ def main(argv: list[str] | None = None) -> dict:
     # and the contenders must share the same setting.
     torch.set_num_threads(THREADS)
     os.environ["OMP_NUM_THREADS"] = str(THREADS)
-    report: dict = {"machine": machine(), "quick": args.quick, "repeats": args.repeats, "command": sys.argv}
+    report: dict = {
+        "machine": machine(),
+        "quick": args.quick,
+        "repeats": args.repeats,
+        "compile": args.compile,
+        "command": sys.argv,
+    }
     start = time.perf_counter()
     sections = []
     for suite in SUITES:  # fixed order: the ceiling section reads the PPO figures
@@ -367,6 +380,8 @@ def main(argv: list[str] | None = None) -> dict:
         t0 = time.perf_counter()
         if suite == "scaling":
             lines = suite_scaling(args.quick, args.repeats, report, args.out)
+        elif suite in ("ppo", "offpolicy"):
+            lines = globals()[f"suite_{suite}"](args.quick, args.repeats, report, compile=args.compile)
         else:
             lines = globals()[f"suite_{suite}"](args.quick, args.repeats, report)
         report.setdefault("suite_seconds", {})[suite] = time.perf_counter() - t0
@@ -376,7 +391,8 @@ def main(argv: list[str] | None = None) -> dict:
     header = (
         f"Measured on {m['cpu']} ({m['cpu_count']} cores), {m['torch_threads']} torch thread, Python {m['python']}, "
         + ", ".join(f"{k} {v}" for k, v in m["versions"].items() if v)
-        + f"; {'--quick' if args.quick else 'full'} run of {report['total_seconds'] / 60:.1f} min."
+        + f"; {'--quick' if args.quick else 'full'} run of {report['total_seconds'] / 60:.1f} min"
+        + ("; rl_lightning with compile=True." if args.compile else ".")
     )
     markdown = header + "\n\n" + "\n\n".join(sections) + "\n"
     with open(os.path.join(args.out, "results.md"), "w") as f:

@@ -160,9 +160,10 @@ def ppo_plain(env_steps: int, seed: int) -> dict[str, float]:
     return plain_ppo_train(PPO_SETTINGS, env_steps, seed)
 
 
-def dqn_ours(env_steps: int, seed: int, chunks: tuple[int, int] | None = None) -> dict[str, float]:
+def dqn_ours(env_steps: int, seed: int, chunks: tuple[int, int] | None = None, **extra) -> dict[str, float]:
     """rl_lightning's DQN, one gradient step per env step after the random steps; ``chunks`` = ``(train_freq,
-    gradient_steps)``: that many gradient steps after each chunk of env steps instead (RL-Zoo: ``(256, 128)``)."""
+    gradient_steps)``: that many gradient steps after each chunk of env steps instead (RL-Zoo: ``(256, 128)``);
+    ``extra``: more of ``DQN``'s arguments (``compile=True``)."""
     from rl_lightning import DQN, ReplayDataModule
 
     pl.seed_everything(seed, verbose=False)
@@ -185,7 +186,13 @@ def dqn_ours(env_steps: int, seed: int, chunks: tuple[int, int] | None = None) -
     # The target network's cadence counts gradient steps here, env steps in SB3: once per chunk (RL-Zoo's 10 env
     # steps there update it after every chunk's gradient steps too), or every 500.
     target_update_interval = chunks[1] if chunks else 500
-    model = DQN(lr=2.3e-3, target_update_interval=target_update_interval, max_grad_norm=10.0, total_timesteps=env_steps)
+    model = DQN(
+        lr=2.3e-3,
+        target_update_interval=target_update_interval,
+        max_grad_norm=10.0,
+        total_timesteps=env_steps,
+        **extra,
+    )
     return timed_fit(bare_trainer(max_epochs=1), model, data)
 
 

@@ -63,7 +63,7 @@ class RLModule(pl.LightningModule):
             0.09 ms; ``python -m benchmarks.denormals``). A value that small reads as 0.
         compile: Run the update's loss (forward and backward) and the acting methods through
             ``torch.compile`` during ``fit``. Compiling costs seconds up front (a minute on a cold
-            cache) and pays back on long runs and GPUs; off by default (``python -m benchmarks.compile``).
+            cache) and pays back on long runs and GPUs; off by default (``python -m benchmarks.run --compile``).
     """
 
     #: The data module class this algorithm's training_step expects batches from.

@@ -27,7 +27,7 @@ from rl_lightning.envs.torchrl_env import EnvFactory
 
 
 def _check_torch_replay(storage: str, prioritized: bool, optimize_memory_usage: bool) -> None:
-    """Refuse, naming the fix, replay settings the tensor path (a buffer on the env's device) does not have."""
+    """Refuse, naming the fix, replay settings a buffer on the env's device does not have."""
     for name, value, ok in (
         ("storage", storage, "memory"),
         ("prioritized", prioritized, False),

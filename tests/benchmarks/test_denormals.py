@@ -25,9 +25,9 @@ class _Seen(pl.Callback):
 
 
 def _tiny_dqn_run(tmp_path):
-    def run(seed: int) -> dict:
+    def run(seed: int, **extra) -> dict:
         seen = _Seen()
-        model = DQN(hidden_sizes=(16,), total_timesteps=60, target_update_interval=5)
+        model = DQN(hidden_sizes=(16,), total_timesteps=60, target_update_interval=5, **extra)
         trainer = quiet_trainer(tmp_path / str(seed), callbacks=[seen], max_epochs=1)
         trainer.fit(model, tiny_replay_data("CartPole-v1", seed=seed))
         return {"seen": seen.seen, "gradient_steps": trainer.global_step}

@@ -1,4 +1,4 @@
-"""Tests for the tensor path's benchmark bookkeeping (the figures come from running it: benchmarks/README.md)."""
+"""Tests for the torch backend's benchmark bookkeeping (the figures come from running it: benchmarks/README.md)."""
 
 from benchmarks import device_envs
 from benchmarks.plain_ppo import train_batched

@@ -1,4 +1,4 @@
-"""Tests for the prepared GPU script of the tensor path (run on the CPU at small sizes, so it cannot rot)."""
+"""Tests for the prepared GPU script of the torch backend (run on the CPU at small sizes, so it cannot rot)."""
 
 import json
 

@@ -71,3 +71,21 @@ def test_unknown_suite_is_refused_with_the_choices(capsys):
     with pytest.raises(SystemExit):
         run.main(["--suites", "ppo,speed"])
     assert "unknown suite(s) ['speed']" in capsys.readouterr().err
+
+
+def test_compile_reaches_our_contender_only_and_is_recorded(tmp_path, monkeypatch, restore_threads):
+    """Test that --compile runs our PPO with compile=True, leaves the other contenders as they are, and is recorded."""
+    calls = {}
+
+    def contender(name):
+        def run_once(steps, seed, **extra):
+            calls[name] = extra
+            return {"env_steps_per_second": 1.0}
+
+        return run_once
+
+    for name in ("ppo_ours", "ppo_sb3", "ppo_plain"):
+        monkeypatch.setattr(run.throughput, name, contender(name))
+    report = run.main(["--quick", "--suites", "ppo", "--repeats", "1", "--compile", "--out", str(tmp_path)])
+    assert calls == {"ppo_ours": {"compile": True}, "ppo_sb3": {}, "ppo_plain": {}}
+    assert report["compile"] is True and "compile=True" in (tmp_path / "results.md").read_text()
