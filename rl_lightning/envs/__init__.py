@@ -1,7 +1,4 @@
-"""Environments: object sets of variations and the one batched env contract (``EnvGroup``).
-
-Knows nothing of learning.
-"""
+"""Environments: object sets of variations and the one batched env contract (``EnvGroup``); no learning."""
 
 from rl_lightning.envs.batched import TorchVectorEnv
 from rl_lightning.envs.env_group import BACKENDS, EnvGroup, EpisodeStats, Step, check_env_id, make_env
@@ -15,17 +12,6 @@ from rl_lightning.envs.object_sets import (
 from rl_lightning.envs.restart import RestartingEnv
 
 __all__ = [
-    "BACKENDS",
-    "EnvGroup",
-    "EpisodeStats",
-    "NoObjectSetsWarning",
-    "ObjectSetWrapper",
-    "RestartingEnv",
-    "SHIPPED_OBJ_SETS",
-    "Step",
-    "TorchVectorEnv",
-    "Variation",
-    "check_env_id",
-    "make_env",
-    "resolve_obj_sets",
-]
+    "BACKENDS", "EnvGroup", "EpisodeStats", "NoObjectSetsWarning", "ObjectSetWrapper", "RestartingEnv",
+    "SHIPPED_OBJ_SETS", "Step", "TorchVectorEnv", "Variation", "check_env_id", "make_env", "resolve_obj_sets",
+]  # fmt: skip

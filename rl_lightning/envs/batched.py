@@ -1,20 +1,14 @@
 """Device-native batched envs: thousands of simulations as torch tensors on one device, stepped at once.
 
-:class:`TorchVectorEnv` is a gymnasium ``VectorEnv`` of torch tensors on its device (the env
-contract, :mod:`~rl_lightning.envs.env_group`). The dynamics are pure tensor functions
-(:class:`CartPoleDynamics`, :class:`PendulumDynamics`, equal to gymnasium's step for step:
-``tests/envs/test_batched.py``); the env adds the time limit, ``SAME_STEP`` autoreset, per-env
-parameters (the object sets' variations) and a seeded generator. A step never branches on the
-device's values: fresh start states are drawn every step and taken where an episode ended
-(``torch.where``), so it reads nothing back to the host. No kept package has such envs in
-torch: gymnasium's functional versions are JAX, torchrl's ``PendulumEnv`` has other observations.
+:class:`TorchVectorEnv` speaks the env contract (:mod:`~rl_lightning.envs.env_group`) around pure tensor dynamics,
+equal to gymnasium's step for step (``tests/envs/test_batched.py``); no kept package has them in torch (gymnasium's
+functional versions are JAX, torchrl's ``PendulumEnv`` has other observations).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
-from typing import Any, Protocol
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
@@ -22,26 +16,7 @@ import torch
 from gymnasium.vector import AutoresetMode
 from gymnasium.vector.utils import batch_space
 
-
-class Dynamics(Protocol):
-    """What :class:`TorchVectorEnv` needs of a simulation: its gymnasium id, per-env parameters with their
-    defaults, time limit and single spaces, and pure functions of batched tensors: ``start(n, generator,
-    like) -> [n, state_dim]`` draws start states, ``step(state, action, params) -> (state, reward [n],
-    terminated [n])`` advances every env, ``observe(state) -> [n, obs_dim]``."""
-
-    env_id: str
-    params: Mapping[str, float]
-    max_episode_steps: int
-    observation_space: gym.spaces.Box
-    action_space: gym.Space
-
-    def start(self, n: int, generator: torch.Generator, like: torch.Tensor) -> torch.Tensor: ...
-
-    def step(
-        self, state: torch.Tensor, action: torch.Tensor, params: Mapping[str, torch.Tensor]
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]: ...
-
-    def observe(self, state: torch.Tensor) -> torch.Tensor: ...
+from rl_lightning.checks import check_positive_int
 
 
 def _uniform(low: list[float], n: int, generator: torch.Generator, like: torch.Tensor) -> torch.Tensor:
@@ -51,13 +26,8 @@ def _uniform(low: list[float], n: int, generator: torch.Generator, like: torch.T
 
 
 class CartPoleDynamics:
-    """gymnasium's ``CartPole-v1`` (Barto, Sutton and Anderson 1983; Florian 2007's equations), batched.
-
-    ``CartPoleEnv.step`` with its default Euler integrator and reward 1 per step (the terminating
-    one too); starts uniform in ``[-0.05, 0.05)^4``; terminated when the cart leaves +-2.4 or the
-    pole leans past 12 degrees. ``total_mass`` and ``polemass_length`` are derived from the
-    parameters in every step, so varying ``length`` or ``masspole`` changes the dynamics.
-    """
+    """gymnasium's ``CartPole-v1`` (``CartPoleEnv.step``: Euler, reward 1 per step), batched; ``total_mass`` and
+    ``polemass_length`` are derived every step, so varying ``length`` or ``masspole`` changes the dynamics."""
 
     env_id, max_episode_steps = "CartPole-v1", 500
     # gymnasium's names; length is half the pole's length.
@@ -94,18 +64,9 @@ class CartPoleDynamics:
         return state.to(torch.float32)
 
 
-def angle_normalize(x: torch.Tensor) -> torch.Tensor:
-    """Angles wrapped to ``[-pi, pi)`` (gymnasium's ``pendulum.angle_normalize``; ``remainder`` is numpy's ``%``)."""
-    return torch.remainder(x + math.pi, 2 * math.pi) - math.pi
-
-
 class PendulumDynamics:
-    """gymnasium's ``Pendulum-v1``, batched: the state ``(theta, theta_dot)``, observations ``(cos, sin, theta_dot)``.
-
-    ``PendulumEnv.step``: torque clipped to ``max_torque``, cost ``angle_normalize(th)^2 + 0.1
-    thdot^2 + 0.001 u^2`` of the state before the step, the speed clipped to ``max_speed``; starts
-    uniform in ``[-pi, pi) x [-1, 1)``; never terminates (the 200-step limit truncates).
-    """
+    """gymnasium's ``Pendulum-v1`` (``PendulumEnv.step``), batched: the state ``(theta, theta_dot)``, observations
+    ``(cos, sin, theta_dot)``; starts uniform in ``[-pi, pi) x [-1, 1)``; never terminates (200 steps truncate)."""
 
     env_id, max_episode_steps = "Pendulum-v1", 200
     params = {"g": 10.0, "m": 1.0, "l": 1.0, "dt": 0.05, "max_speed": 8.0, "max_torque": 2.0}
@@ -119,7 +80,8 @@ class PendulumDynamics:
         th, thdot = state.unbind(-1)
         g, m, length, dt = params["g"], params["m"], params["l"], params["dt"]
         u = torch.maximum(torch.minimum(action[:, 0].to(state.dtype), params["max_torque"]), -params["max_torque"])
-        costs = angle_normalize(th).square() + 0.1 * thdot.square() + 0.001 * u.square()
+        normalized = torch.remainder(th + math.pi, 2 * math.pi) - math.pi  # gymnasium's angle_normalize (numpy's %)
+        costs = normalized.square() + 0.1 * thdot.square() + 0.001 * u.square()
         newthdot = thdot + (3 * g / (2 * length) * torch.sin(th) + 3.0 / (m * length**2) * u) * dt
         newthdot = torch.maximum(torch.minimum(newthdot, params["max_speed"]), -params["max_speed"])
         newth = th + newthdot * dt
@@ -137,34 +99,27 @@ DYNAMICS: dict[str, type] = {"CartPole-v1": CartPoleDynamics, "Pendulum-v1": Pen
 class TorchVectorEnv(gym.vector.VectorEnv):
     """A batch of ``num_envs`` simulations held as tensors on ``device``, stepped in one call.
 
+    A step never branches on the device's values: fresh start states are drawn every step and taken where an episode
+    ended (``torch.where``), so it reads nothing back to the host.
+
     Args:
-        dynamics: The simulation, or the gymnasium id of a reference one (:data:`DYNAMICS`).
-        num_envs: Envs in the batch.
-        device: Where the state lives and every returned tensor is.
-        dtype: The state's dtype (observations are float32): ``torch.float64`` reproduces
-            gymnasium's numpy arithmetic to rounding; float32 is a GPU simulator's usual choice.
+        dynamics: The gymnasium id of a reference simulation (:data:`DYNAMICS`), or a user's with the attributes and
+            the pure tensor functions (``start``, ``step``, ``observe``) of :class:`CartPoleDynamics`.
+        device: Where the state (``[num_envs, state_dim]``), the per-env ``params`` and every returned tensor are.
+        dtype: The state's dtype (observations are float32): ``torch.float64`` reproduces gymnasium's numpy
+            arithmetic to rounding; float32 is a GPU simulator's usual choice.
         max_episode_steps: The time limit (default: the dynamics').
         seed: Seeds the generator; ``reset(seed=...)`` seeds it again.
         **params: Parameter values for every env (e.g. ``length=0.6``), else the defaults.
-
-    Attributes:
-        params: Per-env parameters, each a ``[num_envs]`` tensor (:meth:`set_params` writes them).
-        state: The simulation state ``[num_envs, state_dim]``.
-        elapsed: Steps into each env's episode ``[num_envs]`` (int64).
     """
 
     metadata = {"autoreset_mode": AutoresetMode.SAME_STEP}
 
     def __init__(
-        self,
-        dynamics: Dynamics | str,
-        num_envs: int,
-        device: torch.device | str = "cpu",
-        dtype: torch.dtype = torch.float32,
-        max_episode_steps: int | None = None,
-        seed: int | None = None,
+        self, dynamics: Any, num_envs: int, device: torch.device | str = "cpu",
+        dtype: torch.dtype = torch.float32, max_episode_steps: int | None = None, seed: int | None = None,
         **params: float,
-    ):
+    ):  # fmt: skip
         if isinstance(dynamics, str) and dynamics not in DYNAMICS:
             raise ValueError(
                 f"There is no batched torch version of {dynamics!r}; rl_lightning ships {sorted(DYNAMICS)}. Use one of "
@@ -172,39 +127,28 @@ class TorchVectorEnv(gym.vector.VectorEnv):
                 "torchrl EnvBase), or run the gymnasium backend."
             )
         self.dynamics = DYNAMICS[dynamics]() if isinstance(dynamics, str) else dynamics
-        if isinstance(num_envs, bool) or not isinstance(num_envs, int) or num_envs < 1:
-            raise ValueError(f"num_envs must be a positive integer, got {num_envs!r}.")
+        check_positive_int(num_envs=num_envs)
+        check_positive_int(max_episode_steps=max_episode_steps, none="None")
         if dtype not in (torch.float32, torch.float64):
             raise TypeError(f"dtype must be torch.float32 or torch.float64, got {dtype!r}.")
-        limit = self.dynamics.max_episode_steps if max_episode_steps is None else max_episode_steps
-        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
-            raise ValueError(f"max_episode_steps must be a positive integer, got {max_episode_steps!r}.")
-        self.num_envs = num_envs
-        self.device = torch.device(device)
-        self.dtype = dtype
-        self.max_episode_steps = limit
+        self.num_envs, self.device, self.dtype = num_envs, torch.device(device), dtype
+        self.max_episode_steps = max_episode_steps or self.dynamics.max_episode_steps
         self.single_observation_space = self.dynamics.observation_space
         self.single_action_space = self.dynamics.action_space
         self.observation_space = batch_space(self.single_observation_space, num_envs)
         self.action_space = batch_space(self.single_action_space, num_envs)
-        self.spec = None
-        self.render_mode = None
-        self.closed = False
         self.generator = torch.Generator(device=self.device)
         if seed is not None:
             self.generator.manual_seed(seed)
         self._like = torch.empty(0, dtype=dtype, device=self.device)
-        self.params = {
-            name: torch.full((num_envs,), float(default), dtype=dtype, device=self.device)
-            for name, default in self.dynamics.params.items()
-        }
-        self.set_params(**params)
+        self.params = {name: torch.empty(num_envs, dtype=dtype, device=self.device) for name in self.dynamics.params}
+        self.set_params(**{**self.dynamics.params, **params})  # the defaults, overridden by ``params``
         self.state = self.dynamics.start(num_envs, self.generator, self._like)
         self.elapsed = torch.zeros(num_envs, dtype=torch.int64, device=self.device)
 
     def set_params(self, env_ids: torch.Tensor | None = None, **values: float | torch.Tensor) -> None:
-        """Write parameters of the envs ``env_ids`` (indices or a bool mask; default all), from the next step on:
-        a number for all of them, or a tensor with one value per selected env. An unknown name is refused."""
+        """Write parameters (a number, or a tensor of one value per env) of the envs ``env_ids`` (indices or a bool
+        mask; default all), from the next step on."""
         unknown = sorted(set(values) - set(self.params))
         if unknown:
             raise ValueError(
@@ -215,12 +159,9 @@ class TorchVectorEnv(gym.vector.VectorEnv):
         for name, value in values.items():
             self.params[name][rows] = torch.as_tensor(value, dtype=self.dtype, device=self.device)
 
-    def reset(
-        self, *, seed: int | None = None, options: dict[str, Any] | None = None
-    ) -> tuple[torch.Tensor, dict[str, Any]]:
-        """Start a new episode in the envs ``options["env_ids"]`` (indices or a bool mask; default all), after
-        ``options["params"]`` (for :meth:`set_params`) and seeding the generator with ``seed``; every env's
-        observation."""
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[torch.Tensor, dict]:
+        """Start a new episode in the envs ``options["env_ids"]`` (default all), after ``options["params"]`` (for
+        :meth:`set_params`) and seeding the generator with ``seed``; every env's observation."""
         options = dict(options or {})
         unknown = sorted(set(options) - {"env_ids", "params"})
         if unknown:
@@ -238,26 +179,20 @@ class TorchVectorEnv(gym.vector.VectorEnv):
         return self.dynamics.observe(self.state), {}
 
     def _actions(self, actions: Any) -> torch.Tensor:
-        if isinstance(actions, torch.Tensor):
-            if actions.device != self.device:
-                raise ValueError(
-                    f"Actions are on {actions.device} but this batched env lives on {self.device}. Keep the policy "
-                    f"on the env's device (or build the env with device='{actions.device}')."
-                )
-        else:
+        if not isinstance(actions, torch.Tensor):
             actions = torch.as_tensor(np.asarray(actions), device=self.device)
+        elif actions.device != self.device:
+            raise ValueError(
+                f"Actions are on {actions.device} but this batched env lives on {self.device}. Keep the policy "
+                f"on the env's device (or build the env with device='{actions.device}')."
+            )
         if actions.shape[0] != self.num_envs:
             raise ValueError(f"Got actions for {actions.shape[0]} envs; this batch has {self.num_envs}.")
         return actions
 
-    def step(
-        self, actions: torch.Tensor
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, dict[str, Any]]:
-        """Step every env with ``actions`` ``[num_envs, ...]``; ended episodes restart in the same step.
-
-        Returns ``(obs, reward, terminated, truncated, info)`` on the device (reward in the state's
-        dtype); ``info["final_obs"]`` holds what every env reached, ``info["_final_obs"]`` which restarted.
-        """
+    def step(self, actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, dict]:
+        """Step every env with ``actions`` ``[num_envs, ...]``; ended episodes (``info["_final_obs"]``) restart in
+        the same step; reward in the state's dtype."""
         state, reward, terminated = self.dynamics.step(self.state, self._actions(actions), self.params)
         self.elapsed = self.elapsed + 1
         truncated = self.elapsed >= self.max_episode_steps  # gymnasium's TimeLimit: also on a terminating step
@@ -266,8 +201,8 @@ class TorchVectorEnv(gym.vector.VectorEnv):
         fresh = self.dynamics.start(self.num_envs, self.generator, self._like)
         self.state = torch.where(done[:, None], fresh, state)
         self.elapsed = torch.where(done, 0, self.elapsed)
-        obs = self.dynamics.observe(self.state)
-        return obs, reward, terminated, truncated, {"final_obs": final_obs, "_final_obs": done}
+        info = {"final_obs": final_obs, "_final_obs": done}
+        return self.dynamics.observe(self.state), reward, terminated, truncated, info
 
     def close_extras(self, **kwargs: Any) -> None:
         """Nothing to release: the state is tensors."""

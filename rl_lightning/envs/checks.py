@@ -1,15 +1,12 @@
 """Checks of what gymnasium envs return: non-finite observations and rewards, observations out of bounds.
 
-A NaN or inf that reaches the rollout spreads through GAE, the loss and the optimizer state
-within one update. The check sits at the env layer, where the message can name the env. Its
-common case is one dot product with zeros per step (IEEE 754: ``0 * inf = NaN``, and NaN
-propagates through the sum), cheaper than ``np.isfinite(x).all()``, which allocates a mask;
-which env and which value are looked up only when that says something is wrong.
+A NaN or inf in the rollout spreads through GAE, the loss and the optimizer state within one update; here the
+message can name the env. A step costs one dot product with zeros (IEEE 754: ``0 * inf = NaN``, which propagates),
+cheaper than ``np.isfinite(x).all()``, which allocates a mask; the bad env and value are looked up only then.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import re
 import warnings
@@ -38,46 +35,13 @@ def check_value_options(obs_bound: Any, obs_bound_mode: Any, on_nonfinite: Any =
         raise ValueError(f"on_nonfinite must be one of {ON_NONFINITE}, got {on_nonfinite!r}.")
 
 
-@dataclasses.dataclass
-class ValueFault:
-    """One bad value: the env index, in what (``"reward"``, ``"observation"``, ``"final observation"``), the
-    value, its index inside the observation, and whether it is finite but outside ``obs_bound`` (``reject``)."""
-
-    env: int
-    what: str
-    value: float
-    index: tuple[int, ...] = ()
-    out_of_bound: bool = False
-
-    def describe(self, bound: float | None) -> str:
-        """E.g. ``"reward nan"`` or ``"observation value 1e6 at index (2,), outside obs_bound=100"``."""
-        where = f" at index {self.index}" if self.index else ""
-        kind = "" if self.what == "reward" else " value"
-        outside = f", outside obs_bound={bound}" if self.out_of_bound else ""
-        return f"{self.what}{kind} {self.value!r}{where}{outside}"
-
-
-def _first_bad(x: np.ndarray, bound: float | None) -> tuple[tuple[int, ...], float, bool] | None:
-    """Position, value and out-of-bound flag of the first non-finite (or out-of-bound) entry of ``x``."""
-    x = np.asarray(x)
-    bad = ~np.isfinite(x)
-    out = False
-    if not bad.any() and bound is not None:
-        bad, out = np.abs(x) > bound, True
-    if not bad.any():
-        return None
-    index = tuple(int(k) for k in np.argwhere(bad)[0])
-    return index, float(x[index]), out
-
-
 def float_paths(space: Any) -> list[tuple[str, ...]]:
     """Where a space's float arrays are: ``[()]`` for a float ``Box``, the keys' paths in a ``Dict`` (integer
     leaves, such as uint8 images, cannot be non-finite and are never checked)."""
     spaces = getattr(space, "spaces", None)
     if isinstance(spaces, dict):
         return [(key, *path) for key, sub in spaces.items() for path in float_paths(sub)]
-    dtype = getattr(space, "dtype", None)
-    shape = getattr(space, "shape", None)
+    dtype, shape = getattr(space, "dtype", None), getattr(space, "shape", None)
     return [()] if dtype is not None and shape is not None and np.issubdtype(dtype, np.floating) else []
 
 
@@ -88,9 +52,8 @@ def _at(obs: Any, path: tuple[str, ...]) -> Any:
 
 
 class ValueChecks:
-    """Per-step checks of one env group's observations and rewards (only the float arrays of one env's
-    ``observation_space``): finite, and within ``obs_bound`` (``obs_bound_mode``: ``"clip"`` clips and counts,
-    ``"reject"`` treats a value beyond it as non-finite; ``None`` checks finiteness only)."""
+    """Per-step checks of the float arrays of a batch's observations, and rewards: finite, and within ``obs_bound``
+    (``obs_bound_mode``: ``"clip"`` clips and counts, ``"reject"`` treats a value beyond it as non-finite)."""
 
     def __init__(self, num_envs: int, obs_bound: float | None, obs_bound_mode: str, observation_space: Any):
         self.obs_bound = None if obs_bound is None else float(obs_bound)
@@ -100,57 +63,57 @@ class ValueChecks:
         self.reject = self.float_obs and obs_bound is not None and obs_bound_mode == "reject"
         self.clipping = self.float_obs and obs_bound is not None and obs_bound_mode == "clip"
         self._reward_zeros = np.zeros(num_envs)
-        self._obs_zeros = [
-            np.zeros(num_envs * math.prod(_at(observation_space, path).shape), dtype=_at(observation_space, path).dtype)
-            for path in self._paths
-        ]
+        spaces = [_at(observation_space, path) for path in self._paths]
+        self._obs_zeros = [np.zeros(num_envs * math.prod(space.shape), dtype=space.dtype) for space in spaces]
 
     def _floats(self, obs: Any) -> list[np.ndarray]:
-        if self._whole:  # a float Box: the array itself (this runs every env step)
-            return [obs]
-        return [_at(obs, path) for path in self._paths]
+        return [obs] if self._whole else [_at(obs, path) for path in self._paths]
 
     def clean(self, obs: Any, reward: np.ndarray) -> bool:
         """Whether every observation and reward of a step is finite (and, rejecting, within the bound)."""
         # float() first: adding two numpy scalars of different dtypes costs more than the dots.
         total = float(reward.dot(self._reward_zeros))
         if self._whole:  # one float array (the common case, every env step): no walk over keys
-            if not math.isfinite(total + float(obs.ravel().dot(self._obs_zeros[0]))):
-                return False
-            return not (self.reject and np.abs(obs).max() > self.obs_bound)
-        for x, zeros in zip(self._floats(obs), self._obs_zeros, strict=True):
-            total += float(x.ravel().dot(zeros))
+            total += float(obs.ravel().dot(self._obs_zeros[0]))
+        else:
+            for x, zeros in zip(self._floats(obs), self._obs_zeros, strict=True):
+                total += float(x.ravel().dot(zeros))
         if not math.isfinite(total):
             return False
         return not (self.reject and any(np.abs(x).max() > self.obs_bound for x in self._floats(obs)))
 
     def obs_clean(self, obs: Any) -> bool:
         """Whether one observation (or a batch) is finite and, rejecting, within the bound."""
-        for x in self._floats(obs):
-            if not np.isfinite(x).all() or (self.reject and np.abs(x).max() > self.obs_bound):
-                return False
-        return True
+        reject = self.reject
+        return all(
+            np.isfinite(x).all() and not (reject and np.abs(x).max() > self.obs_bound) for x in self._floats(obs)
+        )
 
-    def _named(self, what: str, path: tuple[str, ...]) -> str:
-        return what + "".join(f"[{key!r}]" for key in path)
-
-    def find(
-        self, obs: Any, reward: np.ndarray | None = None, final_obs: dict[int, Any] | None = None
-    ) -> list[ValueFault]:
-        """Every env's first bad value (the slow path, after :meth:`clean` said something is wrong)."""
-        bound = self.obs_bound if self.reject else None
-        faults = []
+    def find(self, obs: Any, reward: np.ndarray | None = None, final_obs: dict[int, Any] | None = None) -> dict:
+        """Every env's first bad value, ``{env: (what it is, the fix)}`` (the slow path, after :meth:`clean`)."""
+        bound_fix = "raise obs_bound (Hydra: env.obs_bound=...), clip instead with obs_bound_mode=clip"
+        obs_fix = "fix the env, or bound observations with obs_bound and obs_bound_mode (Hydra: env.obs_bound=...)"
+        faults = {}
         for i in range(len(self._reward_zeros)):
             if reward is not None and not math.isfinite(reward[i]):
-                faults.append(ValueFault(i, "reward", float(reward[i])))
+                faults[i] = f"Non-finite reward {float(reward[i])!r}", "fix the env's reward"
                 continue
-            candidates = [(self._named("observation", p), _at(obs, p)[i]) for p in self._paths]
+            candidates = [("observation", p, _at(obs, p)[i]) for p in self._paths]
             if final_obs and i in final_obs:
-                candidates += [(self._named("final observation", p), _at(final_obs[i], p)) for p in self._paths]
-            for what, x in candidates:
-                hit = _first_bad(x, bound)
-                if hit is not None:
-                    faults.append(ValueFault(i, what, hit[1], hit[0], hit[2]))
+                candidates += [("final observation", p, _at(final_obs[i], p)) for p in self._paths]
+            for what, path, x in candidates:
+                x = np.asarray(x)
+                bad, out = ~np.isfinite(x), False
+                if not bad.any() and self.reject:
+                    bad, out = np.abs(x) > self.obs_bound, True
+                if bad.any():
+                    index = tuple(int(k) for k in np.argwhere(bad)[0])
+                    value = f"{what}{''.join(f'[{key!r}]' for key in path)} value {float(x[index])!r}"
+                    value += f" at index {index}" if index else ""
+                    if out:
+                        faults[i] = f"Out-of-bound {value}, outside obs_bound={self.obs_bound}", bound_fix
+                    else:
+                        faults[i] = f"Non-finite {value}", obs_fix
                     break
         return faults
 
@@ -167,17 +130,10 @@ class ValueChecks:
         return count
 
 
-def nonfinite_message(fault: ValueFault, label: str, episode_step: int | None, bound: float | None) -> str:
-    """The :class:`~rl_lightning.faults.NumericalFault` message: where the value came from and the fixes."""
+def nonfinite_message(problem: str, fix: str, label: str, episode_step: int | None) -> str:
+    """The :class:`~rl_lightning.faults.NumericalFault` message: the bad value, where it came from and the fixes."""
     at = f" at step {episode_step} of its episode" if episode_step is not None else " at reset"
-    if fault.out_of_bound:
-        fixes = "raise obs_bound (Hydra: env.obs_bound=...), clip instead with obs_bound_mode=clip"
-    elif fault.what == "reward":
-        fixes = "fix the env's reward"
-    else:
-        fixes = "fix the env, or bound observations with obs_bound and obs_bound_mode (Hydra: env.obs_bound=...)"
     return (
-        f"{'Out-of-bound' if fault.out_of_bound else 'Non-finite'} {fault.describe(bound)} from {label}{at}. "
-        f"To go on: {fixes}; or cut such episodes short and continue with on_nonfinite='skip' on the data "
-        "module (Hydra: env.on_nonfinite=skip)."
+        f"{problem} from {label}{at}. To go on: {fix}; or cut such episodes short and continue with "
+        "on_nonfinite='skip' on the data module (Hydra: env.on_nonfinite=skip)."
     )

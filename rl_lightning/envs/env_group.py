@@ -1,22 +1,14 @@
 """``EnvGroup``: the one env contract. Every backend steps as one batched env of torch tensors on a device.
 
-:meth:`EnvGroup.step` takes actions ``[num_envs, ...]`` and returns one :class:`Step` of
-tensors on the group's device, in gymnasium's ``SAME_STEP`` autoreset (an env whose episode
-ends starts the next one in the same call), with ``final_obs`` a full ``[num_envs, ...]``
-batch: the observation each env reached, for an ended episode its true last one (the rollout
-bootstraps truncated episodes from it; replay stores it as ``next_obs``). It is the contract
-GPU simulators (ManiSkill3, Isaac Lab) and rsl_rl's ``VecEnv`` speak. Every backend is a
-gymnasium ``VectorEnv`` of tensors with this autoreset and ``info["final_obs"]``:
-
-- ``"gymnasium"``: one gymnasium env per index (:mod:`~rl_lightning.envs.gymnasium_env`, CPU
-  tensors), with object-set wrappers, restarts, value checks and ``on_nonfinite="skip"``;
-- ``"torch"``: the library's batched torch envs (:mod:`~rl_lightning.envs.batched`) or a user's
-  simulator from ``env_factory`` (:mod:`~rl_lightning.envs.torchrl_env`), on the group's device;
-- ``"envpool"``: EnvPool's C++ batch (:mod:`~rl_lightning.envs.envpool_env`), CPU.
-
-On a batched backend an object set's variations are per-env parameters, drawn again for
-every env whose episode ended (``torch.where``, no host read). Episode statistics and the
-non-finite check stay on the device until :meth:`EnvGroup.pop_stats`, so stepping never waits.
+Every backend is a gymnasium ``VectorEnv`` of tensors with ``SAME_STEP`` autoreset (an env whose episode ends starts
+the next one in the same call) and ``info["final_obs"]``, a full ``[num_envs, ...]`` batch of what each env reached:
+for an ended episode its true last observation (the rollout bootstraps truncated episodes from it; replay stores it
+as ``next_obs``), as GPU simulators (ManiSkill3, Isaac Lab) and rsl_rl's ``VecEnv`` do. Backends: ``"gymnasium"``
+(:mod:`~rl_lightning.envs.gymnasium_env`: single envs, CPU, with restarts, value checks and ``on_nonfinite="skip"``),
+``"torch"`` (:mod:`~rl_lightning.envs.batched` or a user's :mod:`~rl_lightning.envs.torchrl_env`, on the group's
+device) and ``"envpool"`` (:mod:`~rl_lightning.envs.envpool_env`). On a batched backend object-set variations are
+per-env parameters, drawn again where an episode ended (``torch.where``, no host read); statistics and the
+non-finite check stay on the device until :meth:`EnvGroup.pop_stats`.
 """
 
 from __future__ import annotations
@@ -37,8 +29,8 @@ from rl_lightning.envs.batched import DYNAMICS, TorchVectorEnv
 from rl_lightning.envs.checks import check_value_options
 from rl_lightning.envs.envpool_env import EnvPoolVectorEnv, check_envpool_task
 from rl_lightning.envs.gymnasium_env import GymnasiumVectorEnv
-from rl_lightning.envs.object_sets import ObjectSetWrapper, ObjSets, Variation, select_obj_set, variation_table
-from rl_lightning.envs.obs import Obs
+from rl_lightning.envs.object_sets import ObjectSetWrapper, UserObjSets, select_obj_set, variation_table
+from rl_lightning.envs.obs import Obs, leaves
 from rl_lightning.envs.restart import check_max_env_restarts
 from rl_lightning.envs.torchrl_env import EnvFactory, factory_path, user_factory
 from rl_lightning.envs.wrappers import WrapperSpec, check_wrappers
@@ -52,12 +44,8 @@ BACKENDS = ("gymnasium", "torch", "envpool")
 
 
 def check_env_id(env_id: str) -> None:
-    """Raise a clear error if ``env_id`` is not registered with gymnasium.
-
-    ``env_id`` may be gymnasium's ``"module:id"`` form (``"mypkg.envs:mypkg/Task-v0"``): the
-    module, which registers the id when imported, is imported here first, as ``gymnasium.make``
-    imports it in every process that makes the env (async vector-env workers included).
-    """
+    """Raise a clear error if ``env_id`` is not registered with gymnasium (``"module:id"`` imports the module, which
+    registers the id, first, as ``gymnasium.make`` does)."""
     if not isinstance(env_id, str) or not env_id:
         raise TypeError(f"env_id must be a gymnasium id string such as 'CartPole-v1', got {env_id!r}.")
     module, _, name = env_id.rpartition(":")
@@ -86,11 +74,8 @@ def check_backend(
     backend: str, env_id: str, env_factory: Any = None, wrappers: Sequence[Any] = (), obs_bound: Any = None,
     on_nonfinite: str = "stop", vectorization: str = "sync",
 ) -> None:  # fmt: skip
-    """Refuse, naming the fix, a backend that is not one of :data:`BACKENDS` or cannot run these settings.
-
-    Wrappers, ``obs_bound``, ``on_nonfinite="skip"`` and async vectorization act on single
-    gymnasium envs; a batched backend steps one batched env, so they have no place there.
-    """
+    """Refuse, naming the fix, a backend that is not one of :data:`BACKENDS` or cannot run these settings (wrappers,
+    ``obs_bound``, ``on_nonfinite="skip"`` and async vectorization act on single gymnasium envs)."""
     if backend not in BACKENDS:
         raise ValueError(
             f"backend must be one of {BACKENDS}, got {backend!r} (Hydra: env.backend=gymnasium, torch or envpool)."
@@ -109,12 +94,9 @@ def check_backend(
             f"env.backend=torch steps a batched torch env, and rl_lightning has none of {env_id!r}; it has "
             f"{sorted(DYNAMICS)}. Pick one of those, give your simulator as env_factory, or keep env.backend=gymnasium."
         )
-    for name, value, fine in (
-        ("wrappers", list(wrappers), []),
-        ("obs_bound", obs_bound, None),
-        ("on_nonfinite", on_nonfinite, "stop"),
-        ("vectorization", vectorization, "sync"),
-    ):
+    single_env_only = (("wrappers", list(wrappers), []), ("obs_bound", obs_bound, None),
+                       ("on_nonfinite", on_nonfinite, "stop"), ("vectorization", vectorization, "sync"))  # fmt: skip
+    for name, value, fine in single_env_only:
         if value != fine:
             raise ValueError(
                 f"{name}={value!r} acts on single gymnasium envs; the {backend} backend steps one batched env "
@@ -124,25 +106,18 @@ def check_backend(
 
 
 def make_env(
-    env_id: str,
-    obj_set: str = "train",
-    obj_sets: Mapping[str, Sequence[Variation | Mapping[str, Any]]] | ObjSets | None = None,
-    max_episode_steps: int | None = None,
-    render_mode: str | None = None,
-    wrappers: Sequence[WrapperSpec] = (),
-) -> ObjectSetWrapper:
-    """One gymnasium env drawing its episodes from an object set (what videos and ``rl-lightning play`` step).
-
-    It does not reset itself when an episode ends, so the last frame can be rendered. With no
-    display, MuJoCo renders through EGL (``MUJOCO_GL``) and pygame through SDL's dummy driver,
-    unless the user chose otherwise. Unknown env ids or object sets raise a ``ValueError``.
-    """
+    env_id: str, obj_set: str = "train", obj_sets: UserObjSets = None, max_episode_steps: int | None = None,
+    render_mode: str | None = None, wrappers: Sequence[WrapperSpec] = (),
+) -> ObjectSetWrapper:  # fmt: skip
+    """One gymnasium env drawing its episodes from an object set (what videos and ``rl-lightning play`` step); it
+    does not reset itself when an episode ends, so the last frame can be rendered."""
     check_env_id(env_id)
     check_positive_int(max_episode_steps=max_episode_steps, none="None")
     sets = select_obj_set(env_id, obj_sets, obj_set)
     if render_mode is not None and not (os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY")):
+        # No display: MuJoCo renders through EGL and pygame (classic control) through SDL's dummy driver, unless the
+        # user chose otherwise; without this SDL looks for a display.
         os.environ.setdefault("MUJOCO_GL", "egl")
-        # pygame (classic control) draws off-screen; without this SDL looks for a display.
         os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
     return ObjectSetWrapper(
         sets, obj_set, max_episode_steps=max_episode_steps, render_mode=render_mode, wrappers=check_wrappers(wrappers)
@@ -151,13 +126,9 @@ def make_env(
 
 @dataclasses.dataclass
 class Step:
-    """One step of every env: tensors on the group's device with a leading ``num_envs`` axis.
-
-    ``obs`` starts the next episode where one ended; ``final_obs`` is what each env reached
-    (a cut episode's last good observation); ``done = terminated | truncated``; ``cut`` marks
-    episodes cut short by an env fault or a skipped non-finite value (also ``truncated``, no
-    true transition), ``None`` when none was.
-    """
+    """One step of every env, tensors ``[num_envs, ...]``: ``obs`` starts the next episode where one ended;
+    ``final_obs`` is what each env reached (a cut episode's last good observation); ``cut`` marks episodes cut short
+    by an env fault or a skipped non-finite value (also ``truncated``, no true transition), ``None`` when none was."""
 
     obs: Obs
     reward: torch.Tensor
@@ -187,19 +158,16 @@ class EpisodeStats:
 
 
 class EnvGroup:
-    """A batch of environments drawing their episodes from one object set, stepped as tensors.
+    """A batch of ``num_envs`` environments drawing their episodes from the object set ``obj_set``, stepped as tensors.
 
     Args:
         env_id: Gymnasium id (or the id a user's factory builds).
-        num_envs: Envs stepped together.
-        obj_set: The object set episodes are drawn from (``"train"``, ``"test"``).
         obj_sets: All object sets; ``None`` takes the shipped ones for ``env_id`` (or the env itself, with a warning).
         max_episode_steps: Time limit; ``None`` keeps the env's.
         seed: Base seed (gymnasium: env ``i`` gets ``seed + i``; batched: the batch's generators).
         device: Where a batched env lives (the gymnasium and envpool backends are on the CPU).
         backend: ``"gymnasium"``, ``"torch"`` or ``"envpool"`` (see the module).
-        env_factory: With ``backend="torch"``, a user's simulator: a function
-            ``(env_id, num_envs, device, seed, max_episode_steps) -> batched env``, or its import path.
+        env_factory: With ``backend="torch"``, a user's simulator (:data:`~rl_lightning.envs.torchrl_env.EnvFactory`).
         vectorization, render_mode, max_env_restarts, obs_bound, obs_bound_mode, on_nonfinite, wrappers:
             The gymnasium backend's (:class:`~rl_lightning.envs.gymnasium_env.GymnasiumVectorEnv`).
 
@@ -209,24 +177,12 @@ class EnvGroup:
     """
 
     def __init__(
-        self,
-        env_id: str,
-        num_envs: int = 1,
-        obj_set: str = "train",
-        obj_sets: Mapping[str, Sequence[Variation | Mapping[str, Any]]] | ObjSets | None = None,
-        max_episode_steps: int | None = None,
-        seed: int = 0,
-        device: torch.device | str = "cpu",
-        backend: str = "gymnasium",
-        env_factory: EnvFactory | str | None = None,
-        vectorization: str = "sync",
-        render_mode: str | None = None,
-        max_env_restarts: int = 3,
-        obs_bound: float | None = None,
-        obs_bound_mode: str = "clip",
-        on_nonfinite: str = "stop",
-        wrappers: Sequence[WrapperSpec] = (),
-    ):
+        self, env_id: str, num_envs: int = 1, obj_set: str = "train", obj_sets: UserObjSets = None,
+        max_episode_steps: int | None = None, seed: int = 0, device: torch.device | str = "cpu",
+        backend: str = "gymnasium", env_factory: EnvFactory | str | None = None, vectorization: str = "sync",
+        render_mode: str | None = None, max_env_restarts: int = 3, obs_bound: float | None = None,
+        obs_bound_mode: str = "clip", on_nonfinite: str = "stop", wrappers: Sequence[WrapperSpec] = (),
+    ):  # fmt: skip
         if env_factory is None:  # a user's simulator need not be in gymnasium's registry
             check_env_id(env_id)
         wrappers = check_wrappers(wrappers)
@@ -239,11 +195,11 @@ class EnvGroup:
         check_backend(backend, env_id, env_factory, wrappers, obs_bound, on_nonfinite, vectorization)
         self.env_id, self.num_envs, self.obj_set, self.seed = env_id, num_envs, obj_set, seed
         self.obj_sets = select_obj_set(env_id, obj_sets, obj_set)
-        label = f"{env_id} (object set '{obj_set}')"
+        self.label = f"{env_id} (object set '{obj_set}')"
         if backend == "gymnasium":
-            self.env = GymnasiumVectorEnv(self.obj_sets, obj_set, num_envs, label, max_episode_steps, vectorization,
-                                          render_mode, max_env_restarts, obs_bound, obs_bound_mode, on_nonfinite,
-                                          wrappers)  # fmt: skip
+            self.env = GymnasiumVectorEnv(self.obj_sets, obj_set, num_envs, self.label, max_episode_steps,
+                                          vectorization, render_mode, max_env_restarts, obs_bound, obs_bound_mode,
+                                          on_nonfinite, wrappers)  # fmt: skip
         elif backend == "envpool":
             self.env = EnvPoolVectorEnv(env_id, num_envs, seed=seed, max_episode_steps=max_episode_steps)
         elif env_factory is not None:
@@ -261,25 +217,21 @@ class EnvGroup:
                 f"The batched {env_id} lives on {self.device}, but the policy trains on {torch.device(device)}. "
                 f"Build the env on {device}, or train on {self.device} (Trainer(accelerator=...))."
             )
-        self.label = label
-        self.observation_space = self.env.single_observation_space
-        self.action_space = self.env.single_action_space
+        self.observation_space, self.action_space = self.env.single_observation_space, self.env.single_action_space
         # A batched env's object set: a table of per-env parameters per variation, drawn per episode.
-        params = getattr(self.env, "params", {}) if backend != "gymnasium" else {}
-        where = f"object set '{obj_set}'"
-        self._table = {} if backend == "gymnasium" else variation_table(self.obj_sets[obj_set], env_id, params, where)
+        # The gymnasium backend draws in each env, and checks every value in numpy already.
+        self._checked = backend == "gymnasium"
+        params, where = getattr(self.env, "params", {}), f"object set '{obj_set}'"
+        self._table = {} if self._checked else variation_table(self.obj_sets[obj_set], env_id, params, where)
         self._num_variations = len(self.obj_sets[obj_set])
         self.generator = torch.Generator(device=self.device).manual_seed(seed)
         self.variation = torch.zeros(num_envs, dtype=torch.int64, device=self.device)
-        self._bounds = None
-        if isinstance(self.action_space, gym.spaces.Box):
-            space = self.action_space
+        space, self._bounds = self.action_space, None
+        if isinstance(space, gym.spaces.Box):
             self._bounds = [torch.as_tensor(b, device=self.device) for b in (space.low, space.high)]
-        start = getattr(self.action_space, "start", None)
+        start = getattr(space, "start", None)
         shifted = start is not None and bool((start != 0).any())
         self._start = torch.as_tensor(start, device=self.device) if shifted else None
-        # The gymnasium backend checks every value in numpy already (naming the env, or skipping the episode).
-        self._checked = backend == "gymnasium"
         self.obs: Obs | None = None
         self._clear_episodes()
         self.stats = EpisodeStats()
@@ -310,22 +262,17 @@ class EnvGroup:
         self.env.set_params(**{name: values[self.variation] for name, values in self._table.items()})
 
     def _check(self, obs: Obs, reward: torch.Tensor | None = None) -> None:
-        if self._checked:
-            return
-        for value in [*_leaves(obs), reward]:
-            if value is not None and value.is_floating_point():
-                self._checksum += value.sum()
+        if not self._checked:
+            for value in [*leaves(obs), reward]:
+                if value is not None and value.is_floating_point():
+                    self._checksum += value.sum()
 
     def _add_faults(self, info: Mapping[str, Any]) -> None:
         for key, count in (info.get("faults") or {}).items():
             setattr(self.stats, key, getattr(self.stats, key) + int(count))
 
     def reset(self, seed: int | None = None) -> Obs:
-        """Start every env's episode afresh (from ``seed``; the group's own by default) and clear running episodes.
-
-        Returns:
-            Observations ``[num_envs, ...]`` on the device.
-        """
+        """Start every env's episode afresh (from ``seed``; the group's own by default); observations on the device."""
         seed = self.seed if seed is None else seed
         self.generator.manual_seed(seed)
         self._draw_variations(None)
@@ -343,8 +290,7 @@ class EnvGroup:
         final_obs = _batch(info.get("final_obs", info.get("final_observation", obs)), self.num_envs, self.device)
         cut = info.get("cut")
         self._check(obs, reward)
-        if info.get("faults"):
-            self._add_faults(info)
+        self._add_faults(info)
         success = info.get("success", info.get("is_success"))
         success = None if success is None else torch.as_tensor(success, device=self.device).float()
         self._log.append((reward, done, done if cut is None else done & ~cut, success, info.get("episode_return")))
@@ -353,18 +299,14 @@ class EnvGroup:
         return Step(obs, reward, terminated, truncated, final_obs, done, cut)
 
     def pop_stats(self) -> EpisodeStats:
-        """The episodes that ended since the last call (read to the host at once) and the fault counts; cleared.
-
-        Returns, lengths and successes come from the steps logged since the last call: an episode's
-        return is the difference of the cumulative reward at its end and at its env's previous end
-        (or the running episode's return carried from the last call), computed for every env at once.
-
-        Raises:
-            NumericalFault: An env returned a non-finite observation or reward since the last call.
-        """
+        """The episodes that ended since the last call (read to the host at once) and the fault counts; cleared. An
+        episode's return is the cumulative reward at its end less that at its env's previous end (or the running
+        episode's return carried over), for every env at once. A non-finite value since then raises NumericalFault."""
         stats, self.stats = self.stats, EpisodeStats()
         if self._log:
-            reward, done, counted, success, scored = (self._stack(c) for c in zip(*self._log, strict=True))
+            nan = torch.full((self.num_envs,), float("nan"), device=self.device)  # where a step reports nothing
+            log = (torch.stack([nan if v is None else v for v in column]) for column in zip(*self._log, strict=True))
+            reward, done, counted, success, scored = log  # each [T, N]
             self._log = []
             T = reward.shape[0]
             cumulative = self._ep_return + reward.double().cumsum(0)  # [T, N], the running episodes' returns included
@@ -377,17 +319,15 @@ class EnvGroup:
             # The running episodes go on from their env's last end (or from before this call).
             time = torch.arange(T, device=self.device)[:, None].expand_as(done)
             last = torch.where(done, time, -1).max(0).values
-            ended = last >= 0
-            self._ep_return = cumulative[-1] - torch.where(ended, cumulative[last.clamp(min=0), self._arange()], 0.0)
+            ended, all_envs = last >= 0, torch.arange(self.num_envs, device=self.device)
+            self._ep_return = cumulative[-1] - torch.where(ended, cumulative[last.clamp(min=0), all_envs], 0.0)
             self._ep_length = torch.where(ended, T - 1 - last, self._ep_length + T)
             keep = counted[steps, envs]  # episodes cut short by a fault are not entries
             order = (steps * self.num_envs + envs)[keep].argsort()  # step order, each env's first episodes first
             scored = scored[steps, envs].double()
             returns = torch.where(scored.isnan(), returns, scored)  # the env's own score where it reports one
-            stats.returns = returns[keep][order].tolist()
-            stats.lengths = lengths[keep][order].tolist()
-            stats.successes = success[steps, envs][keep][order].tolist()
-            stats.envs = envs[keep][order].tolist()
+            entries = (x[keep][order].tolist() for x in (returns, lengths, success[steps, envs], envs))
+            stats.returns, stats.lengths, stats.successes, stats.envs = entries
         if not bool(self._checksum.isfinite()):
             self._checksum.zero_()
             raise NumericalFault(
@@ -396,16 +336,6 @@ class EnvGroup:
                 "state."
             )
         return stats
-
-    def _stack(self, column: tuple[torch.Tensor | None, ...]) -> torch.Tensor:
-        """A column of the step log as ``[T, N]``; the steps that report nothing (``None``) as NaN."""
-        if all(value is None for value in column):
-            return torch.full((len(column), self.num_envs), float("nan"), dtype=torch.float64, device=self.device)
-        nan = torch.full((self.num_envs,), float("nan"), device=self.device)
-        return torch.stack([nan if value is None else value for value in column])
-
-    def _arange(self) -> torch.Tensor:
-        return torch.arange(self.num_envs, device=self.device)
 
     def close(self) -> None:
         """Close the envs."""
@@ -417,9 +347,3 @@ def _batch(obs: Obs, num_envs: int, device: torch.device) -> Obs:
     if isinstance(obs, Mapping) and not is_tensor_collection(obs):
         return TensorDict(dict(obs), batch_size=[num_envs], device=device)
     return obs
-
-
-def _leaves(obs: Obs) -> list[torch.Tensor]:
-    if is_tensor_collection(obs):
-        return list(obs.values(include_nested=True, leaves_only=True))
-    return [obs]

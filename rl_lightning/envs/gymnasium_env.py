@@ -1,26 +1,19 @@
-"""The gymnasium backend: one gymnasium env per index, stepped as the env contract's batch of CPU tensors.
+"""The gymnasium backend: gymnasium's vector env of single envs over an object set, as the env contract's tensors.
 
-:class:`GymnasiumVectorEnv` is gymnasium's vector env (sync or async, ``SAME_STEP``
-autoreset) of single envs drawing their episodes from an object set
-(:class:`~rl_lightning.envs.object_sets.ObjectSetWrapper`), behind the contract of
-:class:`~rl_lightning.envs.env_group.EnvGroup`. What only single envs can do is done here,
-in numpy, before the step becomes tensors:
-
-- an env that raises is recreated (:class:`~rl_lightning.envs.restart.RestartingEnv`, inside
-  the worker) and an async worker that dies is replaced by building the vector env anew;
-- non-finite or out-of-bound values stop the run with a message naming the env, or cut the
-  episode short (:mod:`rl_lightning.envs.checks`): it ends *truncated* at its last good
-  observation with reward 0, and ``info["cut"]`` marks it (left out of statistics and replay).
-
-``info`` also carries what the single envs report of an ended episode: ``success``
-(``is_success`` or ``success``, NaN where none), ``episode_return`` (gymnasium's
-``RecordEpisodeStatistics`` score, where it sits before reward shaping as on Atari), and the
-step's fault counts (``faults``).
+The contract is :mod:`~rl_lightning.envs.env_group`'s. What only single envs can do is done here, in numpy: an env
+that raises is recreated (:mod:`~rl_lightning.envs.restart`), an async worker that dies is replaced by building the
+vector env anew, and a non-finite or out-of-bound value (:mod:`~rl_lightning.envs.checks`) stops the run naming
+the env, or cuts the episode short: it ends *truncated* at its last good observation with reward 0, marked in
+``info["cut"]``. ``info`` also carries an ended episode's ``success`` (``is_success`` or ``success``, NaN where none),
+``episode_return`` (``RecordEpisodeStatistics``' score, before reward shaping as on Atari) and fault counts.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
+import sys
+from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
@@ -32,132 +25,107 @@ from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv
 from rl_lightning.envs.checks import ValueChecks, nonfinite_message
 from rl_lightning.envs.object_sets import ObjectSetWrapper, ObjSets
 from rl_lightning.envs.obs import Obs, map_obs, row, select_envs, to_tensor, write_obs
-from rl_lightning.envs.restart import (
-    ASYNC_CONTEXT,
-    WORKER_LOST,
-    RestartingEnv,
-    derive_seed,
-    restart_message,
-    terminate_workers,
-)
+from rl_lightning.envs.restart import RestartingEnv, derive_seed, restart_message
 from rl_lightning.envs.wrappers import WrapperSpec
 from rl_lightning.faults import EnvFault, NumericalFault
 
 logger = logging.getLogger(__name__)
 
-#: Episodes in a row one env may have cut short by non-finite values (``on_nonfinite="skip"``)
-#: before the run stops anyway: an env that never finishes an episode is broken, and an
-#: evaluation waiting for its episode quota would otherwise never end.
+#: Episodes in a row one env may have cut short by non-finite values (``on_nonfinite="skip"``) before the run
+#: stops anyway: an env that never finishes an episode is broken, and an evaluation would never end.
 MAX_CONSECUTIVE_SKIPS = 100
+#: What the parent sees from gymnasium's ``AsyncVectorEnv`` when a worker process died: ``pipe.recv()`` on the
+#: closed pipe raises ``EOFError``; ``pipe.send()`` to it ``BrokenPipeError`` or ``ConnectionResetError``.
+WORKER_LOST = (EOFError, ConnectionError)
+#: Start method of async env workers. Importing torchrl makes "spawn" the process-wide default, and a spawned
+#: worker re-imports torch, Lightning and torchrl, hundreds of times slower than forking
+#: (benchmarks/env_scaling.py). The workers run env code only: forked on Linux, the platform's default elsewhere.
+ASYNC_CONTEXT = "fork" if sys.platform.startswith("linux") else None
 
 
-def _ended_values(final_info: dict[str, Any], key: str, mask_key: str, n: int) -> np.ndarray | None:
-    """``final_info[key]`` as floats ``[n]``, NaN where the env reported none (``None`` when none did)."""
-    values = final_info.get(key)
-    if values is None:
+def terminate_workers(envs: AsyncVectorEnv, timeout: float = 5.0) -> None:
+    """Terminate, join (no zombie or orphan remains) and unpipe the workers of an async vector env, dead or mid-call
+    (gymnasium's ``close(terminate=True)`` first waits for a pending call: ``EOFError`` again on a dead pipe)."""
+    for process in envs.processes:
+        if process.is_alive():
+            process.terminate()
+    for process in envs.processes:
+        process.join(timeout)
+        if process.is_alive():  # ignored SIGTERM
+            process.kill()
+            process.join()
+    for pipe in envs.parent_pipes:
+        if pipe is not None:
+            pipe.close()
+    envs.error_queue.close()
+    envs.closed = True  # nothing left to close; keeps gymnasium's __del__ from trying
+
+
+def _ended_values(info: dict[str, Any], key: str, n: int) -> np.ndarray | None:
+    """``info[key]`` as floats ``[n]``, NaN where gymnasium's mask ``info["_" + key]`` says none (``None``: none)."""
+    if info.get(key) is None:
         return None
-    mask = final_info.get(mask_key)
-    out = np.full(n, np.nan)
-    where = np.ones(n, dtype=bool) if mask is None else np.asarray(mask, dtype=bool)
-    out[where] = np.asarray(values, dtype=np.float64)[where]
+    out, where = np.full(n, np.nan), np.asarray(info.get("_" + key, np.ones(n)), dtype=bool)
+    out[where] = np.asarray(info[key], dtype=np.float64)[where]
     return out
 
 
 class GymnasiumVectorEnv(gym.vector.VectorEnv):
-    """A gymnasium vector env of single envs over one object set, returning CPU tensors.
+    """A gymnasium vector env of single envs over one object set, returning CPU tensors; ``envs`` is gymnasium's
+    vector env of them, built anew (``rebuilds`` times) after a worker died.
 
     Args:
-        obj_sets: The resolved object sets (``obj_set`` among them).
-        obj_set: The set episodes are drawn from.
-        num_envs: Envs stepped together.
+        obj_sets, obj_set, max_episode_steps, render_mode, wrappers: Each env's (``ObjectSetWrapper``).
         label: Names the envs in messages (``"CartPole-v1 (object set 'train')"``).
-        max_episode_steps: Time limit; ``None`` keeps the registered one.
         vectorization: ``"sync"`` (one process) or ``"async"`` (a worker process per env).
-        render_mode: Passed to ``gymnasium.make``.
-        max_env_restarts: Recreations of one env (or rebuilds of the workers) in a row without a
-            finished episode; one more raises :class:`~rl_lightning.faults.EnvFault`.
+        max_env_restarts: Recreations of one env (or rebuilds of the workers) in a row without a finished
+            episode; one more raises :class:`~rl_lightning.faults.EnvFault`.
         obs_bound: Bound on the absolute value of observations (``None``: finiteness only).
         obs_bound_mode: ``"clip"`` or ``"reject"`` (treated as non-finite).
-        on_nonfinite: ``"stop"`` raises :class:`~rl_lightning.faults.NumericalFault`; ``"skip"``
-            cuts the episode short and resets the env.
-        wrappers: Wrapper specs applied after each ``gymnasium.make``.
-
-    Attributes:
-        envs: gymnasium's vector env of the single envs (a new one after a worker died).
-        rebuilds: Times the vector env was built anew (seeds the rebuilt envs).
+        on_nonfinite: ``"stop"`` raises :class:`~rl_lightning.faults.NumericalFault`; ``"skip"`` cuts the
+            episode short and resets the env.
     """
 
     metadata = {"autoreset_mode": AutoresetMode.SAME_STEP}
 
     def __init__(
-        self,
-        obj_sets: ObjSets,
-        obj_set: str,
-        num_envs: int,
-        label: str,
-        max_episode_steps: int | None = None,
-        vectorization: str = "sync",
-        render_mode: str | None = None,
-        max_env_restarts: int = 3,
-        obs_bound: float | None = None,
-        obs_bound_mode: str = "clip",
-        on_nonfinite: str = "stop",
+        self, obj_sets: ObjSets, obj_set: str, num_envs: int, label: str, max_episode_steps: int | None = None,
+        vectorization: str = "sync", render_mode: str | None = None, max_env_restarts: int = 3,
+        obs_bound: float | None = None, obs_bound_mode: str = "clip", on_nonfinite: str = "stop",
         wrappers: Sequence[WrapperSpec] = (),
-    ):
-        self.num_envs, self.label, self.on_nonfinite = num_envs, label, on_nonfinite
+    ):  # fmt: skip
+        self.num_envs, self.label, self.on_nonfinite, self.device = num_envs, label, on_nonfinite, torch.device("cpu")
         self.is_async, self.max_env_restarts = vectorization == "async", max_env_restarts
-        self.device = torch.device("cpu")
-
-        def make(i: int):
-            def build():
-                return ObjectSetWrapper(
-                    obj_sets, obj_set, max_episode_steps=max_episode_steps, render_mode=render_mode, wrappers=wrappers
-                )
-
-            name = self._label(i)  # a string, not this object, goes into the factory (async workers pickle it)
-            return lambda: RestartingEnv(build, max_env_restarts, name)
-
-        self.env_fns = [make(i) for i in range(num_envs)]
+        build = functools.partial(ObjectSetWrapper, obj_sets, obj_set, max_episode_steps, render_mode, wrappers)
+        make = functools.partial(RestartingEnv, build, max_env_restarts)  # async workers pickle it: no self inside
+        self.env_fns = [functools.partial(make, label=self._label(i)) for i in range(num_envs)]
         self.rebuilds, self._losses = 0, 0  # rebuilds in all, and since an episode last finished
-        self.envs = self._make()
-        self.single_observation_space = self.envs.single_observation_space
-        self.single_action_space = self.envs.single_action_space
-        self.observation_space, self.action_space = self.envs.observation_space, self.envs.action_space
+        envs = self.envs = self._make()
+        self.single_observation_space, self.observation_space = envs.single_observation_space, envs.observation_space
+        self.single_action_space, self.action_space = envs.single_action_space, envs.action_space
         self.checks = ValueChecks(num_envs, obs_bound, obs_bound_mode, self.single_observation_space)
         self._steps = np.zeros(num_envs, dtype=np.int64)  # steps into each env's episode (messages)
         self._skips = np.zeros(num_envs, dtype=np.int64)  # episodes cut in a row by skips, per env
-        self._reset_seed = 0
-        self._obs: Obs | None = None  # the last numpy observations (a cut episode's last good one)
-        self._faults = {"env_restarts": 0, "nonfinite_steps": 0, "obs_clipped": 0}
+        self._reset_seed, self._obs = 0, None  # _obs: the last numpy observations (a cut episode's last good one)
+        self._faults: Counter = Counter()  # env_restarts, nonfinite_steps, obs_clipped: EpisodeStats' counts
 
     def _label(self, i: int | str | None = None) -> str:
         """Names env ``i`` (or all envs, or e.g. ``"async workers"``) in messages."""
         which = f"env {i}" if isinstance(i, int) else f"the {i or 'envs'}"
         return f"{which} of {self.label}"
 
-    def _count(self, **counts: int) -> None:
-        for key, value in counts.items():
-            self._faults[key] += int(value)
-
     def _pop_faults(self) -> dict[str, int]:
-        faults = {k: v for k, v in self._faults.items() if v}
-        self._faults = dict.fromkeys(self._faults, 0)
+        faults, self._faults = {k: int(v) for k, v in self._faults.items() if v}, Counter()
         return faults
 
-    # ---------------------------------------------------------------- the vector env and its workers
     def _make(self) -> gym.vector.VectorEnv:
         if self.is_async:
             return AsyncVectorEnv(self.env_fns, autoreset_mode=AutoresetMode.SAME_STEP, context=ASYNC_CONTEXT)
         return SyncVectorEnv(self.env_fns, autoreset_mode=AutoresetMode.SAME_STEP)
 
     def _guarded(self, call, *args: Any, **kwargs: Any) -> Any:
-        """``call`` on the vector env; ``None`` when an async worker died and the envs were built anew.
-
-        A dead worker cannot report anything: the parent sees a closed pipe (:data:`WORKER_LOST`).
-        What is left of the workers is terminated and the vector env is built again, or, past
-        ``max_env_restarts`` rebuilds in a row, :class:`EnvFault` is raised. When one env gave up
-        (``EnvFault`` from its worker) the other workers are stopped too.
-        """
+        """``call`` on the vector env; ``None`` when an async worker died (:data:`WORKER_LOST`) and the envs were built
+        anew; :class:`EnvFault` past ``max_env_restarts`` rebuilds in a row (or from an env: all workers stopped)."""
         try:
             return call(*args, **kwargs)
         except WORKER_LOST as err:
@@ -166,16 +134,10 @@ class GymnasiumVectorEnv(gym.vector.VectorEnv):
             self._losses += 1
             terminate_workers(self.envs)
             error = f"a worker process died ({type(err).__name__}: {str(err) or 'connection closed'})"
-            label = self._label("async workers")
-            if self._losses > self.max_env_restarts:
-                raise EnvFault(restart_message(label, self._losses, self.max_env_restarts, error)) from err
-            logger.warning(
-                "%s: %s; rebuilding them (%d of at most %d in a row).",
-                label,
-                error,
-                self._losses,
-                self.max_env_restarts,
-            )
+            label, limit = self._label("async workers"), self.max_env_restarts
+            if self._losses > limit:
+                raise EnvFault(restart_message(label, self._losses, limit, error)) from err
+            logger.warning("%s: %s; rebuilding them (%d of at most %d in a row).", label, error, self._losses, limit)
             self.rebuilds += 1
             self.envs = self._make()
             return None
@@ -195,14 +157,12 @@ class GymnasiumVectorEnv(gym.vector.VectorEnv):
             rebuilt, options, seeds = rebuilt + 1, None, self._rebuild_seeds()
         obs, info = result
         restarts = info.get("env_restart")  # recreations inside RestartingEnv.reset
-        self._count(env_restarts=rebuilt + (0 if restarts is None else int(restarts.sum())))
+        self._faults.update(env_restarts=rebuilt + (0 if restarts is None else int(restarts.sum())))
         return obs, rebuilt > 0
 
-    # ---------------------------------------------------------------- reset
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[Obs, dict[str, Any]]:
         """Reset every env (env ``i`` with ``seed + i``); checked (and clipped) first observations as tensors."""
-        seed = self._reset_seed if seed is None else seed
-        self._reset_seed = seed
+        self._reset_seed = seed = self._reset_seed if seed is None else seed
         self._obs = self._screen(self._vector_reset([seed + i for i in range(self.num_envs)])[0])
         self._steps[:] = 0
         return to_tensor(self._obs, "cpu", batch_dims=1), {"faults": self._pop_faults()}
@@ -211,10 +171,10 @@ class GymnasiumVectorEnv(gym.vector.VectorEnv):
         """Reset again the envs whose first observation is non-finite or rejected (``stop``: raise); clip."""
         for _ in range(MAX_CONSECUTIVE_SKIPS):
             if self.checks.obs_clean(obs):
-                self._count(obs_clipped=self.checks.clip(obs))
+                self._faults.update(obs_clipped=self.checks.clip(obs))
                 return obs
             bad = self._bad_envs(obs, None, {}, at_reset=True)
-            self._count(nonfinite_steps=bad.sum())
+            self._faults.update(nonfinite_steps=bad.sum())
             new, rebuilt = self._vector_reset([None] * self.num_envs, bad)
             obs = new if rebuilt else select_envs(bad, new, obs)
         raise NumericalFault(
@@ -222,21 +182,20 @@ class GymnasiumVectorEnv(gym.vector.VectorEnv):
             f"{MAX_CONSECUTIVE_SKIPS} times in a row (on_nonfinite='skip'). Fix the env's reset."
         )
 
-    # ---------------------------------------------------------------- faults
     def _bad_envs(self, obs: Obs, reward: np.ndarray | None, final_obs: dict[int, Obs], at_reset: bool = False):
         """Envs with a non-finite (or rejected) value: raise with ``stop``, else a mask of them."""
         faults = self.checks.find(obs, reward, final_obs)
         if faults and self.on_nonfinite == "stop":
-            fault = faults[0]
-            step = None if at_reset else int(self._steps[fault.env]) + 1
-            raise NumericalFault(nonfinite_message(fault, self._label(fault.env), step, self.checks.obs_bound))
+            env, (problem, fix) = next(iter(faults.items()))
+            step = None if at_reset else int(self._steps[env]) + 1
+            raise NumericalFault(nonfinite_message(problem, fix, self._label(env), step))
         bad = np.zeros(self.num_envs, dtype=bool)
-        bad[[f.env for f in faults]] = True
+        bad[list(faults)] = True
         return bad
 
     def _skip(self, bad, obs, reward, terminated, truncated, final_obs, cut) -> Obs:
         """Cut the episodes of ``bad`` envs at their last good observation and reset those envs (arrays in place)."""
-        self._count(nonfinite_steps=bad.sum())
+        self._faults.update(nonfinite_steps=bad.sum())
         self._skips[bad] += 1
         if self._skips.max() > MAX_CONSECUTIVE_SKIPS:
             raise NumericalFault(
@@ -255,23 +214,16 @@ class GymnasiumVectorEnv(gym.vector.VectorEnv):
             return self._screen(new)
         return self._screen(select_envs(bad, new, obs))
 
-    # ---------------------------------------------------------------- step
     def step(self, actions: Any) -> tuple[Obs, torch.Tensor, torch.Tensor, torch.Tensor, dict[str, Any]]:
-        """Step every env once (ended episodes restart within the step); the contract's tensors and ``info``.
-
-        Raises:
-            NumericalFault: A non-finite (or rejected) value with ``on_nonfinite="stop"``.
-            EnvFault: An env (or the async workers) failed more than ``max_env_restarts`` times in a row.
-        """
+        """Step every env once (ended episodes restart within the step); the contract's tensors and ``info``."""
         action = actions.cpu().numpy() if torch.is_tensor(actions) else np.asarray(actions)
         if isinstance(self.single_action_space, gym.spaces.MultiBinary):
             action = action.astype(self.single_action_space.dtype)
         result = self._guarded(self.envs.step, action)
         n = self.num_envs
         if result is None:  # a worker died: the envs were rebuilt; every episode ends, cut
-            self._count(env_restarts=1)
-            final = self._obs
-            self._obs = self._screen(self._vector_reset(self._rebuild_seeds())[0])
+            self._faults.update(env_restarts=1)
+            final, self._obs = self._obs, self._screen(self._vector_reset(self._rebuild_seeds())[0])
             self._steps[:] = 0
             cut = torch.ones(n, dtype=torch.bool)
             obs = to_tensor(self._obs, "cpu", batch_dims=1)
@@ -289,22 +241,19 @@ class GymnasiumVectorEnv(gym.vector.VectorEnv):
                 if clean and self.checks.float_obs:
                     clean = self.checks.obs_clean(final_obs[int(i)])
             restarted = info.get("final_info", {}).get("env_restart")  # RestartingEnv cut the episode
-            if restarted is not None:
-                cut = restarted.astype(bool)
-                self._count(env_restarts=restarted.sum())
-            restarts = info.get("env_restart")  # recreations in the autoreset
-            if restarts is not None:
-                self._count(env_restarts=restarts.sum())
+            cut = None if restarted is None else restarted.astype(bool)
+            for restarts in (restarted, info.get("env_restart")):  # recreations in the step, and in the autoreset
+                self._faults.update(env_restarts=0 if restarts is None else restarts.sum())
         if not clean:
             bad = self._bad_envs(obs, reward, final_obs)
             if bad.any():
                 cut = np.zeros(n, dtype=bool) if cut is None else cut
                 obs = self._skip(bad, obs, reward, terminated, truncated, final_obs, cut)
         if self.checks.clipping:
-            self._count(obs_clipped=self.checks.clip(obs))
+            self._faults.update(obs_clipped=self.checks.clip(obs))
             for i, final in final_obs.items():
                 final_obs[i] = map_obs(np.copy, final)  # the env may own the array: clip a copy
-                self._count(obs_clipped=self.checks.clip(final_obs[i]))
+                self._faults.update(obs_clipped=self.checks.clip(final_obs[i]))
         self._steps += 1
         self._obs = obs
         out = {}
@@ -316,10 +265,10 @@ class GymnasiumVectorEnv(gym.vector.VectorEnv):
             if finished.any():
                 self._losses = 0  # the workers work: the count of rebuilds in a row starts over
             final_info = info.get("final_info", {})
-            success = _ended_values(final_info, "is_success", "_is_success", n)
-            success = _ended_values(final_info, "success", "_success", n) if success is None else success
+            success = _ended_values(final_info, "is_success", n)
+            success = _ended_values(final_info, "success", n) if success is None else success
             episode = final_info.get("episode")
-            scored = _ended_values(episode, "r", "_r", n) if isinstance(episode, dict) else None
+            scored = _ended_values(episode, "r", n) if isinstance(episode, dict) else None
             if scored is not None and final_info.get("_episode") is not None:
                 scored[~np.asarray(final_info["_episode"], dtype=bool)] = np.nan
             full = map_obs(np.copy, obs)

@@ -1,20 +1,15 @@
 """Object sets: named lists of environment variations, and the wrapper that draws from them.
 
-An *object set* is a named list of :class:`Variation` s. A variation names an env id,
-keyword arguments for ``gymnasium.make``, attribute overrides applied to the unwrapped env
-(e.g. CartPole's pole ``length``) and a range of episode seeds. Training draws episodes
-from the ``train`` set; evaluation also runs the held-out ``test`` set, so every run
-measures its generalization gap.
-
-Derived physical quantities are kept consistent: CartPole computes ``polemass_length`` and
-``total_mass`` in its constructor, so overriding ``length`` alone would change nothing in
-the dynamics (see ``_refresh_derived``).
+A variation names an env id, ``gymnasium.make`` keyword arguments, attribute overrides of the unwrapped env (e.g.
+CartPole's pole ``length``) and a range of episode seeds. Training draws episodes from the ``train`` set;
+evaluation also runs the held-out ``test`` set, so every run measures its generalization gap.
 """
 
 from __future__ import annotations
 
 import copy
 import dataclasses
+import operator
 import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -34,14 +29,10 @@ class Variation:
     """One variation of an environment.
 
     Args:
-        env_id: Gymnasium id; ``None`` means the id of the group using the set.
-        make_kwargs: Keyword arguments for ``gymnasium.make``.
-        attrs: Attribute overrides on the unwrapped env, applied before each reset of an
-            episode drawn from this variation. Keys may be dotted paths
-            (``model.opt.gravity``); numpy arrays such as MuJoCo model fields are written in
-            place. ``body_mass_scale`` maps MuJoCo body names to a factor on their default mass.
-        seeds: Half-open range ``(low, high)`` of episode seeds, or ``None`` to seed the env
-            once and let it run on.
+        env_id, make_kwargs: What ``gymnasium.make`` builds (``env_id=None``: the id of the group using the set).
+        attrs: Overrides of the unwrapped env's attributes (dotted paths too: ``model.opt.gravity``) before each
+            reset; ``body_mass_scale`` maps MuJoCo body names to a factor on their default mass.
+        seeds: Half-open range ``(low, high)`` of episode seeds, or ``None`` to seed the env once and let it run on.
         name: A label for logs.
     """
 
@@ -73,15 +64,14 @@ class Variation:
             if len(seeds) != 2 or seeds[0] >= seeds[1]:
                 raise ValueError(f"Variation seeds must be a range [low, high) with low < high, got {seeds}.")
         return cls(
-            env_id=value.get("env_id"),
-            make_kwargs=dict(value.get("make_kwargs") or {}),
-            attrs=dict(value.get("attrs") or {}),
-            seeds=seeds,
-            name=str(value.get("name", "")),
-        )
+            env_id=value.get("env_id"), make_kwargs=dict(value.get("make_kwargs") or {}),
+            attrs=dict(value.get("attrs") or {}), seeds=seeds, name=str(value.get("name", "")),
+        )  # fmt: skip
 
 
 ObjSets = dict[str, list[Variation]]
+#: Object sets as a user gives them (``None``: the shipped ones).
+UserObjSets = Mapping[str, Sequence[Variation | Mapping[str, Any]]] | None
 
 # Shipped train / held-out test sets. Train sets vary the physics mildly around the default;
 # test sets go beyond that range, so the test return measures out-of-distribution behaviour.
@@ -98,65 +88,45 @@ def _sets(train: dict[str, dict[str, Any]], test: dict[str, dict[str, Any]]) -> 
     }
 
 
+# fmt: off
 SHIPPED_OBJ_SETS: dict[str, dict[str, list[dict[str, Any]]]] = {
     "CartPole-v1": _sets(
-        train={
-            "default": {"length": 0.5, "masspole": 0.1},
-            "short": {"length": 0.4, "masspole": 0.08},
-            "long": {"length": 0.6, "masspole": 0.12},
-        },
-        test={
-            "very_short_light": {"length": 0.25, "masspole": 0.05},
-            "very_long_heavy": {"length": 1.0, "masspole": 0.2},
-            "heavy_cart": {"masscart": 5.0},
-        },
+        train={"default": {"length": 0.5, "masspole": 0.1}, "short": {"length": 0.4, "masspole": 0.08},
+               "long": {"length": 0.6, "masspole": 0.12}},
+        test={"very_short_light": {"length": 0.25, "masspole": 0.05},
+              "very_long_heavy": {"length": 1.0, "masspole": 0.2}, "heavy_cart": {"masscart": 5.0}},
     ),
     # Mass changes alone barely move a trained policy here; a weak motor (gear 100 -> 8) and
     # strong gravity (11 g) are where it breaks, so the test set measures a real gap.
     "InvertedPendulum-v5": _sets(
-        train={
-            name: {BODY_MASS_SCALE: {"pole": k}}
-            for name, k in [("default", 1.0), ("light_pole", 0.8), ("heavy_pole", 1.2)]
-        },
-        test={
-            "very_heavy_pole": {BODY_MASS_SCALE: {"pole": 2.0}},
-            "weak_motor": {"model.actuator_gear": [[8.0, 0, 0, 0, 0, 0]]},
-            "strong_gravity": {"model.opt.gravity": [0.0, 0.0, -107.91]},
-        },
+        train={name: {BODY_MASS_SCALE: {"pole": k}} for name, k in
+               [("default", 1.0), ("light_pole", 0.8), ("heavy_pole", 1.2)]},
+        test={"very_heavy_pole": {BODY_MASS_SCALE: {"pole": 2.0}},
+              "weak_motor": {"model.actuator_gear": [[8.0, 0, 0, 0, 0, 0]]},
+              "strong_gravity": {"model.opt.gravity": [0.0, 0.0, -107.91]}},
     ),
     # Pendulum's step reads g, m and l directly (no derived quantities). Train: +-10% on mass
     # and length; test: a bob 60% heavier (max_torque stays 2), a 40% longer rod, 1.4 g.
     "Pendulum-v1": _sets(
-        train={
-            "default": {"m": 1.0, "l": 1.0},
-            "light_short": {"m": 0.9, "l": 0.9},
-            "heavy_long": {"m": 1.1, "l": 1.1},
-        },
+        train={"default": {"m": 1.0, "l": 1.0}, "light_short": {"m": 0.9, "l": 0.9},
+               "heavy_long": {"m": 1.1, "l": 1.1}},
         test={"heavy_bob": {"m": 1.6}, "long_rod": {"l": 1.4}, "strong_gravity": {"g": 14.0}},
     ),
     # HalfCheetah: train scales every body's mass by 0.9-1.1; test doubles the torso, makes
     # the ground slippery (friction 0.4 -> 0.1) and weakens every motor to 60 %.
     "HalfCheetah-v5": _sets(
-        train={
-            name: {BODY_MASS_SCALE: dict.fromkeys(_CHEETAH_BODIES, k)}
-            for name, k in [("default", 1.0), ("light", 0.9), ("heavy", 1.1)]
-        },
-        test={
-            "heavy_torso": {BODY_MASS_SCALE: {"torso": 2.0}},
-            "slippery": {"model.geom_friction": [0.1, 0.1, 0.1]},
-            "weak_motors": {"model.actuator_gear": [[0.6 * gear, 0, 0, 0, 0, 0] for gear in _CHEETAH_GEAR]},
-        },
+        train={name: {BODY_MASS_SCALE: dict.fromkeys(_CHEETAH_BODIES, k)} for name, k in
+               [("default", 1.0), ("light", 0.9), ("heavy", 1.1)]},
+        test={"heavy_torso": {BODY_MASS_SCALE: {"torso": 2.0}}, "slippery": {"model.geom_friction": [0.1, 0.1, 0.1]},
+              "weak_motors": {"model.actuator_gear": [[0.6 * gear, 0, 0, 0, 0, 0] for gear in _CHEETAH_GEAR]}},
     ),
 }
+# fmt: on
 
 
 class NoObjectSetsWarning(UserWarning):
-    """No object sets are shipped for the env and none were given: train = test = the env itself.
-
-    Args:
-        env_id: The env.
-        how: How to pass object sets, as the user's front door spells it.
-    """
+    """No object sets are shipped for ``env_id`` and none were given (``how``: how to pass them, in the caller's
+    terms): train = test = the env itself."""
 
     def __init__(self, env_id: str, how: str = "obj_sets={'train': [...], 'test': [...]}"):
         super().__init__(
@@ -166,16 +136,9 @@ class NoObjectSetsWarning(UserWarning):
         self.env_id = env_id
 
 
-def resolve_obj_sets(env_id: str, obj_sets: Mapping[str, Sequence[Variation | Mapping[str, Any]]] | None) -> ObjSets:
-    """Return the object sets for ``env_id``: the given ones, the shipped ones, or itself.
-
-    Args:
-        env_id: The group's gymnasium id; fills variations that name no id.
-        obj_sets: User sets; ``None`` takes the shipped sets for ``env_id``.
-
-    Returns:
-        A mapping from set name to a non-empty list of variations.
-    """
+def resolve_obj_sets(env_id: str, obj_sets: UserObjSets) -> ObjSets:
+    """The object sets for ``env_id`` (filling variations that name no id): ``obj_sets``, else the shipped ones,
+    else the env itself (with a :class:`NoObjectSetsWarning`); each a non-empty list of variations."""
     if obj_sets is None:
         if env_id in SHIPPED_OBJ_SETS:
             obj_sets = SHIPPED_OBJ_SETS[env_id]
@@ -190,28 +153,13 @@ def resolve_obj_sets(env_id: str, obj_sets: Mapping[str, Sequence[Variation | Ma
             raise ValueError(
                 f"obj_sets.{name}: object set '{name}' must be a non-empty list of variations, got {variations!r}."
             )
-        resolved[str(name)] = [
-            dataclasses.replace(v, env_id=v.env_id or env_id) for v in map(Variation.from_any, variations)
-        ]
+        variations = [Variation.from_any(v) for v in variations]
+        resolved[str(name)] = [dataclasses.replace(v, env_id=v.env_id or env_id) for v in variations]
     return resolved
 
 
-def select_obj_set(
-    env_id: str, obj_sets: Mapping[str, Sequence[Variation | Mapping[str, Any]]] | None, obj_set: str
-) -> ObjSets:
-    """Resolve ``obj_sets`` as :func:`resolve_obj_sets` does and check that ``obj_set`` is one of them.
-
-    Args:
-        env_id: The group's gymnasium id.
-        obj_sets: User sets; ``None`` takes the shipped sets for ``env_id``.
-        obj_set: The set a group draws its episodes from.
-
-    Returns:
-        The resolved sets (``obj_set`` among them).
-
-    Raises:
-        ValueError: ``obj_set`` names no set, with the names available.
-    """
+def select_obj_set(env_id: str, obj_sets: UserObjSets, obj_set: str) -> ObjSets:
+    """:func:`resolve_obj_sets`, checking that ``obj_set`` is one of them (a ``ValueError`` naming those there are)."""
     resolved = resolve_obj_sets(env_id, obj_sets)
     if obj_set not in resolved:
         raise ValueError(
@@ -221,18 +169,10 @@ def select_obj_set(
     return resolved
 
 
-def _get_path(obj: Any, path: str) -> Any:
-    """``getattr`` along a dotted path, e.g. ``model.opt.gravity`` on a MuJoCo env."""
-    for part in path.split("."):
-        obj = getattr(obj, part)
-    return obj
-
-
 def _set_path(obj: Any, path: str, value: Any) -> None:
-    """Set a dotted attribute path; numpy arrays (MuJoCo model fields) are written in place."""
-    *parents, name = path.split(".")
-    for part in parents:
-        obj = getattr(obj, part)
+    """Set a dotted attribute path (``model.opt.gravity``); numpy arrays (MuJoCo model fields) are written in place."""
+    parent, _, name = path.rpartition(".")
+    obj = operator.attrgetter(parent)(obj) if parent else obj
     current = getattr(obj, name)
     if isinstance(current, np.ndarray):
         current[...] = np.asarray(value, dtype=current.dtype)
@@ -250,38 +190,23 @@ def _refresh_derived(unwrapped: gym.Env) -> None:
 
 
 class ObjectSetWrapper(gym.Wrapper):
-    """Draws each episode's variation from an object set and applies it before reset.
+    """Draws each episode's variation from the object set ``obj_set`` of ``obj_sets`` and applies it before reset.
 
-    The active set is chosen at construction and can be switched with
-    ``reset(options={"obj_set": name})``; the switch persists across autoresets. Variation
-    draws and episode seeds come from the wrapper's own generator, seeded by the first
-    ``reset(seed=...)``, so a seeded run is reproducible.
-
-    Args:
-        obj_sets: All object sets this env may draw from.
-        obj_set: The active set's name.
-        max_episode_steps: Passed to ``gymnasium.make`` (``None`` keeps the registered limit).
-        render_mode: Passed to ``gymnasium.make``.
-        wrappers: Wrapper specs applied in order to each env made (see :mod:`rl_lightning.envs.wrappers`).
+    ``reset(options={"obj_set": name})`` switches the set, across autoresets too. Variation draws and episode seeds
+    come from the wrapper's own generator, seeded by the first ``reset(seed=...)``: a seeded run is reproducible.
+    ``max_episode_steps``, ``render_mode`` and ``wrappers`` (:mod:`~rl_lightning.envs.wrappers`) make each env.
     """
 
     def __init__(
-        self,
-        obj_sets: ObjSets,
-        obj_set: str,
-        max_episode_steps: int | None = None,
-        render_mode: str | None = None,
+        self, obj_sets: ObjSets, obj_set: str, max_episode_steps: int | None = None, render_mode: str | None = None,
         wrappers: Sequence[WrapperSpec] = (),
-    ):
+    ):  # fmt: skip
         if obj_set not in obj_sets:
             raise KeyError(f"Unknown object set '{obj_set}'; available: {sorted(obj_sets)}.")
-        self.obj_sets = obj_sets
-        self.obj_set = obj_set
+        self.obj_sets, self.obj_set = obj_sets, obj_set
         self._make_args = {"max_episode_steps": max_episode_steps, "render_mode": render_mode}
         self._wrappers = list(wrappers)
-        self._make_key: tuple | None = None
-        self._rng = np.random.default_rng()
-        self._seeded_once = False
+        self._rng, self._seeded_once = np.random.default_rng(), False
         self.variation = obj_sets[obj_set][0]
         super().__init__(self._make(self.variation))
 
@@ -292,30 +217,24 @@ class ObjectSetWrapper(gym.Wrapper):
         # Defaults of every attribute that any variation overrides, to restore between draws.
         self._defaults: dict[str, Any] = {}
         unwrapped = env.unwrapped
-        for variations in self.obj_sets.values():
-            for var in variations:
-                for key in var.attrs:
-                    if key in self._defaults:
-                        continue
-                    if key == BODY_MASS_SCALE:
-                        if not hasattr(unwrapped, "model"):
-                            raise ValueError(
-                                f"'{BODY_MASS_SCALE}' needs a MuJoCo env, but {variation.env_id} has no model."
-                            )
-                        self._defaults[key] = unwrapped.model.body_mass.copy()
-                    else:
-                        try:
-                            self._defaults[key] = copy.deepcopy(_get_path(unwrapped, key))
-                        except AttributeError:
-                            raise ValueError(
-                                f"A variation overrides attribute '{key}', which {type(unwrapped).__name__} "
-                                f"({variation.env_id}) does not have. Check the spelling in the object set."
-                            ) from None
+        overridden = (key for variations in self.obj_sets.values() for var in variations for key in var.attrs)
+        for key in dict.fromkeys(overridden):
+            if key == BODY_MASS_SCALE:
+                if not hasattr(unwrapped, "model"):
+                    raise ValueError(f"'{BODY_MASS_SCALE}' needs a MuJoCo env, but {variation.env_id} has no model.")
+                self._defaults[key] = unwrapped.model.body_mass.copy()
+                continue
+            try:
+                self._defaults[key] = copy.deepcopy(operator.attrgetter(key)(unwrapped))
+            except AttributeError:
+                raise ValueError(
+                    f"A variation overrides attribute '{key}', which {type(unwrapped).__name__} "
+                    f"({variation.env_id}) does not have. Check the spelling in the object set."
+                ) from None
         return env
 
     def _apply(self, variation: Variation) -> None:
-        key = (variation.env_id, repr(sorted(variation.make_kwargs.items())))
-        if key != self._make_key:
+        if (variation.env_id, repr(sorted(variation.make_kwargs.items()))) != self._make_key:
             old = self.env
             self.env = self._make(variation)
             if self.env.observation_space != old.observation_space or self.env.action_space != old.action_space:
@@ -354,10 +273,8 @@ class ObjectSetWrapper(gym.Wrapper):
         self._apply(variation)
         if variation.seeds is not None:
             episode_seed = int(self._rng.integers(*variation.seeds))
-        elif not self._seeded_once:
-            episode_seed = int(self._rng.integers(2**31 - 1))
         else:
-            episode_seed = None
+            episode_seed = None if self._seeded_once else int(self._rng.integers(2**31 - 1))
         self._seeded_once = True
         obs, info = self.env.reset(seed=episode_seed, options=options or None)
         info["variation"] = variation.name
@@ -367,17 +284,10 @@ class ObjectSetWrapper(gym.Wrapper):
 def variation_table(
     variations: Sequence[Variation], env_id: str, params: Mapping[str, torch.Tensor], where: str
 ) -> dict[str, torch.Tensor]:
-    """A batched env's object set: per parameter a ``[num_variations]`` table of the variations' values.
-
-    On a batched backend an episode's variation is a row of per-env parameters (``params``:
-    ``[num_envs]`` tensors the env exposes, written with ``set_params``), as ManiSkill3 and
-    Isaac Lab randomize a batch. A parameter a variation leaves out takes the env's default.
-
-    Raises:
-        ValueError: A variation names another env id or ``make_kwargs`` (a batched env is built
-            once, not per episode), a non-numeric value, or a parameter the env does not have.
-    """
-    table: dict[str, list[float]] = {}
+    """A batched env's object set: per parameter a ``[num_variations]`` table of the variations' values (the env's
+    default, from its ``[num_envs]`` ``params``, where a variation leaves it out), as ManiSkill3 and Isaac Lab
+    randomize a batch. Another env id, ``make_kwargs``, a non-number or a parameter the env lacks is refused."""
+    names: dict[str, None] = {}  # the parameters any variation sets, in order
     for k, variation in enumerate(variations):
         label = f"variation {variation.name or k} of {where}"
         if variation.env_id not in (None, env_id):
@@ -402,17 +312,15 @@ def variation_table(
                 f"{label} sets {unknown}, which the batched {env_id} does not have as per-env parameters; it has "
                 f"{sorted(params)}. Vary those, or run the gymnasium backend (env.backend=gymnasium)."
             )
-        for name in variation.attrs:
-            table.setdefault(name, [])
-    for name in table:
-        default = float(params[name][0])
-        for k, variation in enumerate(variations):
-            value = variation.attrs.get(name, default)
+        names.update(dict.fromkeys(variation.attrs))
+    table = {}
+    for name in names:
+        table[name] = [variation.attrs.get(name, float(params[name][0])) for variation in variations]
+        for k, value in enumerate(table[name]):
             if isinstance(value, bool) or not isinstance(value, int | float):
                 raise ValueError(
-                    f"attrs.{name} of variation {variation.name or k} of {where} is {value!r}; a batched env's "
+                    f"attrs.{name} of variation {variations[k].name or k} of {where} is {value!r}; a batched env's "
                     "parameters are numbers (one per env)."
                 )
-            table[name].append(float(value))
     like = next(iter(params.values()), None)
     return {name: torch.tensor(values, dtype=like.dtype, device=like.device) for name, values in table.items()}

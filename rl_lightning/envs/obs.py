@@ -1,11 +1,8 @@
-"""Observations that are an array or a dictionary of arrays: one set of helpers for both.
+"""Observations that are an array or a (nested) dictionary of arrays: one set of helpers for both.
 
-A ``Box`` env gives one array per batch of envs; a ``Dict`` env gives a dict of arrays
-(gymnasium's vector envs batch each key), nested where the space is. The env group, the
-rollout, the replay stream and evaluation handle both through these functions, so the
-plain-array path stays what it was. Stored dtypes respect memory: float observations are
-kept as float32 (as before), integer ones (uint8 images, one-hot indices) in their own dtype.
-Dicts are walked by ``.keys()``: iterating a ``TensorDict`` walks its batch, not its keys.
+The env group, the rollout, the replay stream and evaluation handle both through these. Float observations are
+stored as float32, integer ones (uint8 images, one-hot indices) in their own dtype. Dicts are walked by
+``.keys()``: iterating a ``TensorDict`` walks its batch, not its keys.
 """
 
 from __future__ import annotations
@@ -37,8 +34,7 @@ def leaves(obs: Obs) -> list[Any]:
 
 
 def storage_dtype(space: gym.Space | np.ndarray) -> np.dtype:
-    """The dtype a leaf of ``space`` (or an array) is stored in: float32 for floats, its own dtype otherwise
-    (uint8 stays uint8)."""
+    """The dtype a leaf of ``space`` (or an array) is stored in: float32 for floats, else its own (uint8 stays)."""
     dtype = np.dtype(space.dtype)
     return np.dtype(np.float32) if np.issubdtype(dtype, np.floating) else dtype
 
@@ -80,19 +76,15 @@ def _tensor(x: Any, device: torch.device | str | None) -> torch.Tensor:
 
 
 def to_tensor(obs: Obs, device: torch.device | str | None = None, batch_dims: int | None = None) -> Obs:
-    """Tensors of numpy observations: floats as float32, integers (uint8 images) kept.
-
-    A dict becomes a ``TensorDict`` when ``batch_dims`` says how many leading dims are the
-    batch (storage, minibatch indexing), else a plain dict (one env step: cheaper).
-    """
+    """Tensors of numpy observations: floats as float32, integers (uint8 images) kept. A dict becomes a
+    ``TensorDict`` when ``batch_dims`` says how many leading dims are the batch, else a plain dict (cheaper)."""
     if isinstance(obs, np.ndarray) and obs.dtype == np.float32 and device in (None, "cpu"):
         return torch.from_numpy(obs)  # the common case, every env step: shares the array's memory
     if isinstance(obs, Mapping):
         tensors = map_obs(lambda x: _tensor(x, device), obs)
         if batch_dims is None:
             return tensors
-        first = leaves(tensors)[0]
-        return TensorDict(tensors, batch_size=first.shape[:batch_dims], device=device)
+        return TensorDict(tensors, batch_size=leaves(tensors)[0].shape[:batch_dims], device=device)
     return _tensor(obs, device)
 
 

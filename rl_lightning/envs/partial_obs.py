@@ -1,11 +1,8 @@
 """Partially observed versions of fully observed tasks: keep some entries of a vector observation.
 
-``KeepEntries(env, indices=[0, 2])`` on CartPole keeps the cart position and the pole angle and
-drops both velocities, the partially observed CartPole that sb3-contrib's ``RecurrentPPO``
-tests and RL-Zoo's ``CartPoleNoVel-v1`` use (their ``MaskVelocityWrapper`` zeroes the
-velocities; dropping them is the same information without constant inputs). A feed-forward
-policy cannot infer velocities from one observation; a recurrent one can, from the history
-(``+experiment=ppo_lstm``).
+``KeepEntries(env, indices=[0, 2])`` on CartPole keeps the cart position and the pole angle: the CartPole of
+sb3-contrib's ``RecurrentPPO`` tests and RL-Zoo's ``CartPoleNoVel-v1`` (their ``MaskVelocityWrapper`` zeroes the
+velocities; dropping them is the same information), which only a recurrent policy solves (``+experiment=ppo_lstm``).
 """
 
 from __future__ import annotations
@@ -17,15 +14,8 @@ import numpy as np
 
 
 class KeepEntries(gym.ObservationWrapper):
-    """A 1-D ``Box`` observation cut down to the entries at ``indices`` (in that order).
-
-    Args:
-        env: An env with a 1-D ``Box`` observation space.
-        indices: Which entries to keep.
-
-    Raises:
-        ValueError: Not a 1-D ``Box``, or an index out of range (naming the valid range).
-    """
+    """A 1-D ``Box`` observation cut down to the entries at ``indices`` (in that order); other spaces, or an index
+    out of range, are refused naming the valid ones."""
 
     def __init__(self, env: gym.Env, indices: Sequence[int]):
         super().__init__(env)

@@ -1,20 +1,10 @@
 """A user's batched env on the tensor path: a factory named in config, returning a vector env or a torchrl ``EnvBase``.
 
-``env.backend=torch`` with ``env.env_factory=mypkg.sim.make_envs`` (or, from Python,
-``RolloutDataModule(env_factory=make_envs, backend="torch")``) builds the batch with the user's
-function, called as ``(env_id, num_envs, device, seed, max_episode_steps)`` (:data:`EnvFactory`).
-It may return:
-
-- a gymnasium ``VectorEnv`` of torch tensors on ``device`` with ``SAME_STEP`` autoreset and
-  ``info["final_obs"]``, as ManiSkill3's ``ManiSkillVectorEnv`` and Isaac Lab's gym interface
-  do (and :class:`~rl_lightning.envs.batched.TorchVectorEnv`); or
-- a torchrl ``EnvBase`` with ``batch_size == [num_envs]`` (torchrl wraps Brax, Isaac Lab, MuJoCo
-  Playground, EnvPool and others this way), which :class:`TorchRLVectorEnv` puts behind the
-  same interface.
-
-Object-set variations need the env's ``params`` (a dict of ``[num_envs]`` tensors) and
-``set_params(**values)``; an env without them takes object sets without ``attrs`` only
-(refused otherwise, naming the fix).
+``env.backend=torch`` with ``env.env_factory=mypkg.sim.make_envs`` builds the batch with the user's function
+(:data:`EnvFactory`). It returns a gymnasium ``VectorEnv`` speaking the env contract
+(:mod:`~rl_lightning.envs.env_group`), as ManiSkill3's ``ManiSkillVectorEnv`` and Isaac Lab's gym interface do, or
+a torchrl ``EnvBase`` with ``batch_size == [num_envs]`` (as torchrl wraps Brax, Isaac Lab, MuJoCo Playground...).
+Object-set variations need the env's ``params`` (a dict of ``[num_envs]`` tensors) and ``set_params(**values)``.
 """
 
 from __future__ import annotations
@@ -30,35 +20,25 @@ from rl_lightning.checks import import_callable
 
 #: Shown in messages: what ``env.env_factory`` names.
 FACTORY_EXAMPLE = "mypkg.sim.make_envs"
+#: A user's simulator: ``(env_id, num_envs, device, seed, max_episode_steps) -> batched env``.
+EnvFactory = Callable[[str, int, torch.device, int, "int | None"], Any]
 
 
 def _space(spec: Any, batch_dims: int) -> gym.Space:
     """The gymnasium space of one env of a batched torchrl spec (``Categorical`` / ``OneHot``: ``Discrete``)."""
-    name = type(spec).__name__
-    if name in ("Categorical", "DiscreteTensorSpec", "OneHot", "OneHotDiscreteTensorSpec"):
+    if type(spec).__name__ in ("Categorical", "DiscreteTensorSpec", "OneHot", "OneHotDiscreteTensorSpec"):
         return gym.spaces.Discrete(int(spec.space.n))
-    shape = tuple(spec.shape[batch_dims:])
-    dtype = torch.empty((), dtype=spec.dtype).numpy().dtype
-    low, high = -np.inf, np.inf
-    space = getattr(spec, "space", None)
+    low, high, space = -np.inf, np.inf, getattr(spec, "space", None)
     if hasattr(space, "low"):  # Bounded: the first env's bounds (the batch shares them)
         index = (0,) * batch_dims
         low, high = space.low[index].cpu().numpy(), space.high[index].cpu().numpy()
-    return gym.spaces.Box(low, high, shape, dtype)
+    return gym.spaces.Box(low, high, tuple(spec.shape[batch_dims:]), torch.empty((), dtype=spec.dtype).numpy().dtype)
 
 
 class TorchRLVectorEnv(gym.vector.VectorEnv):
-    """A batched torchrl ``EnvBase`` (``batch_size == [num_envs]``) as the tensor path's vector env.
-
-    Each step is ``env.step_and_maybe_reset``: its ``"next"`` entry is what the step reached
-    (``final_obs``, reward, ``terminated``, ``truncated``), and the returned next-step tensordict
-    holds the fresh starts of the envs it reset, which is gymnasium's ``SAME_STEP`` autoreset.
-    The time limit is the env's own (torchrl's ``StepCounter(max_steps=...)`` sets ``truncated``).
-
-    Args:
-        env: The batched torchrl env.
-        obs_key: Its observation entry.
-    """
+    """A batched torchrl ``EnvBase`` (``batch_size == [num_envs]``, observations at ``obs_key``) as a vector env:
+    ``env.step_and_maybe_reset`` is a ``SAME_STEP`` autoreset (``"next"``: what the step reached). The time limit is
+    the env's own (torchrl's ``StepCounter(max_steps=...)`` sets ``truncated``)."""
 
     metadata = {"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP}
 
@@ -97,17 +77,11 @@ class TorchRLVectorEnv(gym.vector.VectorEnv):
         td = self._td.copy()
         td["action"] = actions.reshape(self.env.action_spec.shape).to(self.env.action_spec.dtype)
         stepped, self._td = self.env.step_and_maybe_reset(td)
-        reached = stepped["next"]
-        terminated = reached["terminated"].reshape(self.num_envs)
-        done = reached["done"].reshape(self.num_envs)
-        truncated = reached.get("truncated", done & ~terminated).reshape(self.num_envs)
-        return (
-            self._td[self.obs_key],
-            reached["reward"].reshape(self.num_envs),
-            terminated,
-            truncated,
-            {"final_obs": reached[self.obs_key], "_final_obs": done},
-        )
+        reached, n = stepped["next"], self.num_envs
+        terminated, done = reached["terminated"].reshape(n), reached["done"].reshape(n)
+        truncated = reached.get("truncated", done & ~terminated).reshape(n)
+        info = {"final_obs": reached[self.obs_key], "_final_obs": done}
+        return self._td[self.obs_key], reached["reward"].reshape(n), terminated, truncated, info
 
     def close_extras(self, **kwargs: Any) -> None:
         """Close the wrapped env."""
@@ -115,34 +89,9 @@ class TorchRLVectorEnv(gym.vector.VectorEnv):
             self.env.close()
 
 
-def as_vector_env(env: Any, where: str) -> gym.vector.VectorEnv:
-    """``env`` as the tensor path steps it: a vector env as it is, a torchrl ``EnvBase`` wrapped."""
-    try:
-        from torchrl.envs import EnvBase
-    except ImportError:  # pragma: no cover - torchrl is a dependency
-        EnvBase = ()
-    if isinstance(env, EnvBase):
-        return TorchRLVectorEnv(env)
-    if isinstance(env, gym.vector.VectorEnv):
-        return env
-    raise ValueError(
-        f"{where} returned {type(env).__name__}; the tensor path steps a gymnasium VectorEnv of torch tensors or a "
-        "batched torchrl EnvBase. Return one of those from the factory."
-    )
-
-
-#: A user's simulator: ``(env_id, num_envs, device, seed, max_episode_steps) -> batched env``.
-EnvFactory = Callable[[str, int, torch.device, int, "int | None"], Any]
-
-
 def factory_path(factory: EnvFactory | str) -> str:
-    """The import path a simulator factory is kept under in checkpoints (``module.name``).
-
-    Raises:
-        ValueError: A lambda or a function defined inside another function, which no other
-            process (a resume, ``rl-lightning play``) could import again; naming the fix.
-        TypeError: Neither a path nor a callable.
-    """
+    """The import path (``module.name``) a simulator factory is kept under in checkpoints; a lambda or local function,
+    which no other process could import again, is refused naming the fix."""
     if isinstance(factory, str):
         return factory
     if not callable(factory):
@@ -158,13 +107,24 @@ def factory_path(factory: EnvFactory | str) -> str:
 
 
 def user_factory(factory: EnvFactory | str) -> EnvFactory:
-    """The simulator factory ``env_factory`` names (a function, or its import path), returning the contract's env."""
+    """The simulator factory ``env_factory`` names (a function, or its import path), returning the contract's env:
+    a vector env as it is, a torchrl ``EnvBase`` wrapped in :class:`TorchRLVectorEnv`."""
     where = f"env_factory={factory if isinstance(factory, str) else getattr(factory, '__qualname__', factory)}"
     make = factory if callable(factory) else import_callable(
         factory, "env.env_factory", "a function (env_id, num_envs, device, seed, max_episode_steps) -> batched env",
         FACTORY_EXAMPLE)  # fmt: skip
 
     def build(env_id: str, num_envs: int, device: torch.device, seed: int, max_episode_steps: int | None):
-        return as_vector_env(make(env_id, num_envs, device, seed, max_episode_steps), where)
+        from torchrl.envs import EnvBase  # late: importing torchrl makes "spawn" the default start method
+
+        env = make(env_id, num_envs, device, seed, max_episode_steps)
+        if isinstance(env, EnvBase):
+            return TorchRLVectorEnv(env)
+        if isinstance(env, gym.vector.VectorEnv):
+            return env
+        raise ValueError(
+            f"{where} returned {type(env).__name__}; the tensor path steps a gymnasium VectorEnv of torch tensors or "
+            "a batched torchrl EnvBase. Return one of those from the factory."
+        )
 
     return build

@@ -1,24 +1,17 @@
 """Gymnasium wrappers named in a config, applied to every env a run makes; and the few wrappers the library ships.
 
-A run's ``wrappers`` (Hydra ``env.wrappers``, ``RolloutDataModule(wrappers=...)``) is a
-list of specs, each a wrapper's import path or a mapping of it and its arguments::
-
-    wrappers:
-      - {wrapper: gymnasium.wrappers.FilterObservation, filter_keys: [image, direction]}
-      - rl_lightning.envs.wrappers.SuccessFromReward
-
-Specs are plain strings and numbers, so checkpoints keep them (``play``, ``export`` and a
-resume rebuild the same envs) and async workers receive them by pickling. They are checked
-when the data module is built (importable, callable, arguments its signature takes), and
-applied in order right after ``gymnasium.make`` of each variation, under the object-set
-wrapper: the policy sees the wrapped observations, the object sets still override the
-raw env's attributes.
+A run's ``wrappers`` (Hydra ``env.wrappers``) is a list of specs, each a wrapper's import path or a mapping of it
+and its arguments (``{wrapper: gymnasium.wrappers.FilterObservation, filter_keys: [image]}``): plain values, which
+checkpoints keep and async workers receive pickled. They are applied in order right after ``gymnasium.make`` of
+each variation, under the object-set wrapper: the policy sees the wrapped observations, the object sets still
+override the raw env's attributes.
 """
 
 from __future__ import annotations
 
+import functools
 import inspect
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import gymnasium as gym
@@ -43,19 +36,14 @@ def _split(spec: Any) -> tuple[str, dict[str, Any]]:
     )
 
 
-def _import(path: str) -> Callable[..., gym.Env]:
-    return import_callable(
-        path, "Wrapper", "a wrapper class or a function env -> env", "gymnasium.wrappers.FrameStackObservation"
-    )
+#: Imports a spec's wrapper, naming the fix when it cannot.
+_import = functools.partial(import_callable, what="Wrapper", wanted="a wrapper class or a function env -> env",
+                            example="gymnasium.wrappers.FrameStackObservation")  # fmt: skip
 
 
 def check_wrappers(specs: Sequence[WrapperSpec] | None) -> list[WrapperSpec]:
-    """Check every spec (importable, callable, arguments it takes) and return them as plain values.
-
-    Raises:
-        TypeError: A spec that is neither a path nor a mapping with ``wrapper``, or a list that is not a list.
-        ValueError: A wrapper that cannot be imported, or arguments its signature does not take, naming it.
-    """
+    """Check every spec (importable, callable, arguments it takes: else a ``ValueError`` naming it; a malformed spec
+    or list: ``TypeError``) and return them as plain values."""
     if specs is None:
         return []
     if isinstance(specs, (str, Mapping)) or not isinstance(specs, Sequence):
@@ -83,18 +71,9 @@ def apply_wrappers(env: gym.Env, specs: Sequence[WrapperSpec]) -> gym.Env:
 
 
 class FireReset(gym.Wrapper):
-    """Presses FIRE after each reset, for Atari games that wait for it to start (Breakout launches the ball).
-
-    CleanRL's ``FireResetEnv`` (from OpenAI Baselines' ``atari_wrappers.py``): FIRE, then
-    action 2, resetting again should either end the episode. Place it after
-    ``AtariPreprocessing``, which owns the no-op starts.
-
-    Args:
-        env: An ALE env whose action 1 is FIRE.
-
-    Raises:
-        ValueError: The env's action 1 is not FIRE (the game needs no FIRE to start: drop the wrapper).
-    """
+    """Presses FIRE after each reset, for Atari games that wait for it to start (Breakout launches the ball): CleanRL's
+    ``FireResetEnv`` (from OpenAI Baselines' ``atari_wrappers.py``). Place it after ``AtariPreprocessing``, which owns
+    the no-op starts; an env whose action 1 is not FIRE is refused."""
 
     def __init__(self, env: gym.Env):
         super().__init__(env)
@@ -117,13 +96,8 @@ class FireReset(gym.Wrapper):
 class SuccessFromReward(gym.Wrapper):
     """Reports ``info["is_success"]`` at the end of each episode: terminated with a reward above ``threshold``.
 
-    For tasks that pay only on success and say nothing about it (MiniGrid pays
-    ``1 - 0.9 * steps / max_steps`` on reaching the goal, 0 otherwise), so evaluation's
-    ``eval/success_rate`` is defined. A truncated episode did not succeed.
-
-    Args:
-        env: The env to wrap.
-        threshold: The final reward must exceed it.
+    For tasks that pay only on success and say nothing about it (MiniGrid pays ``1 - 0.9 * steps / max_steps`` on
+    reaching the goal, 0 otherwise), so evaluation's ``eval/success_rate`` is defined.
     """
 
     def __init__(self, env: gym.Env, threshold: float = 0.0):
