@@ -8,6 +8,7 @@ any env is built or step taken.
 from __future__ import annotations
 
 import importlib
+import math
 import numbers
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -96,3 +97,25 @@ def import_callable(path: str, what: str, wanted: str, example: str) -> Callable
             f"(e.g. {example})."
         )
     return target
+
+
+#: What to do with a non-finite (or rejected) value: raise, or cut that env's episode short.
+ON_NONFINITE = ("stop", "skip")
+#: What to do with an observation outside ``obs_bound``: clip it, or treat it as non-finite.
+OBS_BOUND_MODES = ("clip", "reject")
+
+
+def check_value_options(obs_bound: Any, obs_bound_mode: Any, on_nonfinite: Any = "stop") -> None:
+    """Raise a ``ValueError`` naming the first of these arguments that is invalid."""
+    if obs_bound is not None and not (_is_number(obs_bound) and 0 < obs_bound < math.inf):
+        raise ValueError(f"obs_bound must be a positive finite number or None, got {obs_bound!r}.")
+    if obs_bound_mode not in OBS_BOUND_MODES:
+        raise ValueError(f"obs_bound_mode must be one of {OBS_BOUND_MODES}, got {obs_bound_mode!r}.")
+    if on_nonfinite not in ON_NONFINITE:
+        raise ValueError(f"on_nonfinite must be one of {ON_NONFINITE}, got {on_nonfinite!r}.")
+
+
+def check_max_env_restarts(value: Any) -> None:
+    """Raise a ``ValueError`` naming ``max_env_restarts`` unless it is an integer >= 0."""
+    if not _is_int(value) or value < 0:
+        raise ValueError(f"max_env_restarts must be a non-negative integer (0: never recreate an env), got {value!r}.")

@@ -221,12 +221,6 @@ class RLModule(pl.LightningModule):
         """The algorithm's losses on one batch of its update (implemented by each algorithm)."""
         raise NotImplementedError
 
-    def gradients_finite(
-        self, optimizer: torch.optim.Optimizer, losses: Any, clip_per_group: bool = False, clip: bool = True
-    ) -> bool:
-        """Clip the gradients to ``max_grad_norm`` and tell whether the update may go ahead (:class:`UpdateGuard`)."""
-        return self.guard.check(self, optimizer, losses, clip_per_group=clip_per_group, clip=clip)
-
     def train_means(self, names: Sequence[str]) -> dict[str, float]:
         """``train/<name>`` means of the epoch's applied updates (:attr:`train_terms`, emptied), with skipped ones."""
         means = {}

@@ -154,7 +154,7 @@ class DQN(RLModule):
             optimizer.zero_grad(set_to_none=True)
             self.manual_backward(terms.loss)
             # Clips to max_grad_norm and refuses (or, by option, skips) a NaN or inf update.
-            if self.gradients_finite(optimizer, terms):
+            if self.guard.check(self, optimizer, terms):
                 optimizer.step()
                 self.train_terms.append(torch.stack([terms.loss.detach(), terms.q_value, terms.td_error]))
                 if self.global_step % hp.target_update_interval == 0:

@@ -23,12 +23,6 @@ def global_sums(module: pl.LightningModule, values: Sequence[float]) -> torch.Te
     return local.cpu()
 
 
-def explained_variance(value: torch.Tensor, returns: torch.Tensor) -> float:
-    """``1 - Var[return - value] / Var[return]``: 1 is a perfect critic, <= 0 a useless one."""
-    var = returns.var()
-    return float("nan") if var == 0 else float(1 - (returns - value).var() / var)
-
-
 def env_step_axis(env_steps: int) -> dict[str, float]:
     """The keys that put a logged dict on the env-step axis."""
     # A logged "step" becomes the x-axis of every Lightning logger (LoggerConnector.log_metrics),

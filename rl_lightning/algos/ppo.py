@@ -20,7 +20,6 @@ from torch import nn
 
 from rl_lightning import checks
 from rl_lightning.algos.base import RLModule
-from rl_lightning.algos.metrics import explained_variance
 from rl_lightning.algos.ppo_loss import LOSS_COEFS, PPOLossTerms, compute_gae, ppo_loss
 from rl_lightning.algos.update import adam
 from rl_lightning.data import RolloutDataModule
@@ -30,6 +29,12 @@ from rl_lightning.nets.encoders import build_encoder, check_encoder_argument
 from rl_lightning.nets.recurrent import RecurrentActorCritic, check_recurrent_settings
 
 _TRAIN_METRICS = ("policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction")
+
+
+def explained_variance(value: torch.Tensor, returns: torch.Tensor) -> float:
+    """``1 - Var[return - value] / Var[return]``: 1 is a perfect critic, <= 0 a useless one."""
+    var = returns.var()
+    return float("nan") if var == 0 else float(1 - (returns - value).var() / var)
 
 
 class PPO(RLModule):
@@ -215,7 +220,7 @@ class PPO(RLModule):
                 terms = self.loss_fn({key: value[:, index] for key, value in columns.items()})
                 optimizer.zero_grad(set_to_none=True)
                 self.manual_backward(terms.loss)
-                if self.gradients_finite(optimizer, terms):  # clips to max_grad_norm; refuses (or skips) a NaN
+                if self.guard.check(self, optimizer, terms):  # clips to max_grad_norm; refuses (or skips) a NaN
                     optimizer.step()
                     self.train_terms.append(terms.diagnostics)  # logged once per epoch
                 interrupt_request.check()  # a signal stops the update phase between minibatches

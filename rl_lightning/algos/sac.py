@@ -165,7 +165,7 @@ class SAC(RLModule):
         self.manual_backward(terms.loss_qvalue + terms.loss_actor + terms.loss_alpha)
         # Each group clipped on its own, as separate optimizers would; a NaN or inf update is
         # refused (or, by option, skipped together with its target update).
-        if self.gradients_finite(optimizer, terms, clip_per_group=True):
+        if self.guard.check(self, optimizer, terms, clip_per_group=True):
             optimizer.step()
             self.update_targets()
             self.train_terms.append(torch.stack([t.detach() for t in terms]))

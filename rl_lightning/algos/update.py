@@ -15,7 +15,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from rl_lightning.envs.checks import ON_NONFINITE
+from rl_lightning.checks import ON_NONFINITE
 from rl_lightning.faults import NumericalFault
 
 #: What torch's fused Adam takes (``torch.optim.Adam(fused=True)``).

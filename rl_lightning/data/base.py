@@ -20,13 +20,11 @@ import torch.distributed as dist
 from lightning.pytorch.trainer.states import TrainerFn
 from torch.utils.data import DataLoader
 
-from rl_lightning.checks import check_positive_int
+from rl_lightning.checks import check_max_env_restarts, check_positive_int, check_value_options
 from rl_lightning.data.collection import CollectionMetrics, DataCounters
 from rl_lightning.data.evaluation import EvaluationDataset
 from rl_lightning.envs import EnvGroup, check_env_id, make_env, resolve_obj_sets
-from rl_lightning.envs.checks import check_value_options
 from rl_lightning.envs.env_group import VECTORIZATION, check_backend
-from rl_lightning.envs.restart import check_max_env_restarts
 from rl_lightning.envs.torchrl_env import EnvFactory, factory_path, user_factory
 from rl_lightning.envs.wrappers import check_wrappers
 

@@ -7,21 +7,8 @@ epoch's ``steps_per_epoch`` steps off-policy.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
-
-import torch
 
 from rl_lightning.envs import EpisodeStats
-
-
-def policy_device(policy: Any) -> torch.device:
-    """Where ``policy`` acts: the device of its parameters (observations are sent there)."""
-    return next(policy.parameters()).device
-
-
-def to_device(x: Any, device: torch.device) -> Any:
-    """``x`` (a tensor or ``TensorDict``; ``None`` passes) on ``device``, not copied where it already is."""
-    return x if x is None or x.device == device else x.to(device)
 
 
 @dataclasses.dataclass

@@ -18,7 +18,6 @@ import numpy as np
 import torch
 from torch.utils.data import IterableDataset
 
-from rl_lightning.data.collection import policy_device, to_device
 from rl_lightning.data.protocol import RolloutPolicy
 from rl_lightning.envs import EnvGroup, EpisodeStats
 from rl_lightning.envs.obs import clip_floats, map_obs, to_tensor
@@ -61,7 +60,7 @@ def evaluate(
     Returns:
         Statistics of exactly ``episodes`` episodes.
     """
-    device = policy_device(policy)
+    device = next(policy.parameters()).device
     quota_list = episodes_per_env(episodes, envs.num_envs)
     quota = torch.as_tensor(quota_list, device=envs.device)
     finished = torch.zeros_like(quota)
@@ -73,10 +72,10 @@ def evaluate(
     steps = 0
     while steps % every or not bool((finished >= quota).all()):
         interrupt_request.check()  # a signal stops evaluation between steps (callbacks/interrupt.py)
-        action, _, _, state = policy.act(to_device(obs, device), state, start, deterministic)
+        action, _, _, state = policy.act(obs.to(device), state, start, deterministic)
         step = envs.step(action)
         finished += step.done if step.cut is None else step.done & ~step.cut
-        start, obs = to_device(step.done, device), step.obs
+        start, obs = step.done.to(device), step.obs
         steps += 1
     ended, result, taken = envs.pop_stats(), EpisodeStats(), [0] * envs.num_envs
     for k, i in enumerate(ended.envs):  # in step order: each env's first episodes come first
@@ -135,7 +134,7 @@ def play_episode(
         obs_bound: Clip observations to ``[-obs_bound, obs_bound]`` first, as a run with ``obs_bound``
             in ``clip`` mode trained and evaluated.
     """
-    device = policy_device(policy)
+    device = next(policy.parameters()).device
     state, start = policy.initial_state(1, device), torch.ones(1, dtype=torch.bool, device=device)
     obs, info = env.reset(seed=seed)
     variation = str(info.get("variation", ""))

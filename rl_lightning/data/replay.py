@@ -29,7 +29,7 @@ from tensordict import TensorDict, is_tensor_collection
 from torch.utils.data import IterableDataset
 
 from rl_lightning.data.chunks import ReplayEpoch
-from rl_lightning.data.collection import CollectionMetrics, DataCounters, policy_device, to_device
+from rl_lightning.data.collection import CollectionMetrics, DataCounters
 from rl_lightning.data.compact_replay import CompactReplayBuffer
 from rl_lightning.data.protocol import ExplorationPolicy
 from rl_lightning.envs import EnvGroup
@@ -331,7 +331,7 @@ class ReplayDataset(IterableDataset):
     def _gradient_steps(self, device: torch.device | None) -> Iterator[TensorDict]:
         while self.gradient_credit >= 1:
             self.gradient_credit -= 1
-            yield to_device(self.buffer.sample(), device) if device is not None else self.buffer.sample()
+            yield self.buffer.sample() if device is None else self.buffer.sample().to(device)
             if self.gradient_credit >= 1:
                 # A signal stops between gradient steps (the credit says what is left, taken first on resume).
                 # After the chunk's last one the next env step or the batch end stops it.
@@ -385,7 +385,7 @@ class ReplayDataset(IterableDataset):
         if self.counters.env_steps < self.learning_starts:
             action = torch.as_tensor(self.random_actions.sample(), device=envs.device)
         else:
-            action = self.policy.explore(to_device(obs, policy_device(self.policy)), self.counters.env_steps)
+            action = self.policy.explore(obs.to(next(self.policy.parameters()).device), self.counters.env_steps)
         t1 = time.perf_counter()
         step = envs.step(action)
         self._seconds["inference"] += t1 - t0

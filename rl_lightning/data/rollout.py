@@ -28,7 +28,7 @@ import torch
 from tensordict import TensorDict
 from torch.utils.data import IterableDataset
 
-from rl_lightning.data.collection import CollectionMetrics, DataCounters, policy_device, to_device
+from rl_lightning.data.collection import CollectionMetrics, DataCounters
 from rl_lightning.data.protocol import RolloutPolicy
 from rl_lightning.envs import EnvGroup
 from rl_lightning.faults import interrupt_request
@@ -97,7 +97,7 @@ class RolloutDataset(IterableDataset):
         envs, policy, T = self.envs, self.policy, self.rollout_steps
         clock = _timer(envs.device, self.synchronize_timing)
         start = clock()
-        device = policy_device(policy)
+        device = next(policy.parameters()).device  # where the policy acts: observations go there
         if envs.obs is None:
             envs.reset(seed=self.reset_seed)
             self.state = policy.initial_state(envs.num_envs, device)
@@ -112,8 +112,8 @@ class RolloutDataset(IterableDataset):
             interrupt_request.check()
             obs = envs.obs
             t0 = clock()
-            start_d = to_device(self.episode_start, device)
-            action, log_prob, value, self.state = policy.act(to_device(obs, device), self.state, start_d)
+            start_d = self.episode_start.to(device)
+            action, log_prob, value, self.state = policy.act(obs.to(device), self.state, start_d)
             t1 = clock()
             step = envs.step(action)
             env_seconds += clock() - t1
@@ -129,15 +129,15 @@ class RolloutDataset(IterableDataset):
         final_obs = rollout.pop("final_obs")
         # V(s_T) from the state the next rollout starts with; V(final obs) of truncated episodes from the state
         # after their cut step (the one that would have read that observation): one host read, of where they are.
-        last = policy.value(to_device(envs.obs, device), self.state, to_device(self.episode_start, device))
+        last = policy.value(envs.obs.to(device), self.state, self.episode_start.to(device))
         last = last.to(envs.device)
         next_value = torch.cat([rollout["value"][1:], last.unsqueeze(0)])
         cut = (rollout["truncated"] & ~rollout["terminated"]).nonzero(as_tuple=True)
         stacked = None if self.state is None else torch.stack(states).to(envs.device)  # [T + 1, N, ...]
         if cut[0].numel():
-            after = None if stacked is None else to_device(stacked[1:][cut], device)
+            after = None if stacked is None else stacked[1:][cut].to(device)
             no_start = torch.zeros(cut[0].numel(), dtype=torch.bool, device=device)
-            next_value[cut] = policy.value(to_device(final_obs[cut], device), after, no_start).to(next_value)
+            next_value[cut] = policy.value(final_obs[cut].to(device), after, no_start).to(next_value)
         rollout["next_value"] = next_value
         if stacked is not None:
             rollout["state"] = stacked[:-1]

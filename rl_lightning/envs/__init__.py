@@ -2,6 +2,7 @@
 
 from rl_lightning.envs.batched import TorchVectorEnv
 from rl_lightning.envs.env_group import BACKENDS, EnvGroup, EpisodeStats, Step, check_env_id, make_env
+from rl_lightning.envs.gymnasium_env import RestartingEnv
 from rl_lightning.envs.object_sets import (
     SHIPPED_OBJ_SETS,
     NoObjectSetsWarning,
@@ -9,7 +10,6 @@ from rl_lightning.envs.object_sets import (
     Variation,
     resolve_obj_sets,
 )
-from rl_lightning.envs.restart import RestartingEnv
 
 __all__ = [
     "BACKENDS", "EnvGroup", "EpisodeStats", "NoObjectSetsWarning", "ObjectSetWrapper", "RestartingEnv",

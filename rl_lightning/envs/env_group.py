@@ -24,14 +24,12 @@ import gymnasium as gym
 import torch
 from tensordict import TensorDict, is_tensor_collection
 
-from rl_lightning.checks import check_positive_int
+from rl_lightning.checks import check_max_env_restarts, check_positive_int, check_value_options
 from rl_lightning.envs.batched import DYNAMICS, TorchVectorEnv
-from rl_lightning.envs.checks import check_value_options
 from rl_lightning.envs.envpool_env import EnvPoolVectorEnv, check_envpool_task
 from rl_lightning.envs.gymnasium_env import GymnasiumVectorEnv
 from rl_lightning.envs.object_sets import ObjectSetWrapper, UserObjSets, select_obj_set, variation_table
 from rl_lightning.envs.obs import Obs, leaves
-from rl_lightning.envs.restart import check_max_env_restarts
 from rl_lightning.envs.torchrl_env import EnvFactory, factory_path, user_factory
 from rl_lightning.envs.wrappers import WrapperSpec, check_wrappers
 from rl_lightning.faults import NumericalFault

@@ -1,20 +1,33 @@
 """The gymnasium backend: gymnasium's vector env of single envs over an object set, as the env contract's tensors.
 
-The contract is :mod:`~rl_lightning.envs.env_group`'s. What only single envs can do is done here, in numpy: an env
-that raises is recreated (:mod:`~rl_lightning.envs.restart`), an async worker that dies is replaced by building the
-vector env anew, and a non-finite or out-of-bound value (:mod:`~rl_lightning.envs.checks`) stops the run naming
-the env, or cuts the episode short: it ends *truncated* at its last good observation with reward 0, marked in
-``info["cut"]``. ``info`` also carries an ended episode's ``success`` (``is_success`` or ``success``, NaN where none),
-``episode_return`` (``RecordEpisodeStatistics``' score, before reward shaping as on Atari) and fault counts.
+The contract is :mod:`~rl_lightning.envs.env_group`'s. What only single envs can do is done here, in numpy:
+
+- **Env faults.** :class:`RestartingEnv` recreates a single env that raises (inside the async worker when there is
+  one), and an async worker that dies is replaced by building the vector env anew. *Consecutive* failures count: a
+  finished episode resets the count, and past ``max_env_restarts`` an :class:`~rl_lightning.faults.EnvFault` stops
+  the run, so a flaky env is survived and a broken one stops it.
+- **Value checks** (:class:`ValueChecks`). A NaN or inf in the rollout spreads through GAE, the loss and the
+  optimizer state within one update; here the message can name the env. A step costs one dot product with zeros
+  (IEEE 754: ``0 * inf = NaN``, which propagates), cheaper than ``np.isfinite(x).all()``, which allocates a mask;
+  the bad env and value are looked up only then. A bad value stops the run, or (``on_nonfinite="skip"``) cuts the
+  episode short.
+
+A cut episode ends *truncated* at its last good observation with reward 0, marked in ``info["cut"]``. ``info`` also
+carries an ended episode's ``success`` (``is_success`` or ``success``, NaN where none), ``episode_return``
+(``RecordEpisodeStatistics``' score, before reward shaping as on Atari) and fault counts.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
+import math
+import re
 import sys
+import warnings
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import gymnasium as gym
@@ -22,14 +35,218 @@ import numpy as np
 import torch
 from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv
 
-from rl_lightning.envs.checks import ValueChecks, nonfinite_message
+from rl_lightning.checks import check_max_env_restarts
 from rl_lightning.envs.object_sets import ObjectSetWrapper, ObjSets
 from rl_lightning.envs.obs import Obs, map_obs, row, select_envs, to_tensor, write_obs
-from rl_lightning.envs.restart import RestartingEnv, derive_seed, restart_message
 from rl_lightning.envs.wrappers import WrapperSpec
 from rl_lightning.faults import EnvFault, NumericalFault
 
 logger = logging.getLogger(__name__)
+
+# ``inf * 0`` sets the floating-point "invalid" flag and numpy warns about it; here that is
+# the detection itself (wrapping the dot in ``np.errstate`` would cost more than the dot).
+warnings.filterwarnings("ignore", "invalid value encountered in dot", RuntimeWarning, re.escape(__name__))
+
+
+# ---------------------------------------------------------------- env faults
+def derive_seed(seed: int | None, restart: int) -> int | None:
+    """A seed for the ``restart``-th recreation of an env last reset with ``seed`` (``None`` stays ``None``), mixed
+    by ``numpy.random.SeedSequence`` so that neighbouring envs (seeds ``s + i``) restarted as often do not collide."""
+    if seed is None:
+        return None
+    return int(np.random.SeedSequence([int(seed) % 2**63, restart]).generate_state(1)[0] & 0x7FFFFFFF)
+
+
+def restart_message(what: str, count: int, limit: int, error: str) -> str:
+    """The :class:`EnvFault` message: what failed, how often, the last error and the fix."""
+    return (
+        f"{what} failed {count} time(s) in a row without finishing an episode in between, past "
+        f"max_env_restarts={limit}. Last error: {error}. Fix the environment (the traceback of each failure "
+        f"was logged as a warning), or allow more recreations with max_env_restarts "
+        f"(Hydra: env.max_env_restarts={max(2 * limit, 1)})."
+    )
+
+
+class RestartingEnv(gym.Wrapper):
+    """Recreates its env from ``factory`` when ``step`` or ``reset`` raises.
+
+    A failed ``step`` returns ``(last good obs, 0.0, False, True, info)`` with ``info["env_restart"] = 1`` and
+    ``info["env_error"]``, which land in the vector env's ``final_info``: a cut episode is told from a finished one.
+    A ``reset`` that needed ``k`` recreations reports ``info["env_restart"] = k``. A fresh env is seeded with
+    :func:`derive_seed` and keeps an ``obj_set`` reset option. More than ``max_env_restarts`` recreations in a row
+    raise :class:`EnvFault`; ``label`` names the env in messages (``"env 2 of CartPole-v1 (object set 'train')"``).
+    """
+
+    def __init__(self, factory: Callable[[], gym.Env], max_env_restarts: int, label: str):
+        check_max_env_restarts(max_env_restarts)
+        self.factory, self.max_env_restarts, self.label = factory, max_env_restarts, label
+        self.consecutive_restarts = self.total_restarts = 0  # recreations since the last finished episode; in all
+        self._seed = self._pending_seed = None  # the last explicit reset seed; the seed of a fresh env's first reset
+        self._obj_set: str | None = None  # an obj_set reset option, passed on (a fresh env starts in the factory's)
+        self._last_obs: Any = None
+        super().__init__(factory())
+
+    def _recreate(self, err: Exception, where: str) -> None:
+        """Close the broken env and build a fresh one, or raise :class:`EnvFault` past the limit."""
+        self.consecutive_restarts += 1
+        count, limit = self.consecutive_restarts, self.max_env_restarts
+        if count > limit:
+            error = f"{type(err).__name__}: {err}"
+            raise EnvFault(restart_message(f"{self.label} ({where})", count, limit, error)) from err
+        logger.warning("%s raised in %s; recreating it (%d of at most %d in a row).", self.label, where, count, limit,
+                       exc_info=err)  # fmt: skip
+        with contextlib.suppress(Exception):  # the env is broken; its close may be too
+            self.env.close()
+        self.total_restarts += 1
+        self._pending_seed = derive_seed(self._seed, self.total_restarts)
+        try:
+            self.env = self.factory()
+        except Exception as build_err:  # a failed build is one more failure
+            self._recreate(build_err, "construction")
+
+    def step(self, action):
+        """Step the env; on an exception recreate it and end the episode as truncated."""
+        try:
+            result = self.env.step(action)
+        except Exception as err:  # any env error: the env is recreated
+            if self._last_obs is None:  # stepped before any reset: a caller's mistake, not a fault
+                raise
+            self._recreate(err, "step")
+            return self._last_obs, 0.0, False, True, {"env_restart": 1, "env_error": f"{type(err).__name__}: {err}"}
+        self._last_obs = result[0]
+        if self.consecutive_restarts and (result[2] or result[3]):
+            self.consecutive_restarts = 0  # a finished episode: the env works again
+        return result
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        """Reset the env; on an exception retry with a fresh env (seeded by :func:`derive_seed`)."""
+        if seed is not None:
+            self._seed, self._pending_seed = seed, None
+        elif self._pending_seed is not None:
+            seed, self._pending_seed = self._pending_seed, None
+        if options and "obj_set" in options:
+            self._obj_set = options["obj_set"]
+        elif self._obj_set is not None:
+            options = {**(options or {}), "obj_set": self._obj_set}
+        restarts = 0
+        while True:
+            try:
+                obs, info = self.env.reset(seed=seed, options=options)
+                break
+            except Exception as err:  # any env error: the env is recreated
+                self._recreate(err, "reset")
+                restarts += 1
+                seed, self._pending_seed = self._pending_seed, None
+        self._last_obs = obs
+        return obs, ({**info, "env_restart": restarts} if restarts else info)
+
+
+# ---------------------------------------------------------------- value checks
+def float_paths(space: Any) -> list[tuple[str, ...]]:
+    """Where a space's float arrays are: ``[()]`` for a float ``Box``, the keys' paths in a ``Dict`` (integer
+    leaves, such as uint8 images, cannot be non-finite and are never checked)."""
+    spaces = getattr(space, "spaces", None)
+    if isinstance(spaces, dict):
+        return [(key, *path) for key, sub in spaces.items() for path in float_paths(sub)]
+    dtype, shape = getattr(space, "dtype", None), getattr(space, "shape", None)
+    return [()] if dtype is not None and shape is not None and np.issubdtype(dtype, np.floating) else []
+
+
+def _at(obs: Any, path: tuple[str, ...]) -> Any:
+    for key in path:
+        obs = obs[key]
+    return obs
+
+
+class ValueChecks:
+    """Per-step checks of the float arrays of a batch's observations, and rewards: finite, and within ``obs_bound``
+    (``obs_bound_mode``: ``"clip"`` clips and counts, ``"reject"`` treats a value beyond it as non-finite)."""
+
+    def __init__(self, num_envs: int, obs_bound: float | None, obs_bound_mode: str, observation_space: Any):
+        self.obs_bound = None if obs_bound is None else float(obs_bound)
+        self._paths = float_paths(observation_space)
+        self._whole = self._paths == [()]
+        self.float_obs = bool(self._paths)
+        self.reject = self.float_obs and obs_bound is not None and obs_bound_mode == "reject"
+        self.clipping = self.float_obs and obs_bound is not None and obs_bound_mode == "clip"
+        self._reward_zeros = np.zeros(num_envs)
+        spaces = [_at(observation_space, path) for path in self._paths]
+        self._obs_zeros = [np.zeros(num_envs * math.prod(space.shape), dtype=space.dtype) for space in spaces]
+
+    def _floats(self, obs: Any) -> list[np.ndarray]:
+        return [obs] if self._whole else [_at(obs, path) for path in self._paths]
+
+    def clean(self, obs: Any, reward: np.ndarray) -> bool:
+        """Whether every observation and reward of a step is finite (and, rejecting, within the bound)."""
+        # float() first: adding two numpy scalars of different dtypes costs more than the dots.
+        total = float(reward.dot(self._reward_zeros))
+        if self._whole:  # one float array (the common case, every env step): no walk over keys
+            total += float(obs.ravel().dot(self._obs_zeros[0]))
+        else:
+            for x, zeros in zip(self._floats(obs), self._obs_zeros, strict=True):
+                total += float(x.ravel().dot(zeros))
+        if not math.isfinite(total):
+            return False
+        return not (self.reject and any(np.abs(x).max() > self.obs_bound for x in self._floats(obs)))
+
+    def obs_clean(self, obs: Any) -> bool:
+        """Whether one observation (or a batch) is finite and, rejecting, within the bound."""
+        reject = self.reject
+        return all(
+            np.isfinite(x).all() and not (reject and np.abs(x).max() > self.obs_bound) for x in self._floats(obs)
+        )
+
+    def find(self, obs: Any, reward: np.ndarray | None = None, final_obs: dict[int, Any] | None = None) -> dict:
+        """Every env's first bad value, ``{env: (what it is, the fix)}`` (the slow path, after :meth:`clean`)."""
+        bound_fix = "raise obs_bound (Hydra: env.obs_bound=...), clip instead with obs_bound_mode=clip"
+        obs_fix = "fix the env, or bound observations with obs_bound and obs_bound_mode (Hydra: env.obs_bound=...)"
+        faults = {}
+        for i in range(len(self._reward_zeros)):
+            if reward is not None and not math.isfinite(reward[i]):
+                faults[i] = f"Non-finite reward {float(reward[i])!r}", "fix the env's reward"
+                continue
+            candidates = [("observation", p, _at(obs, p)[i]) for p in self._paths]
+            if final_obs and i in final_obs:
+                candidates += [("final observation", p, _at(final_obs[i], p)) for p in self._paths]
+            for what, path, x in candidates:
+                x = np.asarray(x)
+                bad, out = ~np.isfinite(x), False
+                if not bad.any() and self.reject:
+                    bad, out = np.abs(x) > self.obs_bound, True
+                if bad.any():
+                    index = tuple(int(k) for k in np.argwhere(bad)[0])
+                    value = f"{what}{''.join(f'[{key!r}]' for key in path)} value {float(x[index])!r}"
+                    value += f" at index {index}" if index else ""
+                    if out:
+                        faults[i] = f"Out-of-bound {value}, outside obs_bound={self.obs_bound}", bound_fix
+                    else:
+                        faults[i] = f"Non-finite {value}", obs_fix
+                    break
+        return faults
+
+    def clip(self, obs: Any) -> int:
+        """Clip ``obs``'s float arrays in place to ``[-obs_bound, obs_bound]`` (clip mode); return the count clipped."""
+        if not self.clipping:
+            return 0
+        count = 0
+        for x in self._floats(obs):
+            hits = int(np.count_nonzero(np.abs(x) > self.obs_bound))
+            if hits:
+                np.clip(x, -self.obs_bound, self.obs_bound, out=x)
+                count += hits
+        return count
+
+
+def nonfinite_message(problem: str, fix: str, label: str, episode_step: int | None) -> str:
+    """The :class:`~rl_lightning.faults.NumericalFault` message: the bad value, where it came from and the fixes."""
+    at = f" at step {episode_step} of its episode" if episode_step is not None else " at reset"
+    return (
+        f"{problem} from {label}{at}. To go on: {fix}; or cut such episodes short and continue with "
+        "on_nonfinite='skip' on the data module (Hydra: env.on_nonfinite=skip)."
+    )
+
+
+# ---------------------------------------------------------------- the backend
 
 #: Episodes in a row one env may have cut short by non-finite values (``on_nonfinite="skip"``) before the run
 #: stops anyway: an env that never finishes an episode is broken, and an evaluation would never end.

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from rl_lightning.envs import EnvGroup, ObjectSetWrapper, RestartingEnv, resolve_obj_sets
-from rl_lightning.envs.restart import derive_seed
+from rl_lightning.envs.gymnasium_env import derive_seed
 from rl_lightning.faults import EnvFault, NumericalFault
 from tests.envs.faulty_env import EPISODE_LEN, FAULTY_ID, FaultyEnv, faulty_sets
 
