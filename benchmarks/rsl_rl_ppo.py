@@ -316,6 +316,9 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--threads", type=int, default=torch.get_num_threads(), help="torch intra-op threads")
     parser.add_argument("--quick", action="store_true", help="1 repeat of 2 rollouts: a smoke run")
     parser.add_argument("--json", help="also write the figures here")
+    parser.add_argument(
+        "--compile", action="store_true", help="also ours with PPO(compile=True) (its compile time inside the fit)"
+    )
     args = parser.parse_args(argv)
     if args.quick:
         args.repeats, args.iterations = 1, 2
@@ -330,13 +333,13 @@ def main(argv: list[str] | None = None) -> dict:
           f"run, {args.threads} torch thread(s); {info}", flush=True)  # fmt: skip
     report: dict = {"machine": info, "settings": dataclasses.asdict(s), "iterations": args.iterations,
                     "env_steps": env_steps, "device": args.device, "threads": args.threads}  # fmt: skip
-    results = alternate(
-        {
-            "rl_lightning": lambda seed: ours(s, args.iterations, seed, args.device),
-            "rsl_rl": lambda seed: rsl_rl(s, args.iterations, seed, args.device),
-        },
-        args.repeats,
-    )
+    contenders = {
+        "rl_lightning": lambda seed: ours(s, args.iterations, seed, args.device),
+        "rsl_rl": lambda seed: rsl_rl(s, args.iterations, seed, args.device),
+    }
+    if args.compile:
+        contenders["rl_lightning_compile"] = lambda seed: ours(s, args.iterations, seed, args.device, compile=True)
+    results = alternate(contenders, args.repeats)
     summary = summarize(results, "env_steps_per_second")
     ratio = summary["rl_lightning"]["median"] / summary["rsl_rl"]["median"]
     report |= {"runs": results, "env_steps_per_second": summary, "ratio_of_medians": ratio}
@@ -348,7 +351,7 @@ def main(argv: list[str] | None = None) -> dict:
         f"repeats, {args.threads} thread(s))",
         table("PPO", summary, "env-steps/s", ["rsl_rl"]),
         "",
-        paired(results, "env_steps_per_second", "rl_lightning", "rsl_rl"),
+        *(paired(results, "env_steps_per_second", name, "rsl_rl") for name in results if name != "rsl_rl"),
     ]
     if returns:
         shown = "; ".join(f"{name} {r['median']:.0f} ({r['min']:.0f} to {r['max']:.0f})" for name, r in returns.items())

@@ -170,8 +170,9 @@ class PPO(RLModule):
         sequences = num_envs * rollout_steps // length
         if sequences % self.hparams.num_minibatches:
             raise ValueError(
-                f"num_minibatches={self.hparams.num_minibatches} does not divide the rollout's {sequences} sequences "
-                f"of {length} step(s) (rollout_steps x num_envs / {length} = {rollout_steps} x {num_envs} / {length}); "
+                f"num_minibatches={self.hparams.num_minibatches} does not divide the rollout's sequences of {length} "
+                f"step(s): rollout_steps x num_envs{' / L' * (length > 1)} = {rollout_steps} x {num_envs}"
+                f"{f' / {length}' * (length > 1)} = {sequences}; "
                 "choose a divisor so every minibatch has the same size: PPO(num_minibatches=...) (Hydra: "
                 "algo.num_minibatches=...; CLI: --model.num_minibatches)."
             )

@@ -228,7 +228,7 @@ def test_bad_model_input_fails_before_work(kwargs, match):
 def test_minibatches_that_do_not_divide_the_rollout_fail_before_an_env_step():
     """Test that num_minibatches not dividing rollout_steps x num_envs stops fit before a step, naming the fix."""
     data = small_data()
-    message = r"num_minibatches=3 does not divide the rollout's 64 sequences.*16 x 4.*algo.num_minibatches"
+    message = r"num_minibatches=3 does not divide the rollout's sequences of 1 step.*16 x 4 = 64.*algo.num_minibatches"
     with pytest.raises(ValueError, match=message):
         trainer(max_epochs=1).fit(PPO(num_minibatches=3), data)
     assert data.env_steps == 0

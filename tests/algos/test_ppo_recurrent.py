@@ -61,7 +61,7 @@ def test_recurrent_settings_are_checked_when_the_algorithm_is_built():
         tiny_ppo(bptt_length=8)
     from tests.helpers import quiet_trainer
 
-    with pytest.raises(ValueError, match="num_minibatches=2 does not divide the rollout's 3 sequences"):
+    with pytest.raises(ValueError, match="num_minibatches=2 does not divide the rollout's sequences of .* = 3;"):
         quiet_trainer(max_epochs=1).fit(tiny_ppo(recurrent=True), tiny_rollout_data(num_envs=3, rollout_steps=4))
     with pytest.raises(ValueError, match="bptt_length=3 does not divide rollout_steps=4"):
         quiet_trainer(max_epochs=1).fit(tiny_ppo(recurrent=True, bptt_length=3), tiny_rollout_data(rollout_steps=4))
