@@ -130,7 +130,7 @@ class RLModule(pl.LightningModule):
         #: Whether a loop (training, validation, test) has started: the front doors explain the
         #: library's refusals, which all come before, and keep the traceback of anything later.
         self.loops_started = False
-        if self._trainer is not None:
+        if compat.attached_trainer(self) is not None:
             install_atomic_checkpoint_io(self.trainer)
         datamodule = self.trainer.datamodule
         if datamodule is None or not hasattr(datamodule, "observation_space"):
@@ -244,7 +244,7 @@ class RLModule(pl.LightningModule):
 
     # ---------------------------------------------------------------- progress
     def _data_counter(self, name: str) -> int:
-        datamodule = getattr(self._trainer, "datamodule", None) if self._trainer else None
+        datamodule = getattr(compat.attached_trainer(self), "datamodule", None)
         return int(getattr(datamodule, name, 0))
 
     @property
@@ -260,7 +260,7 @@ class RLModule(pl.LightningModule):
     def configure_callbacks(self) -> Sequence[pl.Callback]:
         """When fitting: the budget, a checkpoint on interruption; with ``save_interval``, interval
         checkpoints (the last ``keep_last`` kept) and ``best.ckpt``."""
-        if self._trainer is None or self.trainer.state.fn != TrainerFn.FITTING:
+        if compat.attached_trainer(self) is None or self.trainer.state.fn != TrainerFn.FITTING:
             return []
         callbacks: list[pl.Callback] = [EnvStepBudget(self.total_timesteps)]
         if self.flush_denormal:
@@ -434,7 +434,7 @@ class RLModule(pl.LightningModule):
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         """Store the algorithm and env spaces so the policy can be rebuilt without envs, and the loggers' run ids."""
         checkpoint[CHECKPOINT_KEY] = compat.checkpoint_entry(self)
-        if self._trainer is not None:  # the W&B run id, which a resume continues
+        if compat.attached_trainer(self) is not None:  # the W&B run id, which a resume continues
             checkpoint[LOGGERS_KEY] = logger_state(self.trainer.loggers)
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:

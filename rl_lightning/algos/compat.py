@@ -24,9 +24,18 @@ from rl_lightning.spaces import space_from_dict, space_to_dict
 CHECKPOINT_KEY = "rl_lightning"
 
 
+def attached_trainer(module: Any) -> pl.Trainer | None:
+    """The ``Trainer`` ``module`` is attached to, or ``None`` (Lightning's ``trainer`` property raises without one; a
+    plain ``nn.Module`` has none)."""
+    try:
+        return module.trainer
+    except (RuntimeError, AttributeError):
+        return None
+
+
 def checkpoint_entry(module: pl.LightningModule) -> dict[str, Any]:
     """What :data:`CHECKPOINT_KEY` holds for ``module``: enough to rebuild its policy without envs."""
-    trainer = module._trainer
+    trainer = attached_trainer(module)
     datamodule = getattr(trainer, "datamodule", None) if trainer else None
     return {
         "algorithm": type(module).__name__,
@@ -104,7 +113,7 @@ _LOADING: contextvars.ContextVar[dict[str, Any] | None] = contextvars.ContextVar
 
 def _checkpoint_path(module: pl.LightningModule) -> str | None:
     """The file being loaded: the trainer's ``ckpt_path`` (fit/validate/test) or ``load_from_checkpoint``'s."""
-    trainer = module._trainer
+    trainer = attached_trainer(module)
     path = trainer.ckpt_path if trainer is not None else (_LOADING.get() or {}).get("path")
     return None if path is None else os.fspath(path)
 
@@ -120,7 +129,7 @@ def _describe_space(space: gym.Space) -> str:
 def _spaces_mismatch(module: pl.LightningModule, where: str, checkpoint: dict[str, Any], spaces: tuple) -> str:
     """Explain a checkpoint trained on other spaces than the env this model was built for."""
     saved_env = (checkpoint.get("datamodule_hyper_parameters") or {}).get("env_id")
-    trainer = module._trainer
+    trainer = attached_trainer(module)
     datamodule = getattr(trainer, "datamodule", None) if trainer else (_LOADING.get() or {}).get("datamodule")
     env = datamodule.env_id if isinstance(datamodule, EnvDataModule) else "the data module's env"
     saved = f"{_describe_space(spaces[0])} observations, {_describe_space(spaces[1])} actions"

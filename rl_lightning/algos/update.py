@@ -15,6 +15,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from rl_lightning.algos.compat import attached_trainer
 from rl_lightning.checks import ON_NONFINITE
 from rl_lightning.faults import NumericalFault
 
@@ -169,7 +170,7 @@ def _nonfinite_report(module: nn.Module, optimizer: torch.optim.Optimizer, losse
 
 
 def _last_good_checkpoint(module: nn.Module) -> str:
-    callback = module.trainer.checkpoint_callback if module._trainer is not None else None
+    callback = getattr(attached_trainer(module), "checkpoint_callback", None)
     path = getattr(callback, "last_model_path", "") or ""
     if path and os.path.isfile(path):
         return f"The last good checkpoint is {path}."
