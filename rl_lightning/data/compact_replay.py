@@ -109,23 +109,24 @@ class CompactReplayBuffer:
         """The envs were reset outside their episodes (a new run, a resume): the latest step's next rows never come."""
         self._last = self._last_valid = None
 
-    def _draw(self) -> torch.Tensor:
-        """``batch_size`` sampleable rows, uniformly with replacement (torch's generator)."""
+    def _draw(self, size: int) -> torch.Tensor:
+        """``size`` sampleable rows, uniformly with replacement (torch's generator)."""
         if not self._count:
             raise RuntimeError("The replay buffer holds no transition whose next observation is stored yet.")
         stored = len(self.rows)
-        index = torch.randint(stored, (self.batch_size,))
+        index = torch.randint(stored, (size,))
         for _ in range(_REJECTION_ROUNDS):
             bad = ~self.sampleable[index]
             if not bad.any():
                 return index
             index[bad] = torch.randint(stored, (int(bad.sum()),))
         candidates = self.sampleable[:stored].nonzero().squeeze(-1)
-        return candidates[torch.randint(candidates.numel(), (self.batch_size,))]
+        return candidates[torch.randint(candidates.numel(), (size,))]
 
-    def sample(self) -> TensorDict:
-        """A batch of ``batch_size`` transitions: ``obs``, ``action``, ``reward``, ``next_obs``, ``terminated``."""
-        index = self._draw()
+    def sample(self, batch_size: int | None = None) -> TensorDict:
+        """``batch_size`` transitions (the buffer's by default): ``obs``, ``action``, ``reward``, ``next_obs``,
+        ``terminated``."""
+        index = self._draw(self.batch_size if batch_size is None else batch_size)
         batch = self.storage[index]
         next_obs = self.storage[(index + self.num_envs) % self.storage.max_size]["obs"]
         ends = [(j, row) for j, row in enumerate(index.tolist()) if row in self.final_obs]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import os
+import warnings
 
 import lightning.pytorch as pl
 import pytest
@@ -111,7 +112,7 @@ def _sac_update(model, optimizer, batch, state):
 
 def _plain_loop(make_model, data_kwargs, start: _StartState, update, train_freq: int, gradient_steps: int):
     """The textbook off-policy loop, as Stable-Baselines3 and CleanRL write it: act with the current weights for
-    train_freq steps, then gradient_steps updates on batches sampled from the buffer; no Lightning."""
+    train_freq steps, then gradient_steps updates on batches sampled from the buffer (in one draw); no Lightning."""
     data = ReplayDataModule(**data_kwargs)
     data.setup("fit")
     model = make_model()
@@ -125,8 +126,15 @@ def _plain_loop(make_model, data_kwargs, start: _StartState, update, train_freq:
     for vector_step in range(1, data_kwargs["steps_per_epoch"] // data_kwargs.get("num_envs", 1) + 1):
         data.buffer.extend(stream.take_step())
         if vector_step % train_freq == 0 and stream.learning:
-            for _ in range(gradient_steps):
-                update(model, optimizer, data.buffer.sample(), state)
+            # The chunk's batches in one draw, as the library samples them (the buffer is the same for all of them);
+            # SB3 draws one per step: the same rows for DQN, the same distribution for SAC, whose actor draws noise
+            # between the steps.
+            size = data.buffer.batch_size
+            with warnings.catch_warnings():
+                warnings.filterwarnings("ignore", message="Got conflicting batch_sizes")
+                batches = data.buffer.sample(gradient_steps * size).split(size)
+            for batch in batches:
+                update(model, optimizer, batch, state)
     data.close()
     return model
 

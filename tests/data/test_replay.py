@@ -8,12 +8,13 @@ import warnings
 import lightning.pytorch as pl
 import pytest
 import torch
+from tensordict import TensorDict
 from torch import nn
 
 from rl_lightning.algos import RLModule
 from rl_lightning.data import DataCounters, ReplayDataModule, ReplayDataset, make_replay_buffer
 from rl_lightning.data.chunks import chunk_schedule
-from rl_lightning.data.replay import random_action_space
+from rl_lightning.data.replay import BATCHES_PER_DRAW, random_action_space
 from rl_lightning.envs import EnvGroup
 from tests.conftest import SCRIPTED_ID, SCRIPTED_SETS
 
@@ -130,6 +131,30 @@ def test_a_chunk_cut_short_by_an_interruption_gives_the_rest_of_its_gradient_ste
     # What the second chunk owes first, then the epoch's last two chunks (vector steps 5-8): 3 each.
     assert schedule(take_epoch(resumed)) == [(8, 2), (12, 3), (16, 3)]
     assert resumed.counters.env_steps == 16 and resumed.counters.iterations == 1
+
+
+@pytest.mark.parametrize(("gradient_steps", "draws"), [(3, [3]), (BATCHES_PER_DRAW + 3, [BATCHES_PER_DRAW, 3])])
+def test_a_chunks_batches_are_sampled_in_draws_of_up_to_batches_per_draw(gradient_steps, draws):
+    """Test that a chunk's gradient steps take their batches from as few buffer samples as BATCHES_PER_DRAW allows,
+    each batch batch_size rows, and that they are the rows per-step draws from the same generator state give."""
+    dataset, _ = _dataset(num_envs=1, steps_per_epoch=4, learning_starts=0, train_freq=4,
+                          gradient_steps=gradient_steps, batch_size=3)  # fmt: skip
+    sizes = []
+    sample = dataset.buffer.sample
+    dataset.buffer.sample = lambda batch_size=None: sizes.append(batch_size) or sample(batch_size)
+    torch.manual_seed(5)
+    batches = gradient_batches(dataset)
+    assert sizes == [3 * n for n in draws]
+    assert len(batches) == gradient_steps and all(b.batch_size == torch.Size([3]) for b in batches)
+    # One draw of k x batch_size rows is k draws of batch_size from the same generator state: the same rows.
+    buffer = make_replay_buffer(100, 3)
+    buffer.extend(TensorDict({"x": torch.arange(50)}, batch_size=[50]))
+    torch.manual_seed(5)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Got conflicting batch_sizes")
+        together = buffer.sample(12)["x"]
+    torch.manual_seed(5)
+    assert torch.equal(together, torch.cat([buffer.sample()["x"] for _ in range(4)]))
 
 
 def test_a_chunk_is_stored_in_one_write_with_the_rows_of_step_by_step_writes():
