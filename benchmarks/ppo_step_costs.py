@@ -90,8 +90,8 @@ def main() -> None:
     print(f"torch {torch.__version__}, threads {args.threads}, {args.repeats} alternating repeats of 1000 calls")
     medians = print_table(times)
     raw, adapter, env = (
-        medians[k] for k in ("gymnasium SyncVectorEnv.step", "GymnasiumVectorEnv.step", "EnvGroup.step")
-    )
+        medians[k] * 1e3 for k in ("gymnasium SyncVectorEnv.step", "GymnasiumVectorEnv.step", "EnvGroup.step")
+    )  # us
     print(
         f"EnvGroup.step over gymnasium's step: +{env - raw:.1f} us (the adapter +{adapter - raw:.1f} us, "
         f"the group +{env - adapter:.1f} us)"
