@@ -28,7 +28,7 @@ from omegaconf import OmegaConf
 
 from benchmarks.plain_ppo import PPOSettings
 from benchmarks.plain_ppo import train as plain_ppo_train
-from benchmarks.throughput import bare_trainer, ppo_model, sb3_ppo_model, timed_fit, timed_learn
+from benchmarks.throughput import bare_trainer, ppo_model, sb3_ppo_model, timed_fit, timed_learn, timed_rollout_data
 
 ENV_ID = "ale_py:ALE/Breakout-v5"
 MAKE_KWARGS = {"frameskip": 1}  # AtariPreprocessing does the frame skip (conf/env/atari_breakout.yaml)
@@ -51,21 +51,11 @@ def make_env() -> gym.Env:
 
 def ours(env_steps: int, seed: int) -> dict[str, float]:
     """rl_lightning's PPO through the Python API, its default encoder (the Nature CNN) and linear heads."""
-    from rl_lightning import RolloutDataModule
-
     s = SETTINGS
     pl.seed_everything(seed, verbose=False)
-    data = RolloutDataModule(
-        env_id=ENV_ID,
-        num_envs=s.num_envs,
-        rollout_steps=s.rollout_steps,
-        obj_sets={"train": [{"make_kwargs": MAKE_KWARGS}], "test": [{"make_kwargs": MAKE_KWARGS}]},
-        wrappers=wrappers(),
-        vectorization="sync",
-        eval_interval=10**9,  # no evaluation inside the timed run (none for the others either)
-        eval_episodes=1,
-        seed=seed,
-    )
+    plain = {"make_kwargs": MAKE_KWARGS}
+    data = timed_rollout_data(ENV_ID, s.num_envs, s.rollout_steps, seed, obj_sets={"train": [plain], "test": [plain]},
+                              wrappers=wrappers(), vectorization="sync")  # fmt: skip
     data.setup("fit")  # envs built before the clock starts, as for the other contenders
     return timed_fit(bare_trainer(), ppo_model(s, env_steps, hidden_sizes=[]), data)
 

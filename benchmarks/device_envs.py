@@ -41,7 +41,7 @@ import torch
 from benchmarks.plain_ppo import PPOSettings, train_batched
 from benchmarks.run import alternate, finish, machine, paired, solve_table, summarize, table
 from benchmarks.solve_cartpole import solve_ours, solve_sb3
-from benchmarks.throughput import PLAIN, bare_trainer, ppo_model, timed_fit
+from benchmarks.throughput import bare_trainer, ppo_model, timed_fit, timed_rollout_data
 
 #: ``conf/experiment/ppo_batched.yaml``'s sizes and update.
 SETTINGS = PPOSettings(num_envs=1024, rollout_steps=16, num_minibatches=16, update_epochs=4, lr=1e-3, ent_coef=0.0)
@@ -50,19 +50,8 @@ SETTINGS = PPOSettings(num_envs=1024, rollout_steps=16, num_minibatches=16, upda
 def ours(s: PPOSettings, env_steps: int, seed: int, device: str = "cpu", **extra) -> dict[str, float]:
     """rl_lightning's PPO through ``Trainer.fit`` on the batched torch env of ``s.env_id`` on ``device``; ``extra``:
     more of ``PPO``'s arguments (``compile=True``)."""
-    from rl_lightning import RolloutDataModule
-
     pl.seed_everything(seed, verbose=False)
-    data = RolloutDataModule(
-        env_id=s.env_id,
-        backend="torch",
-        num_envs=s.num_envs,
-        rollout_steps=s.rollout_steps,
-        obj_sets=PLAIN,
-        eval_interval=10**9,  # no evaluation inside the timed run (none in the plain loop either)
-        eval_episodes=1,
-        seed=seed,
-    )
+    data = timed_rollout_data(s.env_id, s.num_envs, s.rollout_steps, seed, backend="torch")
     trainer = bare_trainer(accelerator="gpu" if device.startswith("cuda") else "cpu", devices=1)
     if device == "cpu":
         data.setup("fit")  # envs built before the clock starts, as the plain loop's

@@ -22,24 +22,13 @@ import lightning.pytorch as pl
 
 from benchmarks.plain_ppo import PPOSettings
 from benchmarks.run import alternate, finish, machine, paired, summarize, table
-from benchmarks.throughput import PLAIN, PPO_SETTINGS, bare_trainer, ppo_model, timed_fit
+from benchmarks.throughput import PPO_SETTINGS, bare_trainer, ppo_model, timed_fit, timed_rollout_data
 
 
 def ours(s: PPOSettings, env_steps: int, seed: int, backend: str) -> dict[str, float]:
     """rl_lightning's PPO at ``s`` on ``backend``, envs built before the clock starts."""
-    from rl_lightning import RolloutDataModule
-
     pl.seed_everything(seed, verbose=False)
-    data = RolloutDataModule(
-        env_id=s.env_id,
-        backend=backend,
-        num_envs=s.num_envs,
-        rollout_steps=s.rollout_steps,
-        obj_sets=PLAIN,
-        eval_interval=10**9,
-        eval_episodes=1,
-        seed=seed,
-    )
+    data = timed_rollout_data(s.env_id, s.num_envs, s.rollout_steps, seed, backend=backend)
     data.setup("fit")
     return timed_fit(bare_trainer(), ppo_model(s, env_steps, normalize_obs=False), data)
 

@@ -30,26 +30,15 @@ import lightning.pytorch as pl
 import torch
 
 from benchmarks.device_envs import SETTINGS
-from benchmarks.throughput import PLAIN, bare_trainer, ppo_model
+from benchmarks.throughput import bare_trainer, ppo_model, timed_rollout_data
 from rl_lightning.callbacks.timing import PHASES, PhaseTimer
 
 
 def fit(num_envs: int, rollouts: int, device: str, timer: PhaseTimer | None = None, seed: int = 0) -> dict:
     """One PPO fit of ``rollouts`` rollouts on ``num_envs`` batched envs on ``device``; env steps and seconds."""
-    from rl_lightning import RolloutDataModule
-
     pl.seed_everything(seed, verbose=False)
     steps = rollouts * num_envs * SETTINGS.rollout_steps
-    data = RolloutDataModule(
-        env_id=SETTINGS.env_id,
-        backend="torch",
-        num_envs=num_envs,
-        rollout_steps=SETTINGS.rollout_steps,
-        obj_sets=PLAIN,
-        eval_interval=10**9,
-        eval_episodes=1,
-        seed=seed,
-    )
+    data = timed_rollout_data(SETTINGS.env_id, num_envs, SETTINGS.rollout_steps, seed, backend="torch")
     accelerator = "gpu" if device.startswith("cuda") else "cpu"
     trainer = bare_trainer(callbacks=[timer] if timer else [], accelerator=accelerator, devices=1)
     model = ppo_model(SETTINGS, steps, normalize_obs=False)

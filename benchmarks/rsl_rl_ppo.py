@@ -93,7 +93,7 @@ import lightning.pytorch as pl
 import torch
 
 from benchmarks.run import alternate, finish, machine, paired, summarize, table
-from benchmarks.throughput import PLAIN, bare_trainer, timed_fit
+from benchmarks.throughput import bare_trainer, timed_fit, timed_rollout_data
 
 
 @dataclasses.dataclass(frozen=True)
@@ -257,19 +257,10 @@ class LastReturns(pl.Callback):
 def ours(s: Settings, iterations: int, seed: int, device: str = "cpu", **extra) -> dict[str, float]:
     """rl_lightning's PPO through ``Trainer.fit`` on the batched torch env of ``s.env_id``; ``extra``: more of
     ``PPO``'s arguments (``compile=True``)."""
-    from rl_lightning import PPO, RolloutDataModule
+    from rl_lightning import PPO
 
     pl.seed_everything(seed, verbose=False)
-    data = RolloutDataModule(
-        env_id=s.env_id,
-        backend="torch",
-        num_envs=s.num_envs,
-        rollout_steps=s.num_steps_per_env,
-        obj_sets=PLAIN,
-        eval_interval=10**9,  # no evaluation inside the timed run (none in rsl_rl's learn either)
-        eval_episodes=1,
-        seed=seed,
-    )
+    data = timed_rollout_data(s.env_id, s.num_envs, s.num_steps_per_env, seed, backend="torch")
     model = PPO(
         lr=s.learning_rate,
         anneal_lr=False,

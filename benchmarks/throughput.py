@@ -19,6 +19,7 @@ from __future__ import annotations
 import time
 import warnings
 from collections.abc import Sequence
+from typing import Any
 
 import lightning.pytorch as pl
 
@@ -45,6 +46,17 @@ def bare_trainer(max_epochs: int = -1, callbacks: Sequence[pl.Callback] = (), **
         callbacks=list(callbacks),
         **kwargs,
     )
+
+
+def timed_rollout_data(env_id: str, num_envs: int, rollout_steps: int, seed: int, **kwargs: Any):
+    """A ``RolloutDataModule`` for a timed fit: no evaluation inside the timed run (the other contenders evaluate
+    none either), the plain env for both object sets unless ``obj_sets`` is given; ``kwargs``: more of its arguments
+    (``backend="torch"``)."""
+    from rl_lightning import RolloutDataModule
+
+    kwargs.setdefault("obj_sets", PLAIN)
+    return RolloutDataModule(env_id=env_id, num_envs=num_envs, rollout_steps=rollout_steps, eval_interval=10**9,
+                             eval_episodes=1, seed=seed, **kwargs)  # fmt: skip
 
 
 def timed_fit(trainer: pl.Trainer, model: pl.LightningModule, data) -> dict[str, float]:
@@ -80,19 +92,9 @@ def timed_learn(model, env_steps: int, gradient_steps: bool = False) -> dict[str
 def ppo_ours(env_steps: int, seed: int, **extra) -> dict[str, float]:
     """rl_lightning's PPO through the Python API (``Trainer.fit(PPO(...), RolloutDataModule(...))``); ``extra``: more
     of ``PPO``'s arguments (``compile=True``)."""
-    from rl_lightning import RolloutDataModule
-
     s = PPO_SETTINGS
     pl.seed_everything(seed, verbose=False)
-    data = RolloutDataModule(
-        env_id=s.env_id,
-        num_envs=s.num_envs,
-        rollout_steps=s.rollout_steps,
-        obj_sets=PLAIN,
-        eval_interval=10**9,  # no evaluation inside the timed run (none for the others either)
-        eval_episodes=1,
-        seed=seed,
-    )
+    data = timed_rollout_data(s.env_id, s.num_envs, s.rollout_steps, seed)
     data.setup("fit")  # envs built before the clock starts, as for the other contenders
     return timed_fit(bare_trainer(), ppo_model(s, env_steps, normalize_obs=False, **extra), data)
 
