@@ -97,12 +97,12 @@ class DeployedActor(nn.Module):
         self._floats = [i["dtype"] == "float32" for i in self.inputs]
         self.continuous = isinstance(action_space, gym.spaces.Box)
         if self.continuous:
-            # Clipped like to_env_action (data/collection.py) clips before env.step.
+            # Clipped as EnvGroup.env_action (envs/env_group.py) clips before env.step.
             self.register_buffer("low", torch.as_tensor(action_space.low, dtype=torch.float32))
             self.register_buffer("high", torch.as_tensor(action_space.high, dtype=torch.float32))
             shape = ["batch", int(action_space.shape[0])]
         else:
-            start = getattr(action_space, "start", 0)  # to_env_action's shift (MultiBinary has none)
+            start = getattr(action_space, "start", 0)  # EnvGroup.env_action's shift (MultiBinary has none)
             self.register_buffer("start", torch.as_tensor(start, dtype=torch.int64))
             shape = (
                 ["batch"] if isinstance(action_space, gym.spaces.Discrete) else ["batch", int(action_space.shape[0])]
