@@ -8,7 +8,9 @@ as ``next_obs``), as GPU simulators (ManiSkill3, Isaac Lab) and rsl_rl's ``VecEn
 ``"torch"`` (:mod:`~rl_lightning.envs.batched` or a user's :mod:`~rl_lightning.envs.torchrl_env`, on the group's
 device) and ``"envpool"`` (:mod:`~rl_lightning.envs.envpool_env`). On a batched backend object-set variations are
 per-env parameters, drawn again where an episode ended (``torch.where``, no host read); statistics and the
-non-finite check stay on the device until :meth:`EnvGroup.pop_stats`.
+non-finite check stay on the device until :meth:`EnvGroup.pop_stats`. Optional ``info`` entries, ``[num_envs]``
+tensors read where an episode ended: ``success`` (the gymnasium backend maps ``is_success`` onto it),
+``episode_return`` (an env's own score), ``cut`` (episodes a fault cut short); and ``faults``, counts by name.
 """
 
 from __future__ import annotations
@@ -285,11 +287,11 @@ class EnvGroup:
         """Step every env with the policy's ``action`` ``[num_envs, ...]``; ended episodes restart within the step."""
         obs, reward, terminated, truncated, info = self.env.step(self.env_action(action))
         obs, done, reward = _batch(obs, self.num_envs, self.device), terminated | truncated, reward.float()
-        final_obs = _batch(info.get("final_obs", info.get("final_observation", obs)), self.num_envs, self.device)
+        final_obs = _batch(info.get("final_obs", obs), self.num_envs, self.device)
         cut = info.get("cut")
         self._check(obs, reward)
         self._add_faults(info)
-        success = info.get("success", info.get("is_success"))
+        success = info.get("success")
         success = None if success is None else torch.as_tensor(success, device=self.device).float()
         self._log.append((reward, done, done if cut is None else done & ~cut, success, info.get("episode_return")))
         self._draw_variations(done)  # the next episodes' variations, from their first step on
