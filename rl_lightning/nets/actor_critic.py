@@ -229,16 +229,19 @@ class ActorCritic(nn.Module):
             env group clips to the action bounds.
         """
         x = self.features(obs)
-        out = self.actor(x)
+        action, log_prob = self._action_and_log_prob(self.actor(x), deterministic)
+        return action, log_prob, self.critic(x).squeeze(-1), None
+
+    def _action_and_log_prob(self, out: torch.Tensor, deterministic: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+        """An action for each row of the actor's output ``out`` and its log-probability: what acting needs of the
+        distribution (no entropy), once per env step."""
         if self.discrete:  # one log-softmax gives the sample (Gumbel-max on it, as on the logits) and its log-prob
             log_p = torch.log_softmax(out.float(), -1)
             noisy = log_p if deterministic else log_p - torch.empty_like(log_p).exponential_().log()
             action = noisy.argmax(-1)
-            log_prob = log_p.gather(-1, action.unsqueeze(-1)).squeeze(-1)
-        else:
-            action = self._mode(out) if deterministic else self.sample(out)
-            log_prob = self._log_prob_entropy(out, action)[0]
-        return action, log_prob, self.critic(x).squeeze(-1), None
+            return action, log_p.gather(-1, action.unsqueeze(-1)).squeeze(-1)
+        action = self._mode(out) if deterministic else self.sample(out)
+        return action, self._log_prob_entropy(out, action)[0]
 
     def value(self, obs: Obs, state: None = None, episode_start: torch.Tensor | None = None) -> torch.Tensor:
         """State values ``[B]`` of raw observations ``[B, *obs_shape]``."""

@@ -160,9 +160,8 @@ class RecurrentActorCritic(ActorCritic):
             pass with the next step.
         """
         actor_in, critic_in, next_state = self._heads_input(obs.unsqueeze(0), state, episode_start.unsqueeze(0))
-        out = self.actor(actor_in[0])
-        action = self._mode(out) if deterministic else self.sample(out)
-        return action, self._log_prob_entropy(out, action)[0], self.critic(critic_in[0]).squeeze(-1), next_state
+        action, log_prob = self._action_and_log_prob(self.actor(actor_in[0]), deterministic)
+        return action, log_prob, self.critic(critic_in[0]).squeeze(-1), next_state
 
     def value(self, obs: torch.Tensor, state: torch.Tensor | None, episode_start: torch.Tensor) -> torch.Tensor:
         """State values ``[B]`` of one step (the bootstrap value after a rollout's last step)."""
