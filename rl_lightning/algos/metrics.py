@@ -15,6 +15,12 @@ import numpy as np
 import torch
 
 
+def explained_variance(value: torch.Tensor, returns: torch.Tensor) -> float:
+    """``1 - Var[return - value] / Var[return]``: 1 is a perfect critic, <= 0 a useless one."""
+    var = returns.var()
+    return float("nan") if var == 0 else float(1 - (returns - value).var() / var)
+
+
 def global_sums(module: pl.LightningModule, values: Sequence[float]) -> torch.Tensor:
     """``values`` summed over all ranks (a collective under DDP: every rank must call it)."""
     local = torch.tensor([float(v) for v in values], dtype=torch.float64, device=module.device)

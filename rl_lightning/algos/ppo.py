@@ -20,21 +20,17 @@ from torch import nn
 
 from rl_lightning import checks
 from rl_lightning.algos.base import RLModule
+from rl_lightning.algos.checks import check_rollout_cut
+from rl_lightning.algos.metrics import explained_variance
 from rl_lightning.algos.ppo_loss import LOSS_COEFS, PPOLossTerms, compute_gae, ppo_loss
 from rl_lightning.algos.update import adam
 from rl_lightning.data import RolloutDataModule
 from rl_lightning.faults import interrupt_request
-from rl_lightning.nets import ActorCritic
+from rl_lightning.nets import ActorCritic, RewardScaler
 from rl_lightning.nets.encoders import build_encoder, check_encoder_argument
 from rl_lightning.nets.recurrent import RecurrentActorCritic, check_recurrent_settings
 
 _TRAIN_METRICS = ("policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction")
-
-
-def explained_variance(value: torch.Tensor, returns: torch.Tensor) -> float:
-    """``1 - Var[return - value] / Var[return]``: 1 is a perfect critic, <= 0 a useless one."""
-    var = returns.var()
-    return float("nan") if var == 0 else float(1 - (returns - value).var() / var)
 
 
 class PPO(RLModule):
@@ -61,6 +57,10 @@ class PPO(RLModule):
         hidden_sizes: Hidden widths of the default actor and critic MLPs (``[]``: linear heads, as on
             CleanRL's Atari CNN).
         normalize_obs: Running observation normalization inside the policy.
+        normalize_reward: Divide the rewards the update learns from by the running standard deviation of
+            the discounted return, clipped to 10 (:class:`~rl_lightning.nets.RewardScaler`; CleanRL's
+            ``ppo_continuous_action.py`` wraps its envs in gym's ``NormalizeReward``). The returns the run
+            reports stay raw.
         init_log_std: Initial log standard deviation for continuous actions.
         total_timesteps: Environment-step budget over all ranks.
         save_interval: Epochs between checkpoints (``None``: the Trainer decides).
@@ -107,6 +107,7 @@ class PPO(RLModule):
         norm_adv: bool = True,
         hidden_sizes: Sequence[int] = (64, 64),
         normalize_obs: bool = True,
+        normalize_reward: bool = False,
         init_log_std: float = 0.0,
         total_timesteps: int = 500_000,
         save_interval: int | None = None,
@@ -136,6 +137,7 @@ class PPO(RLModule):
         encoder, own_encoder = check_encoder_argument(encoder)  # checked now, before any env is made
         self.save_hyperparameters(ignore=["actor", "critic", *(["encoder"] if own_encoder else [])])
         self._actor, self._critic, self._encoder = actor, critic, encoder
+        self.reward_scaler = RewardScaler(gamma) if normalize_reward else None
 
     def build_policy(self, observation_space: gym.Space, action_space: gym.Space) -> ActorCritic:
         """An :class:`ActorCritic` (or :class:`RecurrentActorCritic`) for these spaces, with the user's networks."""
@@ -158,30 +160,12 @@ class PPO(RLModule):
         ``bptt_length``, or the whole rollout."""
         return (self.hparams.bptt_length or rollout_steps) if self.hparams.recurrent else 1
 
-    def check_rollout(self, rollout_steps: int, num_envs: int) -> None:
-        """Refuse, naming the fix, a rollout that does not cut into whole sequences and equal minibatches."""
-        length = self.sequence_length(rollout_steps)
-        if rollout_steps % length:
-            raise ValueError(
-                f"bptt_length={length} does not divide rollout_steps={rollout_steps}: each env's rollout is cut into "
-                "sequences of bptt_length steps. Choose a divisor (Hydra: algo.bptt_length), or change "
-                "data.rollout_steps."
-            )
-        sequences = num_envs * rollout_steps // length
-        if sequences % self.hparams.num_minibatches:
-            raise ValueError(
-                f"num_minibatches={self.hparams.num_minibatches} does not divide the rollout's sequences of {length} "
-                f"step(s): rollout_steps x num_envs{' / L' * (length > 1)} = {rollout_steps} x {num_envs}"
-                f"{f' / {length}' * (length > 1)} = {sequences}; "
-                "choose a divisor so every minibatch has the same size: PPO(num_minibatches=...) (Hydra: "
-                "algo.num_minibatches=...; CLI: --model.num_minibatches)."
-            )
-
     def setup(self, stage: str) -> None:
         super().setup(stage)
         data = self.trainer.datamodule
         if stage == "fit" and isinstance(data, RolloutDataModule):
-            self.check_rollout(data.hparams.rollout_steps, data.hparams.num_envs)
+            steps = data.hparams.rollout_steps
+            check_rollout_cut(steps, data.hparams.num_envs, self.sequence_length(steps), self.hparams.num_minibatches)
 
     def on_train_epoch_start(self) -> None:
         # One rollout per epoch: the learning rate steps down once per rollout (CleanRL's detail 4).
@@ -207,6 +191,8 @@ class PPO(RLModule):
         """
         hp, optimizer = self.hparams, self.optimizers()
         T, N = rollout.batch_size
+        if self.reward_scaler is not None:  # what the update learns from; the episode returns were counted raw
+            rollout["reward"] = self.reward_scaler(rollout["reward"], rollout["terminated"] | rollout["truncated"])
         advantage, returns = compute_gae(rollout, hp.gamma, hp.gae_lambda)
         rollout.update({"advantage": advantage, "return": returns})
         self.explained_variance = explained_variance(rollout["value"].flatten(), returns.flatten())

@@ -3,7 +3,7 @@
 from rl_lightning.nets.actor_critic import ActorCritic, check_spaces
 from rl_lightning.nets.dqn import LinearSchedule, QValueNetwork
 from rl_lightning.nets.mlp import layer_init, mlp
-from rl_lightning.nets.normalizer import RunningNormalizer
+from rl_lightning.nets.normalizer import RewardScaler, RunningNormalizer
 from rl_lightning.nets.recurrent import RecurrentActorCritic
 from rl_lightning.nets.sac import QNetwork, SquashedGaussianActor
 
@@ -13,6 +13,7 @@ __all__ = [
     "QNetwork",
     "QValueNetwork",
     "RecurrentActorCritic",
+    "RewardScaler",
     "RunningNormalizer",
     "SquashedGaussianActor",
     "check_spaces",

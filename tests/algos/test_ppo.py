@@ -12,7 +12,7 @@ from torch import nn
 from rl_lightning import PPO, RolloutDataModule
 from rl_lightning.data import evaluation
 from tests.conftest import SCRIPTED_ID
-from tests.helpers import quiet_trainer, tiny_ppo
+from tests.helpers import quiet_trainer, tiny_ppo, tiny_rollout_data
 
 ROLLOUT = 4 * 16  # num_envs x rollout_steps in these tests
 
@@ -400,3 +400,19 @@ def test_multi_discrete_and_multi_binary_actions_learn_and_predict_env_values(en
     random_return = 8 * float(np.mean(1 / env.nvec))
     assert returns >= 7.5 > random_return + 2, (returns, random_return)
     assert isinstance(model.spaces[1], (gym.spaces.MultiDiscrete, gym.spaces.MultiBinary))
+
+
+def test_normalize_reward_scales_what_the_update_learns_from_and_reports_raw_returns(tmp_path):
+    """Test that with normalize_reward the update's rewards are scaled (the scaler's statistics moved and travel in the
+    checkpoint) while the logged episode returns stay CartPole's raw ones (return = length)."""
+    data = tiny_rollout_data()
+    model = tiny_ppo(normalize_reward=True, total_timesteps=2 * 16 * 3, save_interval=1)
+    trainer = quiet_trainer(tmp_path, max_epochs=-1)
+    trainer.fit(model, data)
+    metrics = trainer.callback_metrics
+    assert float(metrics["rollout/episode_return"]) == float(metrics["rollout/episode_length"])
+    var = float(model.reward_scaler.stats.var)
+    assert var > 1.0  # CartPole's discounted returns spread by more than 1
+    loaded = PPO.load_from_checkpoint(os.path.join(tmp_path, "checkpoints", "last.ckpt"))
+    assert float(loaded.reward_scaler.stats.var) == var
+    assert tiny_ppo().reward_scaler is None
