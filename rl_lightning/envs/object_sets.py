@@ -78,6 +78,8 @@ UserObjSets = Mapping[str, Sequence[Variation | Mapping[str, Any]]] | None
 TRAIN_SEEDS, TEST_SEEDS = (0, 100_000), (100_000, 200_000)  # held-out sets use unseen seeds too
 _CHEETAH_BODIES = ("torso", "bthigh", "bshin", "bfoot", "fthigh", "fshin", "ffoot")
 _CHEETAH_GEAR = (120.0, 90.0, 60.0, 120.0, 60.0, 30.0)  # HalfCheetah-v5's motors (its half_cheetah.xml)
+_HOPPER_BODIES = ("torso", "thigh", "leg", "foot")
+_WALKER_BODIES = (*_HOPPER_BODIES, "thigh_left", "leg_left", "foot_left")
 
 
 def _sets(train: dict[str, dict[str, Any]], test: dict[str, dict[str, Any]]) -> dict[str, list]:
@@ -119,6 +121,26 @@ SHIPPED_OBJ_SETS: dict[str, dict[str, list[dict[str, Any]]]] = {
                [("default", 1.0), ("light", 0.9), ("heavy", 1.1)]},
         test={"heavy_torso": {BODY_MASS_SCALE: {"torso": 2.0}}, "slippery": {"model.geom_friction": [0.1, 0.1, 0.1]},
               "weak_motors": {"model.actuator_gear": [[0.6 * gear, 0, 0, 0, 0, 0] for gear in _CHEETAH_GEAR]}},
+    ),
+    # Hopper (hopper.xml: floor friction 1.0, body friction 0.9, three motors of gear 200): train
+    # scales every body's mass by 0.9-1.1; test makes the torso 1.5x as heavy, the floor and feet
+    # slippery (sliding friction 0.3) and every motor 60 % as strong.
+    "Hopper-v5": _sets(
+        train={name: {BODY_MASS_SCALE: dict.fromkeys(_HOPPER_BODIES, k)} for name, k in
+               [("default", 1.0), ("light", 0.9), ("heavy", 1.1)]},
+        test={"heavy_torso": {BODY_MASS_SCALE: {"torso": 1.5}},
+              "slippery": {"model.geom_friction": [0.3, 0.005, 0.0001]},
+              "weak_motors": {"model.actuator_gear": [[120.0, 0, 0, 0, 0, 0]] * 3}},
+    ),
+    # Walker2d (walker2d.xml: friction 0.7-0.9, joint damping 0.1, six motors of gear 100): train
+    # scales every body's mass by 0.9-1.1; test makes the torso 1.5x as heavy, the ground
+    # slippery (sliding friction 0.3) and the six leg joints stiff (damping 0.1 -> 2.0).
+    "Walker2d-v5": _sets(
+        train={name: {BODY_MASS_SCALE: dict.fromkeys(_WALKER_BODIES, k)} for name, k in
+               [("default", 1.0), ("light", 0.9), ("heavy", 1.1)]},
+        test={"heavy_torso": {BODY_MASS_SCALE: {"torso": 1.5}},
+              "slippery": {"model.geom_friction": [0.3, 0.1, 0.1]},
+              "stiff_joints": {"model.dof_damping": [0.0, 0.0, 0.0] + [2.0] * 6}},
     ),
 }
 # fmt: on

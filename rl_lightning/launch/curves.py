@@ -78,8 +78,11 @@ def aggregate(curves: Sequence[Curve]) -> tuple[np.ndarray, np.ndarray, np.ndarr
     return grid, values.mean(0), values.min(0), values.max(0)
 
 
-def plot_runs(paths: Sequence[str], out: str, title: str | None = None) -> dict[str, int]:
+def plot_runs(paths: Sequence[str | Sequence[str]], out: str, title: str | None = None) -> dict[str, int]:
     """Write a PNG of the learning curves of ``paths`` (one curve per path); returns seeds per path.
+
+    A path may also be a list of directories, drawn as one curve (labelled by their common parent):
+    the finished seeds of a table row, say, without the others beside them.
 
     Raises:
         FileNotFoundError: A path holds no run with readable metrics (the message says which
@@ -92,8 +95,10 @@ def plot_runs(paths: Sequence[str], out: str, title: str | None = None) -> dict[
 
     fig, axes = plt.subplots(1, len(PANELS), figsize=(11, 4), sharey=True)
     seeds = {}
-    for path in paths:
-        runs = [read_curves(r) for r in find_runs(path)]
+    for group in paths:
+        group = [group] if isinstance(group, str) else list(group)
+        path = group[0] if len(group) == 1 else os.path.commonpath(group)
+        runs = [read_curves(r) for member in group for r in find_runs(member)]
         runs = [r for r in runs if r]
         if not runs:
             raise FileNotFoundError(

@@ -160,19 +160,26 @@ def test_pendulum_test_variations_change_dynamics(name):
     )
 
 
-@pytest.mark.parametrize("name", ["heavy_torso", "slippery", "weak_motors"])
-def test_half_cheetah_test_variations_change_dynamics(name):
-    """Test that each shipped HalfCheetah test variation changes where 20 identical steps lead."""
+@pytest.mark.parametrize(
+    "env_id, name",
+    [
+        (env_id, variation["name"])
+        for env_id in ("HalfCheetah-v5", "Hopper-v5", "Walker2d-v5")
+        for variation in SHIPPED_OBJ_SETS[env_id]["test"]
+    ],
+)
+def test_mujoco_test_variations_change_dynamics(env_id, name):
+    """Test that each shipped MuJoCo locomotion test variation changes where 20 identical steps lead."""
 
     def rollout(variation):
-        sets = resolve_obj_sets("HalfCheetah-v5", {"s": [variation]})
+        sets = resolve_obj_sets(env_id, {"s": [variation]})
         env = ObjectSetWrapper(sets, "s")
         env.reset(seed=0)
         u = env.unwrapped
         u.set_state(u.init_qpos.copy(), u.init_qvel.copy())
         for _ in range(20):
-            obs = env.step(np.full(6, 0.8, dtype=np.float32))[0]
+            obs = env.step(np.full(env.action_space.shape, 0.8, dtype=np.float32))[0]
         return obs
 
-    (variation,) = [v for v in SHIPPED_OBJ_SETS["HalfCheetah-v5"]["test"] if v["name"] == name]
-    assert not np.allclose(rollout(variation), rollout(SHIPPED_OBJ_SETS["HalfCheetah-v5"]["train"][0]), atol=1e-4)
+    (variation,) = [v for v in SHIPPED_OBJ_SETS[env_id]["test"] if v["name"] == name]
+    assert not np.allclose(rollout(variation), rollout(SHIPPED_OBJ_SETS[env_id]["train"][0]), atol=1e-4)
