@@ -75,6 +75,7 @@ class Row:
         seeds: Seeds run by default.
         reference: The published figure it is compared with.
         metric: ``return`` or ``success`` (the figure the reference gives).
+        settings: Where the row's settings come from (one line for the report).
     """
 
     name: str
@@ -85,6 +86,7 @@ class Row:
     seeds: tuple[int, ...] = (1, 2, 3)
     reference: Reference | None = None
     metric: str = "return"
+    settings: str = ""
 
     def command(self, seed: int | str, run_dir: str, resume: bool = False) -> list[str]:
         """The ``train.py`` command line of one seed (``resume``: continue from its ``last.ckpt``)."""
@@ -95,24 +97,36 @@ class Row:
 
 _CLEANRL = "CleanRL ppo_continuous_action.py, MuJoCo v4, 1M steps (its docs' benchmark table)"
 _ZOO = "RL-Zoo benchmark.md (tuned, one run, v3)"
+_ZOO_1M = "at 1M steps: RL-Zoo publishes no figure at 300k; v3 there."
+_PPO_MUJOCO = (
+    "`conf/experiment/ppo_mujoco.yaml`, CleanRL's `ppo_continuous_action.py`: 1 env x 2048 steps, 10 epochs of 32 "
+    "minibatches, lr 3e-4 annealed to 0, gamma 0.99, GAE lambda 0.95, clip 0.2 (value loss clipped too), entropy 0, "
+    "max grad norm 0.5, observations and rewards normalized; 10 evaluation episodes per set every 51,200 env steps."
+)
+_SAC_MUJOCO = (
+    "`conf/experiment/sac_mujoco.yaml`, CleanRL's `sac_continuous_action.py`: batch 256, actor lr 3e-4, critic lr "
+    "1e-3, 5,000 random steps, tau 0.005, 256x256 networks, entropy tuned; RL-Zoo's MuJoCo SAC is Stable-Baselines3's "
+    "defaults (lr 3e-4 throughout) with 10,000 random steps."
+)
 _V5 = "v5 here, v4 there (same bodies and rewards; v5 fixes bugs in contact forces and the healthy check)."
 
 # fmt: off
 ROWS: dict[str, Row] = {row.name: row for row in [
     Row("ppo_hopper", "Hopper-v5", "PPO", ("+experiment=ppo_mujoco", "env=hopper"), 1_000_000,
-        reference=Reference(_CLEANRL, 2382.86, 271.74, _V5)),
+        reference=Reference(_CLEANRL, 2382.86, 271.74, _V5), settings=_PPO_MUJOCO),
     Row("ppo_walker2d", "Walker2d-v5", "PPO", ("+experiment=ppo_mujoco", "env=walker2d"), 1_000_000,
-        reference=Reference(_CLEANRL, 2287.95, 571.78, _V5)),
+        reference=Reference(_CLEANRL, 2287.95, 571.78, _V5), settings=_PPO_MUJOCO),
     Row("ppo_half_cheetah", "HalfCheetah-v5", "PPO", ("+experiment=ppo_mujoco", "env=half_cheetah"), 1_000_000,
-        reference=Reference(_CLEANRL, 1442.64, 46.03, _V5)),
+        reference=Reference(_CLEANRL, 1442.64, 46.03, _V5), settings=_PPO_MUJOCO),
     Row("ppo_doorkey", "MiniGrid-DoorKey-5x5-v0", "PPO", ("+experiment=ppo_minigrid",), 100_000,
         reference=Reference(_ZOO.replace(", v3", ""), 0.964, 0.006, "RL-Zoo's figure is the mean episode return "
                             "(1 - 0.9 steps / max steps on success); the table gives return and success rate."),
-        metric="success"),
+        metric="success", settings="`conf/experiment/ppo_minigrid.yaml`, the MiniGrid authors' rl-starter-files: "
+        "16 envs x 128 steps, 4 epochs of 8 minibatches, lr 1e-3, entropy 0.01, a small CNN over the 7x7 view."),
     Row("sac_half_cheetah", "HalfCheetah-v5", "SAC", ("+experiment=sac_mujoco", "env=half_cheetah"), 300_000,
-        reference=Reference(_ZOO, 9535.45, 100.47, "at 1M steps, RL-Zoo publishes no figure at 300k; v3 there.")),
+        reference=Reference(_ZOO, 9535.45, 100.47, _ZOO_1M), settings=_SAC_MUJOCO),
     Row("sac_hopper", "Hopper-v5", "SAC", ("+experiment=sac_mujoco", "env=hopper"), 300_000,
-        reference=Reference(_ZOO, 2325.55, 1129.68, "at 1M steps, RL-Zoo publishes no figure at 300k; v3 there.")),
+        reference=Reference(_ZOO, 2325.55, 1129.68, _ZOO_1M), settings=_SAC_MUJOCO),
     # The CI slice (tests/benchmarks/test_learning.py runs it): a short CartPole run, one seed.
     Row("ci_cartpole", "CartPole-v1", "PPO", ("+experiment=ppo", "env.eval_interval=8"), 8_192, seeds=(0,)),
 ]}
@@ -253,13 +267,18 @@ class Table:
         return 0 if not self.failed and not self.stopping else 1
 
 
+def _num(value: float, scale: float | None = None) -> str:
+    """One figure: three decimals for figures under 10 (success rates, MiniGrid returns), one above."""
+    return f"{value:,.3f}" if abs(value if scale is None else scale) < 10 else f"{value:,.1f}"
+
+
 def _mean_std(values: Sequence[float]) -> str:
     if not values:
         return "-"
     if len(values) == 1:
-        return f"{values[0]:,.3g}" if abs(values[0]) < 10 else f"{values[0]:,.1f}"
+        return _num(values[0])
     mean, std = statistics.fmean(values), statistics.pstdev(values)
-    return f"{mean:,.3f} ± {std:,.3f}" if abs(mean) < 10 else f"{mean:,.1f} ± {std:,.1f}"
+    return f"{_num(mean)} ± {_num(std, scale=mean)}"
 
 
 def row_figures(row: Row, directory: Path) -> dict | None:
@@ -344,11 +363,15 @@ def write_report(directory: Path, out: Path, rows: Sequence[str] | None = None) 
             f"- Command (seeds {', '.join(map(str, figures['seeds']))}): `{command} hydra.run.dir=...`; "
             f"the table: `python -m benchmarks.learning run --rows {row.name}`.",
             f"- Commit(s): {', '.join(figures['commits'])}.",
+            *([f"- Settings: {row.settings}"] if row.settings else []),
             f"- Wall time per run: {_mean_std([s / 60 for s in figures['seconds']])} min; env-steps/s "
             f"{_mean_std(figures['steps_per_second'])}.",
             "- Per seed, train / test (final): "
-            + "; ".join(f"seed {s}: {a:,.1f} / {b:,.1f}" for s, a, b in
-                        zip(figures["seeds"], figures["train"], figures["test"], strict=False)) + ".",  # fmt: skip
+            + "; ".join(
+                f"seed {s}: {_num(a)} / {_num(b)}"
+                for s, a, b in zip(figures["seeds"], figures["train"], figures["test"], strict=False)
+            )
+            + ".",  # fmt: skip
         ]
         if ref is not None:
             details.append(f"- Reference: {ref.source}. {ref.note}".rstrip())
