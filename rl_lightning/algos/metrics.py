@@ -91,11 +91,15 @@ def rollout_metrics(
     rank_metrics["time/rollout_seconds"] = rollout.rollout_seconds
     episodes = rollout.episodes
     returns, lengths = np.asarray(episodes.returns), np.asarray(episodes.lengths)
+    successes = np.asarray(episodes.successes, dtype=float)  # NaN where the env reports no success
+    graded = ~np.isnan(successes)
     faults = [episodes.env_restarts, episodes.nonfinite_steps, episodes.obs_clipped]
     sums = global_sums(
-        module, [len(returns), returns.sum(), lengths.sum(), not math.isnan(ev), np.nan_to_num(ev), *faults]
-    )
-    total, return_sum, length_sum, ev_count, ev_sum, restarts, nonfinite, clipped = sums.tolist()
+        module,
+        [len(returns), returns.sum(), lengths.sum(), not math.isnan(ev), np.nan_to_num(ev),
+         successes[graded].sum(), graded.sum(), *faults],
+    )  # fmt: skip
+    total, return_sum, length_sum, ev_count, ev_sum, hits, graded_count, restarts, nonfinite, clipped = sums.tolist()
     global_metrics = {"train/explained_variance": ev_sum / ev_count} if ev_count else {}
     # Counts of env fault events this epoch, over all ranks (envs/env_group.py).
     global_metrics["rollout/env_restarts"] = restarts
@@ -104,6 +108,8 @@ def rollout_metrics(
     if total:
         global_metrics["rollout/episode_return"] = return_sum / total
         global_metrics["rollout/episode_length"] = length_sum / total
+    if graded_count:  # the episodes that ended this epoch on envs that report success
+        global_metrics["rollout/success_rate"] = hits / graded_count
     return global_metrics, rank_metrics
 
 

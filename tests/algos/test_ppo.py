@@ -187,6 +187,19 @@ def test_user_env_without_object_sets_trains_with_warning():
     assert t.callback_metrics["eval/success_rate"] == 0.0  # 5-step episodes report is_success=False
 
 
+@pytest.mark.parametrize("episode_len, rate", [(4, 1.0), (5, 0.0)])
+def test_rollout_success_rate_counts_the_episodes_that_ended(episode_len, rate):
+    """Test that rollout/success_rate is the share of the epoch's ended episodes whose env reported success, and that
+    an env that reports none logs no rate."""
+    sets = {"train": [{"attrs": {"episode_len": episode_len}}], "test": [{"attrs": {"episode_len": 4}}]}
+    t = trainer(max_epochs=1)
+    t.fit(tiny_ppo(total_timesteps=10_000), small_data(SCRIPTED_ID, obj_sets=sets))
+    assert t.callback_metrics["rollout/success_rate"] == rate
+    t = trainer(max_epochs=1)
+    t.fit(tiny_ppo(total_timesteps=10_000), small_data(rollout_steps=64))  # CartPole reports no success
+    assert "rollout/episode_return" in t.callback_metrics and "rollout/success_rate" not in t.callback_metrics
+
+
 @pytest.mark.parametrize(
     "kwargs, match",
     [
