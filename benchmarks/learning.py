@@ -43,6 +43,7 @@ from rl_lightning.launch.curves import PANELS, plot_runs, read_curves
 
 ROOT = Path(__file__).resolve().parents[1]
 RECORD = "learning.json"
+RUNNING = "learning.pid"  # the pid of the train.py process running in a run directory, while it runs
 SUMMARY = "summary.json"
 
 
@@ -170,9 +171,20 @@ class Run:
     def summary(self) -> dict | None:
         return _read_json(self.path / SUMMARY)
 
+    def running_pid(self) -> int | None:
+        """The pid of a ``train.py`` still running in this directory (started by another runner), else ``None``."""
+        try:
+            pid = int((self.path / RUNNING).read_text())
+            os.kill(pid, 0)
+        except (OSError, ValueError):
+            return None
+        return pid
+
     def state(self) -> str:
-        """``done``, ``resume`` (a ``last.ckpt`` to continue from), ``failed`` (the last part exited
-        non-zero with nothing to resume), or ``new``."""
+        """``running`` (by another runner), ``done``, ``resume`` (a ``last.ckpt`` to continue from), ``failed``
+        (the last part exited non-zero with nothing to resume), or ``new``."""
+        if self.running_pid() is not None:
+            return "running"
         record = self.record
         parts = record["parts"]
         if parts and parts[-1]["returncode"] == 0 and record.get("budget") == self.row.budget and self.summary:
@@ -221,6 +233,7 @@ class Table:
         process = subprocess.Popen([sys.executable, *command[1:]], cwd=ROOT, env=env, stdout=log,
                                    stderr=subprocess.STDOUT)  # fmt: skip
         log.close()
+        (run.path / RUNNING).write_text(str(process.pid))
         part = {"command": shlex.join(command), "commit": _commit(), "threads": self.threads,
                 "started": datetime.datetime.now().isoformat(timespec="seconds")}  # fmt: skip
         self.active[process] = (run, part, time.perf_counter())
@@ -229,6 +242,7 @@ class Table:
 
     def _finish(self, process: subprocess.Popen) -> None:
         run, part, start = self.active.pop(process)
+        (run.path / RUNNING).unlink(missing_ok=True)
         part.update(seconds=round(time.perf_counter() - start, 1), returncode=process.returncode)
         record = run.record
         record["parts"].append(part)
@@ -254,8 +268,12 @@ class Table:
         """Run everything pending; returns the exit code (0: every run done)."""
         previous = {s: signal.signal(s, self._stop) for s in (signal.SIGTERM, signal.SIGINT)}
         try:
-            queue = [r for r in self.pending if r.state() != "done"]
-            print(f"{len(self.pending) - len(queue)} of {len(self.pending)} run(s) done; {len(queue)} to go, "
+            states = {id(r): r.state() for r in self.pending}
+            for run in (r for r in self.pending if states[id(r)] == "running"):
+                print(f"{run.row.name} seed {run.seed}: running elsewhere (pid {run.running_pid()}); left to it.")
+            queue = [r for r in self.pending if states[id(r)] not in ("done", "running")]
+            done = sum(state == "done" for state in states.values())
+            print(f"{done} of {len(self.pending)} run(s) done; {len(queue)} to go, "
                   f"{self.jobs} at a time, {self.threads} thread(s) each.", flush=True)  # fmt: skip
             while (queue and not self.stopping) or self.active:
                 while queue and not self.stopping and len(self.active) < self.jobs:

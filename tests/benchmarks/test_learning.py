@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import dataclasses
 import json
+import os
 
 import pytest
 
@@ -74,3 +75,14 @@ def test_unknown_row_names_the_rows():
     """Test that an unknown row is refused with the list of rows."""
     with pytest.raises(SystemExit, match="ppo_hopper"):
         learning.main(["list", "--rows", "ppo_hoper"])
+
+
+def test_a_run_another_runner_is_running_is_left_to_it(tmp_path, capsys):
+    """Test that a run directory whose train.py is alive (its pid file) is neither started nor resumed again."""
+    run_dir = tmp_path / "ci_cartpole" / "seed0"
+    run_dir.mkdir(parents=True)
+    (run_dir / "learning.pid").write_text(str(os.getpid()))
+    args = ["run", "--rows", "ci_cartpole", "--dir", str(tmp_path), "--out", str(tmp_path / "learning.md")]
+    assert learning.main(args) == 0
+    assert f"running elsewhere (pid {os.getpid()})" in capsys.readouterr().out
+    assert not (run_dir / "learning.json").exists()
