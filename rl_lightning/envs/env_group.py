@@ -15,9 +15,11 @@ tensors read where an episode ended: ``success`` (the gymnasium backend maps ``i
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import difflib
 import importlib
+import logging
 import os
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -29,14 +31,16 @@ from tensordict import TensorDict, is_tensor_collection
 from rl_lightning.checks import check_max_env_restarts, check_positive_int, check_value_options
 from rl_lightning.envs.batched import DYNAMICS, TorchVectorEnv
 from rl_lightning.envs.envpool_env import EnvPoolVectorEnv, check_envpool_task
-from rl_lightning.envs.gymnasium_env import GymnasiumVectorEnv
+from rl_lightning.envs.gymnasium_env import GymnasiumVectorEnv, derive_seed, restart_message
 from rl_lightning.envs.object_sets import ObjectSetWrapper, UserObjSets, select_obj_set, variation_table
 from rl_lightning.envs.obs import Obs, leaves
 from rl_lightning.envs.torchrl_env import EnvFactory, factory_path, user_factory
 from rl_lightning.envs.wrappers import WrapperSpec, check_wrappers
-from rl_lightning.faults import NumericalFault
+from rl_lightning.faults import EnvFault, NumericalFault
 
 __all__ = ["BACKENDS", "VECTORIZATION", "EnvGroup", "EpisodeStats", "Step", "check_env_id", "make_env"]
+
+logger = logging.getLogger(__name__)
 
 VECTORIZATION = ("sync", "async")
 #: What steps a group's envs (``backend=``; Hydra ``env.backend``).
@@ -168,7 +172,13 @@ class EnvGroup:
         device: Where a batched env lives (the gymnasium and envpool backends are on the CPU).
         backend: ``"gymnasium"``, ``"torch"`` or ``"envpool"`` (see the module).
         env_factory: With ``backend="torch"``, a user's simulator (:data:`~rl_lightning.envs.torchrl_env.EnvFactory`).
-        vectorization, render_mode, max_env_restarts, obs_bound, obs_bound_mode, on_nonfinite, wrappers:
+        max_env_restarts: Rebuilds in a row allowed when an env raises. The gymnasium backend recreates the one env
+            that raised (:class:`~rl_lightning.envs.gymnasium_env.RestartingEnv`); a batched backend is rebuilt
+            whole (its factory called again, a fresh seed) and every episode restarts, the running ones cut short
+            (``info["cut"]``, not counted in the statistics). One more raises
+            :class:`~rl_lightning.faults.EnvFault` naming the env, the call and the error; the count restarts
+            once a rollout finishes an episode (:meth:`pop_stats`).
+        vectorization, render_mode, obs_bound, obs_bound_mode, on_nonfinite, wrappers:
             The gymnasium backend's (:class:`~rl_lightning.envs.gymnasium_env.GymnasiumVectorEnv`).
 
     Raises:
@@ -196,16 +206,24 @@ class EnvGroup:
         self.env_id, self.num_envs, self.obj_set, self.seed = env_id, num_envs, obj_set, seed
         self.obj_sets = select_obj_set(env_id, obj_sets, obj_set)
         self.label = f"{env_id} (object set '{obj_set}')"
+        # A batched env is rebuilt whole when it raises (the gymnasium backend restarts its own envs one by one).
+        self._build: Any = None
         if backend == "gymnasium":
             self.env = GymnasiumVectorEnv(self.obj_sets, obj_set, num_envs, self.label, max_episode_steps,
                                           vectorization, render_mode, max_env_restarts, obs_bound, obs_bound_mode,
                                           on_nonfinite, wrappers)  # fmt: skip
-        elif backend == "envpool":
-            self.env = EnvPoolVectorEnv(env_id, num_envs, seed=seed, max_episode_steps=max_episode_steps)
-        elif env_factory is not None:
-            self.env = user_factory(env_factory)(env_id, num_envs, torch.device(device), seed, max_episode_steps)
         else:
-            self.env = TorchVectorEnv(env_id, num_envs, device=device, seed=seed, max_episode_steps=max_episode_steps)
+            make = None if env_factory is None else user_factory(env_factory)
+
+            def build(seed: int) -> Any:
+                if backend == "envpool":
+                    return EnvPoolVectorEnv(env_id, num_envs, seed=seed, max_episode_steps=max_episode_steps)
+                if make is not None:
+                    return make(env_id, num_envs, torch.device(device), seed, max_episode_steps)
+                return TorchVectorEnv(env_id, num_envs, device=device, seed=seed, max_episode_steps=max_episode_steps)
+
+            self._build, self.env = build, build(seed)
+        self.max_env_restarts, self._rebuilds, self._rebuilds_in_a_row = max_env_restarts, 0, 0
         self.device = torch.device(getattr(self.env, "device", "cpu"))
         if self.env.num_envs != num_envs:
             raise ValueError(
@@ -276,7 +294,10 @@ class EnvGroup:
         seed = self.seed if seed is None else seed
         self.generator.manual_seed(seed)
         self._draw_variations(None)
-        obs, info = self.env.reset(seed=seed)
+        try:
+            obs, info = self.env.reset(seed=seed)
+        except Exception as err:
+            obs, info = self._rebuilt(err, "reset"), {}
         self._add_faults(info)
         self._clear_episodes()
         self.obs = _batch(obs, self.num_envs, self.device)
@@ -285,7 +306,10 @@ class EnvGroup:
 
     def step(self, action: torch.Tensor) -> Step:
         """Step every env with the policy's ``action`` ``[num_envs, ...]``; ended episodes restart within the step."""
-        obs, reward, terminated, truncated, info = self.env.step(self.env_action(action))
+        try:
+            obs, reward, terminated, truncated, info = self.env.step(self.env_action(action))
+        except Exception as err:
+            return self._restarted_step(err)
         obs, done, reward = _batch(obs, self.num_envs, self.device), terminated | truncated, reward.float()
         final_obs = _batch(info.get("final_obs", obs), self.num_envs, self.device)
         cut = info.get("cut")
@@ -297,6 +321,49 @@ class EnvGroup:
         self._draw_variations(done)  # the next episodes' variations, from their first step on
         self.obs = obs
         return Step(obs, reward, terminated, truncated, final_obs, done, cut)
+
+    def _rebuilt(self, err: Exception, call: str) -> Obs:
+        """Rebuild the batched env that raised ``err`` in ``call`` and reset it; its first observations.
+
+        Raises:
+            EnvFault: Past ``max_env_restarts`` rebuilds in a row (at once with 0), naming the env, the call and
+                the error; any exception where the env cannot be rebuilt (the gymnasium backend's own).
+        """
+        if self._build is None or isinstance(err, EnvFault):
+            raise err
+        while True:
+            self._rebuilds_in_a_row += 1
+            count, limit = self._rebuilds_in_a_row, self.max_env_restarts
+            if count > limit:
+                error = f"{type(err).__name__}: {err}"
+                raise EnvFault(restart_message(f"The batched {self.label} ({call})", count, limit, error)) from err
+            logger.warning("The batched %s raised in %s; rebuilding it (%d of at most %d in a row).", self.label,
+                           call, count, limit, exc_info=err)  # fmt: skip
+            with contextlib.suppress(Exception):  # the env is broken; its close may be too
+                self.env.close()
+            self._rebuilds += 1
+            seed = derive_seed(self.seed, self._rebuilds)
+            try:
+                self.env = self._build(seed)
+                self.generator.manual_seed(seed)
+                self._draw_variations(None)
+                obs, _ = self.env.reset(seed=seed)
+                return obs
+            except Exception as again:  # a rebuild that fails is one more failure in a row
+                err, call = again, "rebuild"
+
+    def _restarted_step(self, err: Exception) -> Step:
+        """The step of a batched env that raised: rebuilt (:meth:`_rebuilt`), every episode ends where it was, cut
+        short (truncated, reward 0, ``final_obs`` the last observation, not counted), and starts afresh."""
+        last, n = self.obs, self.num_envs
+        obs = _batch(self._rebuilt(err, "step"), n, self.device)
+        self.stats.env_restarts += 1
+        reward = torch.zeros(n, device=self.device)
+        ended = torch.ones(n, dtype=torch.bool, device=self.device)
+        going_on = torch.zeros_like(ended)
+        self._log.append((reward, ended, going_on, None, None))
+        self.obs = obs
+        return Step(obs, reward, going_on, ended, last, ended, ended)
 
     def pop_stats(self) -> EpisodeStats:
         """The episodes that ended since the last call (read to the host at once) and the fault counts; cleared. An
@@ -328,6 +395,8 @@ class EnvGroup:
             returns = torch.where(scored.isnan(), returns, scored)  # the env's own score where it reports one
             entries = (x[keep][order].tolist() for x in (returns, lengths, success[steps, envs], envs))
             stats.returns, stats.lengths, stats.successes, stats.envs = entries
+            if stats.returns:
+                self._rebuilds_in_a_row = 0  # a finished episode: the env works again
         if not bool(self._checksum.isfinite()):
             self._checksum.zero_()
             raise NumericalFault(

@@ -59,11 +59,11 @@ def derive_seed(seed: int | None, restart: int) -> int | None:
 
 def restart_message(what: str, count: int, limit: int, error: str) -> str:
     """The :class:`EnvFault` message: what failed, how often, the last error and the fix."""
+    logged = " (the traceback of each failure was logged as a warning)" if limit else ""
     return (
         f"{what} failed {count} time(s) in a row without finishing an episode in between, past "
-        f"max_env_restarts={limit}. Last error: {error}. Fix the environment (the traceback of each failure "
-        f"was logged as a warning), or allow more recreations with max_env_restarts "
-        f"(Hydra: env.max_env_restarts={max(2 * limit, 1)})."
+        f"max_env_restarts={limit}. Last error: {error}. Fix the environment{logged}, or allow more recreations "
+        f"with max_env_restarts (Hydra: env.max_env_restarts={max(2 * limit, 1)})."
     )
 
 

@@ -68,3 +68,40 @@ def make_three_envs(env_id, num_envs, device, seed, max_episode_steps):
 def make_nothing(env_id, num_envs, device, seed, max_episode_steps):
     """A factory that returns something that is not an env."""
     return {"num_envs": num_envs}
+
+
+class FlakyCountEnv(CountEnv):
+    """``CountEnv`` whose ``_step`` raises at its ``fail_at``-th step (``None``: never), as a simulator that loses its
+    context would; with ``once``, only if no env of this process has failed yet."""
+
+    def __init__(self, num_envs: int, device="cpu", fail_at: int | None = None, once: bool = False):
+        super().__init__(num_envs, device=device)
+        self.fail_at, self.once, self.steps = fail_at, once, 0
+
+    def _step(self, tensordict):
+        self.steps += 1
+        if self.steps == self.fail_at and not (self.once and FAILED):
+            FAILED.append(self)
+            raise RuntimeError(f"simulator lost its context at step {self.steps}")
+        return super()._step(tensordict)
+
+
+#: The envs the flaky factories built in this process, in order, and those that raised.
+BUILT: list[FlakyCountEnv] = []
+FAILED: list[FlakyCountEnv] = []
+
+
+def make_flaky_count_envs(env_id, num_envs, device, seed, max_episode_steps):
+    """``env.env_factory``: every env raises at its step ``FLAKY_FAIL_AT`` (from the environment; unset or 0: never)
+    until one has, once per process: the rebuilt envs, and the evaluation envs after it, work."""
+    import os
+
+    fail_at = int(os.environ.get("FLAKY_FAIL_AT", "0")) or None
+    BUILT.append(FlakyCountEnv(num_envs, device=device, fail_at=fail_at, once=True))
+    return BUILT[-1]
+
+
+def make_broken_count_envs(env_id, num_envs, device, seed, max_episode_steps):
+    """``env.env_factory``: every env built raises at its second step."""
+    BUILT.append(FlakyCountEnv(num_envs, device=device, fail_at=2))
+    return BUILT[-1]

@@ -8,6 +8,7 @@ import sys
 import gymnasium as gym
 import numpy as np
 import pytest
+import torch
 
 from rl_lightning.envs import EnvGroup, ObjectSetWrapper, RestartingEnv, resolve_obj_sets
 from rl_lightning.envs.gymnasium_env import derive_seed
@@ -342,3 +343,57 @@ def test_bad_fault_options_rejected(kwargs, match):
     """Test that invalid fault options raise a ValueError naming the argument."""
     with pytest.raises(ValueError, match=match):
         EnvGroup("CartPole-v1", 1, **kwargs)
+
+
+# ---------------------------------------------------------------- a batched env that raises (the tensor path)
+def _flaky_group(factory: str, max_env_restarts: int) -> EnvGroup:
+    from tests.envs import batched_factory
+
+    batched_factory.BUILT.clear()
+    batched_factory.FAILED.clear()
+    plain = {"train": [{}], "test": [{}]}
+    return EnvGroup("Count-v0", 3, obj_sets=plain, backend="torch", max_env_restarts=max_env_restarts, seed=5,
+                    env_factory=f"tests.envs.batched_factory.{factory}")  # fmt: skip
+
+
+def test_a_batched_env_that_raises_is_rebuilt_and_every_episode_restarts_cut_short(monkeypatch):
+    """Test that a batched env raising in step is rebuilt from its factory (a fresh seed): the step ends every
+    episode where it was (truncated, reward 0, final_obs the last observation), cut short so no statistics count
+    it, the next observations are the fresh starts, and the rebuild is counted once."""
+    from tests.envs import batched_factory
+
+    monkeypatch.setenv("FLAKY_FAIL_AT", "5")
+    group = _flaky_group("make_flaky_count_envs", max_env_restarts=1)
+    group.reset()
+    zeros = torch.zeros(3, dtype=torch.long)
+    steps = [group.step(zeros) for _ in range(5)]  # the 5th step of the first env raises
+    before, failed = steps[3], steps[4]
+    assert len(batched_factory.BUILT) == 2 and batched_factory.BUILT[1].seeds == [derive_seed(5, 1)]
+    assert failed.done.all() and failed.cut.all() and failed.truncated.all() and not failed.terminated.any()
+    assert torch.equal(failed.final_obs, before.obs) and failed.obs.eq(0).all() and failed.reward.eq(0).all()
+    after = [group.step(zeros) for _ in range(3)]  # the rebuilt env runs whole episodes again
+    assert [s.obs[0, 0].item() for s in after] == [1.0, 2.0, 0.0]
+    stats = group.pop_stats()
+    # Steps 1-3 and 4: one full episode (3 steps) per env before the fault, none cut ones, one after it.
+    assert stats.env_restarts == 1 and stats.lengths == [3] * 6 and stats.returns == [3.0] * 6
+    group.close()
+
+
+@pytest.mark.parametrize("limit", [0, 2])
+def test_a_batched_env_failing_past_the_limit_raises_env_fault_naming_the_env_the_call_and_the_error(limit):
+    """Test that a batched env raising again after max_env_restarts rebuilds (at once with 0) raises EnvFault naming
+    the env, the call and the exception, with the setting that allows more."""
+    from tests.envs import batched_factory
+
+    group = _flaky_group("make_broken_count_envs", max_env_restarts=limit)
+    group.reset()
+    zeros = torch.zeros(3, dtype=torch.long)
+    with pytest.raises(EnvFault) as info:
+        for _ in range(10):
+            group.step(zeros)
+    message = str(info.value)
+    assert "The batched Count-v0 (object set 'train') (step)" in message
+    assert "RuntimeError: simulator lost its context at step 2" in message
+    assert f"max_env_restarts={limit}" in message and "env.max_env_restarts=" in message
+    assert len(batched_factory.BUILT) == limit + 1
+    group.close()

@@ -348,3 +348,41 @@ def test_dqn_on_image_observations_under_ddp_saves_and_resumes_its_compact_image
         assert rank["replay_buffer"]["compact"]["sampleable"].sum() > 150
     run_train([*overrides, "algo.total_timesteps=600", "ckpt_path=last"], tmp_path)
     assert read_summary(tmp_path / "runs" / "d")["env_steps"] == 600
+
+
+FLAKY_RUN = [
+    "+experiment=ppo", "env.env_id=Count-v0", "env.backend=torch", "env.num_envs=4",
+    "env.env_factory=tests.envs.batched_factory.make_flaky_count_envs", "env.obj_sets={train: [{}], test: [{}]}",
+    "algo.total_timesteps=512", "env.eval_interval=1", "env.eval_episodes=2", "logger=csv",
+]  # fmt: skip
+
+
+def test_a_batched_simulator_that_raises_saves_the_run_and_the_resume_command_finishes(tmp_path, monkeypatch):
+    """Test that a batched env raising in step (max_env_restarts=0) ends train.py with one message naming the env, the
+    call and the error, no traceback, a last.ckpt of the last update, and a resume command that ends at the budget."""
+    import shlex
+
+    run_dir = tmp_path / "runs" / "crashed"
+    monkeypatch.setenv("FLAKY_FAIL_AT", "80")  # in the third rollout of 32 steps
+    proc = run([TRAIN, *FLAKY_RUN, "env.max_env_restarts=0", f"hydra.run.dir={run_dir}"], tmp_path)
+    assert proc.returncode == 1, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert "The batched Count-v0 (object set 'train') (step)" in proc.stderr
+    assert "RuntimeError: simulator lost its context at step 80" in proc.stderr and "Traceback" not in proc.stderr
+    saved = torch.load(run_dir / "checkpoints" / "last.ckpt", weights_only=False)["RolloutDataModule"]["env_steps"]
+    assert saved == 2 * 4 * 32  # the two rollouts whose updates finished
+    command = proc.stderr.split("Resume with:")[1].strip().splitlines()[0]
+    monkeypatch.setenv("FLAKY_FAIL_AT", "0")  # the simulator works again
+    run_train(shlex.split(command)[2:], tmp_path)
+    summary = read_summary(run_dir)
+    assert (summary["env_steps"], summary["resumed_from_env_steps"]) == (512, saved)
+
+
+def test_a_batched_simulator_that_raises_is_rebuilt_and_the_run_completes(tmp_path, monkeypatch):
+    """Test that with max_env_restarts=1 the batched env that raised is rebuilt, the run ends at its budget and
+    rollout/env_restarts counts the one rebuild."""
+    run_dir = tmp_path / "runs" / "rebuilt"
+    monkeypatch.setenv("FLAKY_FAIL_AT", "80")
+    run_train([*FLAKY_RUN, "env.max_env_restarts=1", f"hydra.run.dir={run_dir}"], tmp_path)
+    assert read_summary(run_dir)["env_steps"] == 512
+    restarts = [float(r["rollout/env_restarts"]) for r in _metrics(run_dir) if r.get("rollout/env_restarts")]
+    assert sum(restarts) == 1 and len(restarts) == 4
