@@ -25,6 +25,7 @@ from rl_lightning.data.collection import CollectionMetrics, DataCounters
 from rl_lightning.data.evaluation import EvaluationDataset
 from rl_lightning.envs import EnvGroup, check_env_id, make_env, resolve_obj_sets
 from rl_lightning.envs.env_group import VECTORIZATION, check_backend
+from rl_lightning.envs.gymnasium_env import check_worker_options
 from rl_lightning.envs.torchrl_env import EnvFactory, factory_path, user_factory
 from rl_lightning.envs.wrappers import check_wrappers
 
@@ -101,6 +102,11 @@ class EnvDataModule(pl.LightningDataModule):
             device, seed, max_episode_steps)`` returning a batched env (a gymnasium ``VectorEnv`` of
             tensors or a batched torchrl ``EnvBase``), or its import path; kept in checkpoints by its
             import path (:mod:`rl_lightning.envs.torchrl_env`). Hydra ``env.env_factory``.
+        worker_start_method: How async workers start (``vectorization="async"``): ``"fork"``, ``"forkserver"``
+            or ``"spawn"``; ``None``: fork on Linux (the cheapest), the platform's default elsewhere. A simulator
+            that cannot run in a forked process (ManiSkill3's SAPIEN) needs ``"forkserver"`` or ``"spawn"``.
+        worker_timeout: Seconds async workers may take to start or answer a reset or step; past it the run
+            stops with :class:`~rl_lightning.faults.EnvFault` (``last.ckpt`` and the resume command), never hangs.
     """
 
     def __init__(
@@ -125,6 +131,8 @@ class EnvDataModule(pl.LightningDataModule):
         wrappers: Sequence[Any] | None,
         backend: str,
         env_factory: EnvFactory | str | None,
+        worker_start_method: str | None,
+        worker_timeout: float,
     ):
         super().__init__()
         wrappers = check_wrappers(wrappers)
@@ -136,6 +144,7 @@ class EnvDataModule(pl.LightningDataModule):
             user_factory(self._env_factory)  # a path that does not import is refused now, naming it
         check_backend(backend, env_id, env_factory, wrappers, obs_bound, on_nonfinite, vectorization)
         check_max_env_restarts(max_env_restarts)
+        check_worker_options(worker_start_method, worker_timeout)
         check_value_options(obs_bound, obs_bound_mode, on_nonfinite)
         check_positive_int(num_envs=num_envs, eval_interval=eval_interval, eval_episodes=eval_episodes)
         check_positive_int(none="None", max_episode_steps=max_episode_steps,
@@ -175,7 +184,7 @@ class EnvDataModule(pl.LightningDataModule):
         return EnvGroup(
             hp.env_id, num_envs, obj_set, self.obj_sets, max_episode_steps, seed, device, hp.backend,
             self._env_factory, hp.vectorization, None, hp.max_env_restarts, hp.obs_bound, hp.obs_bound_mode,
-            hp.on_nonfinite, hp.wrappers,
+            hp.on_nonfinite, hp.wrappers, hp.worker_start_method, hp.worker_timeout,
         )  # fmt: skip
 
     def setup(self, stage: str) -> None:

@@ -10,6 +10,7 @@ from torch.utils.data import DataLoader
 from rl_lightning.checks import check_positive_int
 from rl_lightning.data.base import EnvDataModule, identity_collate
 from rl_lightning.data.rollout import RolloutDataset
+from rl_lightning.envs.gymnasium_env import WORKER_TIMEOUT
 from rl_lightning.envs.torchrl_env import EnvFactory
 
 
@@ -26,7 +27,8 @@ class RolloutDataModule(EnvDataModule):
         rollout_steps: Steps per env per rollout.
         env_id, num_envs, obj_sets, train_obj_set, eval_obj_sets, max_episode_steps, vectorization,
         seed, eval_interval, eval_episodes, eval_num_envs, eval_deterministic, eval_max_episode_steps,
-        max_env_restarts, obs_bound, obs_bound_mode, on_nonfinite, wrappers, backend, env_factory:
+        max_env_restarts, obs_bound, obs_bound_mode, on_nonfinite, wrappers, backend, env_factory,
+        worker_start_method, worker_timeout:
             The envs, their object sets and their evaluation (:class:`~rl_lightning.data.base.EnvDataModule`).
     """
 
@@ -53,12 +55,15 @@ class RolloutDataModule(EnvDataModule):
         wrappers: Sequence[Any] | None = None,
         backend: str = "gymnasium",
         env_factory: EnvFactory | str | None = None,
+        worker_start_method: str | None = None,
+        worker_timeout: float = WORKER_TIMEOUT,
     ):
         check_positive_int(rollout_steps=rollout_steps)
         super().__init__(
             env_id, num_envs, obj_sets, train_obj_set, eval_obj_sets, max_episode_steps, vectorization, seed,
             eval_interval, eval_episodes, eval_num_envs, eval_deterministic, eval_max_episode_steps, max_env_restarts,
-            obs_bound, obs_bound_mode, on_nonfinite, wrappers, backend, env_factory,
+            obs_bound, obs_bound_mode, on_nonfinite, wrappers, backend, env_factory, worker_start_method,
+            worker_timeout,
         )  # fmt: skip
         self._train_dataset: RolloutDataset | None = None
 

@@ -23,6 +23,7 @@ from rl_lightning.data.replay import (
     make_replay_buffer,
     transition_bytes,
 )
+from rl_lightning.envs.gymnasium_env import WORKER_TIMEOUT
 from rl_lightning.envs.torchrl_env import EnvFactory
 
 
@@ -132,7 +133,8 @@ class ReplayDataModule(EnvDataModule):
         eval_num_envs: Envs per evaluation group; ``None`` takes ``min(eval_episodes, 8)``.
         eval_deterministic: Evaluate the mode of the policy rather than samples.
         eval_max_episode_steps: Time limit for evaluation envs; ``None`` keeps the registered one.
-        max_env_restarts, obs_bound, obs_bound_mode, on_nonfinite, wrappers, backend, env_factory:
+        max_env_restarts, obs_bound, obs_bound_mode, on_nonfinite, wrappers, backend, env_factory,
+        worker_start_method, worker_timeout:
             As :class:`~rl_lightning.data.base.EnvDataModule`; on a batched backend (``"torch"``,
             ``"envpool"``) the buffer lives on the env's device, so transitions never leave it.
     """
@@ -173,6 +175,8 @@ class ReplayDataModule(EnvDataModule):
         wrappers: Sequence[Any] | None = None,
         backend: str = "gymnasium",
         env_factory: EnvFactory | str | None = None,
+        worker_start_method: str | None = None,
+        worker_timeout: float = WORKER_TIMEOUT,
     ):
         if backend != "gymnasium":
             _check_torch_replay(storage, prioritized, optimize_memory_usage)
@@ -198,7 +202,8 @@ class ReplayDataModule(EnvDataModule):
         super().__init__(
             env_id, num_envs, obj_sets, train_obj_set, eval_obj_sets, max_episode_steps, vectorization, seed,
             eval_interval, eval_episodes, eval_num_envs, eval_deterministic, eval_max_episode_steps, max_env_restarts,
-            obs_bound, obs_bound_mode, on_nonfinite, wrappers, backend, env_factory,
+            obs_bound, obs_bound_mode, on_nonfinite, wrappers, backend, env_factory, worker_start_method,
+            worker_timeout,
         )  # fmt: skip
         if not isinstance(optimize_memory_usage, bool):
             raise TypeError(f"optimize_memory_usage must be true or false, got {optimize_memory_usage!r}.")

@@ -31,7 +31,7 @@ from tensordict import TensorDict, is_tensor_collection
 from rl_lightning.checks import check_max_env_restarts, check_positive_int, check_value_options
 from rl_lightning.envs.batched import DYNAMICS, TorchVectorEnv
 from rl_lightning.envs.envpool_env import EnvPoolVectorEnv, check_envpool_task
-from rl_lightning.envs.gymnasium_env import GymnasiumVectorEnv, derive_seed, restart_message
+from rl_lightning.envs.gymnasium_env import WORKER_TIMEOUT, GymnasiumVectorEnv, derive_seed, restart_message
 from rl_lightning.envs.object_sets import ObjectSetWrapper, UserObjSets, select_obj_set, variation_table
 from rl_lightning.envs.obs import Obs, leaves
 from rl_lightning.envs.torchrl_env import EnvFactory, factory_path, user_factory
@@ -178,8 +178,8 @@ class EnvGroup:
             (``info["cut"]``, not counted in the statistics). One more raises
             :class:`~rl_lightning.faults.EnvFault` naming the env, the call and the error; the count restarts
             once a rollout finishes an episode (:meth:`pop_stats`).
-        vectorization, render_mode, obs_bound, obs_bound_mode, on_nonfinite, wrappers:
-            The gymnasium backend's (:class:`~rl_lightning.envs.gymnasium_env.GymnasiumVectorEnv`).
+        vectorization, render_mode, obs_bound, obs_bound_mode, on_nonfinite, wrappers, worker_start_method,
+            worker_timeout: The gymnasium backend's (:class:`~rl_lightning.envs.gymnasium_env.GymnasiumVectorEnv`).
 
     Raises:
         ValueError: A setting the backend cannot run, an env of another batch size or device than asked, object
@@ -192,6 +192,7 @@ class EnvGroup:
         backend: str = "gymnasium", env_factory: EnvFactory | str | None = None, vectorization: str = "sync",
         render_mode: str | None = None, max_env_restarts: int = 3, obs_bound: float | None = None,
         obs_bound_mode: str = "clip", on_nonfinite: str = "stop", wrappers: Sequence[WrapperSpec] = (),
+        worker_start_method: str | None = None, worker_timeout: float = WORKER_TIMEOUT,
     ):  # fmt: skip
         if env_factory is None:  # a user's simulator need not be in gymnasium's registry
             check_env_id(env_id)
@@ -211,7 +212,7 @@ class EnvGroup:
         if backend == "gymnasium":
             self.env = GymnasiumVectorEnv(self.obj_sets, obj_set, num_envs, self.label, max_episode_steps,
                                           vectorization, render_mode, max_env_restarts, obs_bound, obs_bound_mode,
-                                          on_nonfinite, wrappers)  # fmt: skip
+                                          on_nonfinite, wrappers, worker_start_method, worker_timeout)  # fmt: skip
         else:
             make = None if env_factory is None else user_factory(env_factory)
 

@@ -23,8 +23,10 @@ import contextlib
 import functools
 import logging
 import math
+import multiprocessing
 import re
 import sys
+import threading
 import warnings
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -258,6 +260,19 @@ WORKER_LOST = (EOFError, ConnectionError)
 #: worker re-imports torch, Lightning and torchrl, hundreds of times slower than forking
 #: (benchmarks/env_scaling.py). The workers run env code only: forked on Linux, the platform's default elsewhere.
 ASYNC_CONTEXT = "fork" if sys.platform.startswith("linux") else None
+#: Seconds an async worker may take to answer a call (start, reset, step) before the run stops (``worker_timeout``).
+WORKER_TIMEOUT = 120.0
+
+
+def check_worker_options(worker_start_method: str | None, worker_timeout: float) -> None:
+    """Raise a ``ValueError`` naming the setting unless the start method exists here and the time limit is positive."""
+    methods = multiprocessing.get_all_start_methods()
+    if worker_start_method is not None and worker_start_method not in methods:
+        raise ValueError(
+            f"worker_start_method must be one of {methods} (or None: fork on Linux), got {worker_start_method!r}."
+        )
+    if isinstance(worker_timeout, bool) or not isinstance(worker_timeout, int | float) or not worker_timeout > 0:
+        raise ValueError(f"worker_timeout must be a positive number of seconds, got {worker_timeout!r}.")
 
 
 def terminate_workers(envs: AsyncVectorEnv, timeout: float = 5.0) -> None:
@@ -295,6 +310,10 @@ class GymnasiumVectorEnv(gym.vector.VectorEnv):
         obj_sets, obj_set, max_episode_steps, render_mode, wrappers: Each env's (``ObjectSetWrapper``).
         label: Names the envs in messages (``"CartPole-v1 (object set 'train')"``).
         vectorization: ``"sync"`` (one process) or ``"async"`` (a worker process per env).
+        worker_start_method: How async workers start: ``"fork"``, ``"forkserver"``, ``"spawn"``; ``None``:
+            :data:`ASYNC_CONTEXT`. A simulator that hangs in a forked process (ManiSkill3) needs forkserver or spawn.
+        worker_timeout: Seconds the workers may take to start or answer a reset or step; past it
+            :class:`~rl_lightning.faults.EnvFault` names the env, the call and the settings to change.
         max_env_restarts: Recreations of one env (or rebuilds of the workers) in a row without a finished
             episode; one more raises :class:`~rl_lightning.faults.EnvFault`.
         obs_bound: Bound on the absolute value of observations (``None``: finiteness only).
@@ -309,10 +328,13 @@ class GymnasiumVectorEnv(gym.vector.VectorEnv):
         self, obj_sets: ObjSets, obj_set: str, num_envs: int, label: str, max_episode_steps: int | None = None,
         vectorization: str = "sync", render_mode: str | None = None, max_env_restarts: int = 3,
         obs_bound: float | None = None, obs_bound_mode: str = "clip", on_nonfinite: str = "stop",
-        wrappers: Sequence[WrapperSpec] = (),
+        wrappers: Sequence[WrapperSpec] = (), worker_start_method: str | None = None,
+        worker_timeout: float = WORKER_TIMEOUT,
     ):  # fmt: skip
+        check_worker_options(worker_start_method, worker_timeout)
         self.num_envs, self.label, self.on_nonfinite, self.device = num_envs, label, on_nonfinite, torch.device("cpu")
         self.is_async, self.max_env_restarts = vectorization == "async", max_env_restarts
+        self.start_method, self.worker_timeout = worker_start_method or ASYNC_CONTEXT, float(worker_timeout)
         build = functools.partial(ObjectSetWrapper, obj_sets, obj_set, max_episode_steps, render_mode, wrappers)
         make = functools.partial(RestartingEnv, build, max_env_restarts)  # async workers pickle it: no self inside
         self.env_fns = [functools.partial(make, label=self._label(i)) for i in range(num_envs)]
@@ -336,15 +358,54 @@ class GymnasiumVectorEnv(gym.vector.VectorEnv):
         return faults
 
     def _make(self) -> gym.vector.VectorEnv:
-        if self.is_async:
-            return AsyncVectorEnv(self.env_fns, autoreset_mode=AutoresetMode.SAME_STEP, context=ASYNC_CONTEXT)
-        return SyncVectorEnv(self.env_fns, autoreset_mode=AutoresetMode.SAME_STEP)
+        if not self.is_async:
+            return SyncVectorEnv(self.env_fns, autoreset_mode=AutoresetMode.SAME_STEP)
+        # gymnasium's AsyncVectorEnv waits for its new workers without a time limit; workers that do not answer
+        # within worker_timeout are terminated (the wait then ends with EOFError) and the run stops, naming why.
+        before, expired = set(multiprocessing.active_children()), threading.Event()
 
-    def _guarded(self, call, *args: Any, **kwargs: Any) -> Any:
-        """``call`` on the vector env; ``None`` when an async worker died (:data:`WORKER_LOST`) and the envs were built
-        anew; :class:`EnvFault` past ``max_env_restarts`` rebuilds in a row (or from an env: all workers stopped)."""
+        def stop_new_workers() -> None:
+            expired.set()
+            for process in set(multiprocessing.active_children()) - before:
+                process.terminate()
+
+        timer = threading.Timer(self.worker_timeout, stop_new_workers)
+        timer.daemon = True
+        timer.start()
         try:
-            return call(*args, **kwargs)
+            return AsyncVectorEnv(self.env_fns, autoreset_mode=AutoresetMode.SAME_STEP, context=self.start_method)
+        except Exception:
+            if expired.is_set():
+                raise EnvFault(self._timeout_message("start")) from None
+            raise
+        finally:
+            timer.cancel()
+
+    def _timeout_message(self, call: str) -> str:
+        return (
+            f"The async workers of {self.label} did not answer {call} within worker_timeout={self.worker_timeout:g} "
+            f"s (start method '{self.start_method}'). A simulator that hangs in a forked worker (ManiSkill3's SAPIEN "
+            "is one) runs with worker_start_method='forkserver' or 'spawn' (Hydra: env.worker_start_method="
+            "forkserver); a slow one needs a larger worker_timeout (Hydra: env.worker_timeout=600); "
+            "vectorization='sync' steps the envs in this process."
+        )
+
+    def _call(self, name: str, *args: Any, **kwargs: Any) -> Any:
+        """``envs.<name>(...)``; on async workers as ``<name>_async`` then ``<name>_wait`` within ``worker_timeout``."""
+        if not self.is_async:
+            return getattr(self.envs, name)(*args, **kwargs)
+        getattr(self.envs, f"{name}_async")(*args, **kwargs)
+        return getattr(self.envs, f"{name}_wait")(timeout=self.worker_timeout)
+
+    def _guarded(self, call: str, *args: Any, **kwargs: Any) -> Any:
+        """The vector env's ``call`` (``"reset"``, ``"step"``); ``None`` when an async worker died (:data:`WORKER_LOST`)
+        and the envs were built anew; :class:`EnvFault` past ``max_env_restarts`` rebuilds in a row (or from an env:
+        all workers stopped), or when the workers do not answer within ``worker_timeout``."""
+        try:
+            return self._call(call, *args, **kwargs)
+        except multiprocessing.TimeoutError:
+            terminate_workers(self.envs)
+            raise EnvFault(self._timeout_message(call)) from None
         except WORKER_LOST as err:
             if not self.is_async:  # raised by the vector env itself (an env's own errors are RestartingEnv's)
                 raise
@@ -370,7 +431,7 @@ class GymnasiumVectorEnv(gym.vector.VectorEnv):
     def _vector_reset(self, seeds: list[int | None], mask: np.ndarray | None = None) -> tuple[Obs, bool]:
         """Reset all envs (or those in ``mask``); also whether workers died and were rebuilt (then all were reset)."""
         rebuilt, options = 0, None if mask is None else {"reset_mask": mask}
-        while (result := self._guarded(self.envs.reset, seed=seeds, options=options)) is None:
+        while (result := self._guarded("reset", seed=seeds, options=options)) is None:
             rebuilt, options, seeds = rebuilt + 1, None, self._rebuild_seeds()
         obs, info = result
         restarts = info.get("env_restart")  # recreations inside RestartingEnv.reset
@@ -436,7 +497,7 @@ class GymnasiumVectorEnv(gym.vector.VectorEnv):
         action = actions.cpu().numpy() if torch.is_tensor(actions) else np.asarray(actions)
         if isinstance(self.single_action_space, gym.spaces.MultiBinary):
             action = action.astype(self.single_action_space.dtype)
-        result = self._guarded(self.envs.step, action)
+        result = self._guarded("step", action)
         n = self.num_envs
         if result is None:  # a worker died: the envs were rebuilt; every episode ends, cut
             self._faults.update(env_restarts=1)

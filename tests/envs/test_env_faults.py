@@ -397,3 +397,37 @@ def test_a_batched_env_failing_past_the_limit_raises_env_fault_naming_the_env_th
     assert f"max_env_restarts={limit}" in message and "env.max_env_restarts=" in message
     assert len(batched_factory.BUILT) == limit + 1
     group.close()
+
+
+# ---------------------------------------------------------------- async workers that stop answering
+@pytest.mark.parametrize("hang", ["start", "step"])
+def test_async_workers_that_stop_answering_raise_env_fault_within_the_time_limit(hang):
+    """Test that async workers hanging while they start or in a step end, within worker_timeout, in EnvFault naming the
+    env, the call and the settings to change, and leave no worker process behind."""
+    import time
+
+    from tests.envs.hanging_env import HANGING_ID
+
+    sets = {"train": [{"make_kwargs": {"hang": hang}}], "test": [{}]}
+    start = time.perf_counter()
+    with pytest.raises(EnvFault) as info:
+        group = EnvGroup(HANGING_ID, 2, obj_sets=sets, vectorization="async", worker_timeout=3)
+        group.reset()
+        for _ in range(5):
+            group.step(np.zeros(2, dtype=np.int64))
+    assert time.perf_counter() - start < 60
+    message = str(info.value)
+    call = "start" if hang == "start" else "step"
+    workers = f"The async workers of {HANGING_ID} (object set 'train')"
+    assert f"{workers} did not answer {call} within worker_timeout=3 s" in message
+    assert "env.worker_start_method=forkserver" in message and "env.worker_timeout=" in message
+    time.sleep(0.5)
+    assert not multiprocessing.active_children()
+
+
+def test_bad_worker_options_are_refused_naming_the_setting():
+    """Test that an unknown start method and a non-positive time limit are refused with the setting's name."""
+    with pytest.raises(ValueError, match="worker_start_method must be one of"):
+        EnvGroup("CartPole-v1", 2, vectorization="async", worker_start_method="clone")
+    with pytest.raises(ValueError, match="worker_timeout must be a positive number"):
+        EnvGroup("CartPole-v1", 2, vectorization="async", worker_timeout=0)

@@ -65,9 +65,10 @@ def test_every_encoder_setting_is_in_the_encoder_group():
 @pytest.mark.parametrize("data", _options("data"))
 @pytest.mark.parametrize("env", _options("env"))
 def test_data_and_env_config_keys_cover_the_data_module_arguments(data, env):
-    """Test that data/<name>.yaml + env/<name>.yaml + the top-level seed give each data module argument once."""
+    """Test that data/<name>.yaml + env/<name>.yaml (with the options it builds on, such as hopper on half_cheetah)
+    + the top-level seed give each data module argument once."""
     data_keys = set(OmegaConf.load(os.path.join(CONF, "data", f"{data}.yaml"))) - {"_target_"}
-    env_keys = set(OmegaConf.load(os.path.join(CONF, "env", f"{env}.yaml")))
+    env_keys = set(_compose([f"env={env}"], "unused").env)
     assert not data_keys & env_keys
     assert data_keys | env_keys | {"seed"} == _params(DATA[data])
 

@@ -62,3 +62,15 @@ def test_push_cube_object_sets_change_the_goal_and_the_start():
     # A std of 0.2 rad per joint against 0.02: the noisy starts lie about ten times as far from the rest pose.
     assert min(np.mean(seen["noisy_start"]), np.mean(seen["tight_noisy"])) > 5 * np.mean(seen["tight_goal"])
     env.close()
+
+
+def test_ppo_maniskill_trains_with_async_workers_started_by_forkserver(tmp_path):
+    """Test that env.vectorization=async runs ManiSkill's CPU envs in worker processes (the env config's forkserver
+    start method: forked workers hang in SAPIEN) and trains to its budget."""
+    run_dir = tmp_path / "run"
+    overrides = ["+experiment=ppo_maniskill", "env.vectorization=async", "algo.total_timesteps=400", "env.num_envs=2",
+                 "env.eval_num_envs=2", "env.eval_interval=4", "env.eval_episodes=2", "algo.num_minibatches=2",
+                 "logger=csv", f"hydra.run.dir={run_dir}"]  # fmt: skip
+    run_train(overrides, str(tmp_path), timeout=600)
+    summary = read_summary(str(run_dir))
+    assert summary["env_steps"] == 400 and summary["eval_success_rate"] is not None
