@@ -129,8 +129,9 @@ ROWS: dict[str, Row] = {row.name: row for row in [
     Row("sac_hopper", "Hopper-v5", "SAC", ("+experiment=sac_mujoco", "env=hopper"), 300_000,
         reference=Reference(_ZOO, 2325.55, 1129.68, _ZOO_1M), settings=_SAC_MUJOCO),
     Row("ppo_push_cube", "ManiSkill3 PushCube-v1 (state)", "PPO", ("+experiment=ppo_maniskill",), 1_000_000,
-        seeds=(0, 1, 2), metric="success", settings="`conf/experiment/ppo_maniskill.yaml`, ManiSkill's PPO baseline "
-        "(gamma 0.8, GAE lambda 0.9, 8 epochs, lr 3e-4, 3x256 tanh) on 16 CPU envs x 50 steps, 4 minibatches."),
+        seeds=(0, 1, 2), metric="success", settings="`conf/experiment/ppo_maniskill.yaml`, ManiSkill's CPU PPO "
+        "baseline (`ppo_cpu.py`: 16 envs x 200 steps, 8 epochs of 8 minibatches, gamma 0.8, GAE lambda 0.9, lr 3e-4, "
+        "3x256 tanh)."),
     # The CI slice (tests/benchmarks/test_learning.py runs it): a short CartPole run, one seed.
     Row("ci_cartpole", "CartPole-v1", "PPO", ("+experiment=ppo", "env.eval_interval=8"), 8_192, seeds=(0,)),
 ]}

@@ -23,8 +23,9 @@ def test_ppo_maniskill_trains_and_reports_success_on_both_object_sets(tmp_path):
     """Test that +experiment=ppo_maniskill trains on ManiSkill's CPU simulation and reports the success rate of the
     train and test object sets, in the summary and in the logged evaluations."""
     run_dir = tmp_path / "run"
-    overrides = ["+experiment=ppo_maniskill", "algo.total_timesteps=800", "env.num_envs=4", "env.eval_num_envs=2",
-                 "env.eval_interval=2", "env.eval_episodes=2", "logger=csv", f"hydra.run.dir={run_dir}"]  # fmt: skip
+    overrides = ["+experiment=ppo_maniskill", "algo.total_timesteps=800", "data.rollout_steps=50", "env.num_envs=4",
+                 "env.eval_num_envs=2", "env.eval_interval=2", "env.eval_episodes=2", "logger=csv",
+                 f"hydra.run.dir={run_dir}"]  # fmt: skip
     run_train(overrides, str(tmp_path), timeout=600)
     summary = read_summary(str(run_dir))
     assert summary["env_steps"] == 800
