@@ -43,6 +43,8 @@ from rl_lightning.launch.curves import PANELS, plot_runs, read_curves
 
 ROOT = Path(__file__).resolve().parents[1]
 RECORD = "learning.json"
+#: The paths whose uncommitted changes mark a run's commit ``+dirty``: what ``train.py`` runs.
+RUN_PATHS = ("rl_lightning", "conf", "train.py")
 RUNNING = "learning.pid"  # the pid of the train.py process running in a run directory, while it runs
 SUMMARY = "summary.json"
 
@@ -142,7 +144,8 @@ TABLE_ROWS = tuple(name for name in ROWS if not name.startswith("ci_"))
 def _commit() -> str:
     try:
         out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT,
+        # Only what a run executes counts (the runner rewrites docs/learning.md itself while runs go on).
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", *RUN_PATHS], cwd=ROOT,
                                capture_output=True, text=True).stdout.strip()  # fmt: skip
     except OSError:
         return "unknown"
@@ -352,7 +355,9 @@ def write_report(directory: Path, out: Path, rows: Sequence[str] | None = None) 
         "(the mean action, or the arg-max); *train* is the training object set (`eval/`), *test* the held-out one "
         "(`eval_ood/`, what it changes is listed below the table); final = after the last update, best = the "
         "highest train-set evaluation during the run; mean ± std over seeds (population std). Wall time and "
-        "env-steps/s are per run, including evaluation, with the threads each run had.",
+        "env-steps/s are per run, including evaluation, with the threads each run had (and whatever else shared "
+        "the machine). A commit marked +dirty had uncommitted changes in rl_lightning/, conf/ or train.py when the "
+        "run started (until 2026-12-05 23:55 UTC the check counted any tracked file, this report included).",
         "",
         "| task | algorithm | env steps | seeds | train (final) | train (best) | test (final) | reference |",
         "| --- | --- | --- | --- | --- | --- | --- | --- |",
