@@ -403,6 +403,14 @@ def write_report(directory: Path, out: Path, rows: Sequence[str] | None = None) 
         if ref is not None:
             details.append(f"- Reference: {ref.source}. {ref.note}".rstrip())
         details += ["", f"![{row.name}]({curves_dir.name}/{curve.name})", ""]
+    pending = []
+    for name in rows or TABLE_ROWS:
+        row, figures = ROWS[name], row_figures(ROWS[name], directory)
+        done = 0 if figures is None else len(figures["seeds"])
+        if done < len(row.seeds):
+            pending.append(f"{row.algorithm} on {row.task} ({done} of {len(row.seeds)} seeds)")
+    if pending:
+        lines += ["", f"Not finished yet: {'; '.join(pending)}. `python -m benchmarks.learning run` goes on with them."]
     text = "\n".join(lines + ["", *TEST_SETS, "", *details]).rstrip() + "\n"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(text)
