@@ -20,17 +20,17 @@ def _metric_steps(run_dir, key="eval/return_mean"):
 def test_table_runs_resumes_at_a_larger_budget_and_reports(tmp_path, monkeypatch, capsys):
     """Test that a row runs through train.py, a larger budget resumes it from last.ckpt with its history, and the
     report holds its figures and curve; a finished table starts nothing."""
-    row = dataclasses.replace(learning.ROWS["ci_cartpole"], budget=2048, overrides=("+experiment=ppo",
-                              "env.eval_interval=16", "env.eval_episodes=2"))  # fmt: skip
+    row = dataclasses.replace(learning.ROWS["ci_cartpole"], budget=1024, overrides=("+experiment=ppo",
+                              "env.eval_interval=2", "env.eval_episodes=2"))  # fmt: skip
     monkeypatch.setitem(learning.ROWS, "ci_cartpole", row)
     args = ["run", "--rows", "ci_cartpole", "--dir", str(tmp_path / "runs"), "--out", str(tmp_path / "learning.md")]
     assert learning.main(args) == 0
     run_dir = tmp_path / "runs" / "ci_cartpole" / "seed0"
     first = json.loads((run_dir / "learning.json").read_text())
     assert [p["returncode"] for p in first["parts"]] == [0]
-    assert json.loads((run_dir / "summary.json").read_text())["env_steps"] == 2048
+    assert json.loads((run_dir / "summary.json").read_text())["env_steps"] == 1024
 
-    monkeypatch.setitem(learning.ROWS, "ci_cartpole", dataclasses.replace(row, budget=4096))
+    monkeypatch.setitem(learning.ROWS, "ci_cartpole", dataclasses.replace(row, budget=2048))
     run = learning.runs_of(["ci_cartpole"], None, tmp_path / "runs")[0]
     assert run.state() == "resume"
     assert learning.main(args) == 0
@@ -38,14 +38,14 @@ def test_table_runs_resumes_at_a_larger_budget_and_reports(tmp_path, monkeypatch
     assert [p["returncode"] for p in record["parts"]] == [0, 0]
     assert record["parts"][1]["command"].endswith("ckpt_path=last")
     summary = json.loads((run_dir / "summary.json").read_text())
-    assert (summary["env_steps"], summary["resumed_from_env_steps"]) == (4096, 2048)
+    assert (summary["env_steps"], summary["resumed_from_env_steps"]) == (2048, 1024)
     steps = _metric_steps(run_dir)
-    assert min(steps) <= 2048 < max(steps)  # the first part's evaluations kept in the resumed run's metrics.csv
+    assert min(steps) <= 1024 < max(steps)  # the first part's evaluations kept in the resumed run's metrics.csv
 
     report = (tmp_path / "learning.md").read_text()
     (line,) = [line for line in report.splitlines() if line.startswith("| CartPole-v1 | PPO |")]
     cells = [c.strip() for c in line.strip("|").split("|")]
-    assert cells[2:4] == ["4,096", "1"]
+    assert cells[2:4] == ["2,048", "1"]
     assert float(cells[4]) == pytest.approx(summary["eval_return"], abs=0.06)
     assert float(cells[6]) == pytest.approx(summary["eval_ood_return"], abs=0.06)
     assert (tmp_path / "learning" / "ci_cartpole.png").stat().st_size > 10_000

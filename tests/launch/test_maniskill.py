@@ -70,7 +70,7 @@ def test_ppo_maniskill_trains_with_async_workers_started_by_forkserver(tmp_path)
     start method: forked workers hang in SAPIEN) and trains to its budget."""
     run_dir = tmp_path / "run"
     overrides = ["+experiment=ppo_maniskill", "env.vectorization=async", "algo.total_timesteps=400", "env.num_envs=2",
-                 "env.eval_num_envs=2", "env.eval_interval=4", "env.eval_episodes=2", "algo.num_minibatches=2",
+                 "env.eval_num_envs=1", "env.eval_interval=4", "env.eval_episodes=2", "algo.num_minibatches=2",
                  "logger=csv", f"hydra.run.dir={run_dir}"]  # fmt: skip
     run_train(overrides, str(tmp_path), timeout=600)
     summary = read_summary(str(run_dir))
