@@ -356,6 +356,8 @@ class EnvGroup:
     def _restarted_step(self, err: Exception) -> Step:
         """The step of a batched env that raised: rebuilt (:meth:`_rebuilt`), every episode ends where it was, cut
         short (truncated, reward 0, ``final_obs`` the last observation, not counted), and starts afresh."""
+        if self.obs is None:  # stepped before any reset: a caller's mistake, not a fault (as RestartingEnv)
+            raise err
         last, n = self.obs, self.num_envs
         obs = _batch(self._rebuilt(err, "step"), n, self.device)
         self.stats.env_restarts += 1
