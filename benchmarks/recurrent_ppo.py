@@ -130,7 +130,7 @@ class SB3RecurrentPolicy:
     def initial_state(self, batch_size: int, device=None):
         return None  # sb3-contrib's predict starts from zeros when given no state
 
-    def act(self, obs, state, episode_start, deterministic: bool = True):
+    def act(self, obs, state, episode_start, deterministic: bool = True, value: bool = False):
         normalized = self.normalizer.normalize_obs(obs.cpu().numpy())
         action, state = self.model.predict(
             normalized, state=state, episode_start=episode_start.cpu().numpy(), deterministic=deterministic

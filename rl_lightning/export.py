@@ -86,12 +86,13 @@ class DeployedActor(nn.Module):
             )
         policy = copy.deepcopy(model.policy).float().cpu().eval().requires_grad_(False)
         if isinstance(policy, ActorCritic):
-            policy.critic = None  # forward() is the mode of the actor; the critic plays no part
+            policy.critic = policy.critic_encoder = None  # forward() is the mode of the actor; the critic plays no part
         self.policy = policy
         self.greedy = isinstance(policy, QValueNetwork)  # its forward is Q-values, greedy() the action
         self.recurrent = policy.initial_state(1) is not None
         self.obs_bound = None if obs_bound is None else float(obs_bound)
-        observation_space, action_space = model.spaces
+        # The inputs are what the policy reads: a privileged critic's keys (observation groups) are not among them.
+        observation_space, action_space = model.actor_observation_space, model.spaces[1]
         self.inputs = export_inputs(observation_space)
         self.keys = None if isinstance(observation_space, gym.spaces.Box) else [i["name"] for i in self.inputs]
         self._floats = [i["dtype"] == "float32" for i in self.inputs]

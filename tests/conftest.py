@@ -57,7 +57,7 @@ class ObsValuePolicy(nn.Module):
     def initial_state(self, batch_size, device=None):
         return None
 
-    def act(self, obs, state=None, episode_start=None, deterministic=False):
+    def act(self, obs, state=None, episode_start=None, deterministic=False, value=True):
         n = obs.shape[0]
         return torch.zeros(n, dtype=torch.long), torch.zeros(n), obs[:, 0].clone(), None
 

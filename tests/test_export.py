@@ -261,6 +261,32 @@ def test_a_dict_policy_with_a_uint8_image_exports_one_input_per_key_and_acts_as_
 
 
 @pytest.mark.parametrize("fmt", ["torchscript", "onnx"])
+def test_a_policy_with_a_privileged_critic_exports_and_predicts_from_the_actors_keys_only(fmt, tmp_path):
+    """Test observation groups at deployment: the exported policy's only input is the actor's key (no critic weights
+    in the file), and predict acts on observations without the privileged key, as the export does."""
+    from tests.envs.privileged_task import ENV_ID
+
+    data = tiny_rollout_data(env_id=f"tests.envs.privileged_task:{ENV_ID}", obj_sets={"train": [{}], "test": [{}]})
+    model = _fit_ppo(data, tmp_path, encoder={"actor_keys": ["cue"], "critic_keys": ["cue", "offset"]})
+    assert list(model.actor_observation_space.spaces) == ["cue"]
+    cues = np.eye(4, dtype=np.float32)[np.arange(32) % 4]
+    expected = model.predict({"cue": cues})
+    assert expected.tolist() == model.predict({"cue": cues, "offset": np.full((32, 1), 5.0, np.float32)}).tolist()
+    path = str(tmp_path / f"actor.{'pt' if fmt == 'torchscript' else 'onnx'}")
+    contract = export_policy(model, path, fmt)
+    assert contract["inputs"] == [{"name": "cue", "dtype": "float32", "shape": ["batch", 4]}]
+    if fmt == "torchscript":
+        actor = torch.jit.load(path)
+        assert not any("critic" in name for name, _ in actor.named_parameters())
+        actions = actor((torch.from_numpy(cues),)).numpy()
+    else:
+        session = onnxruntime.InferenceSession(path, providers=["CPUExecutionProvider"])
+        assert [i.name for i in session.get_inputs()] == ["cue"]
+        actions = session.run(["action"], {"cue": cues})[0]
+    np.testing.assert_array_equal(actions, expected)
+
+
+@pytest.mark.parametrize("fmt", ["torchscript", "onnx"])
 def test_multi_discrete_actions_export_as_int64_batch_by_n_with_the_spaces_start(fmt, tmp_path):
     """Test that a MultiDiscrete policy exports int64 [batch, n] env actions (start added), equal to predict."""
     data = tiny_rollout_data(

@@ -33,6 +33,7 @@ from rl_lightning.envs.obs import Obs, map_obs, single_to_batch, to_tensor
 from rl_lightning.loggers import CHECKPOINT_KEY as LOGGERS_KEY
 from rl_lightning.loggers import logger_state, rewind_loggers
 from rl_lightning.nets.actor_copy import ActorCopy
+from rl_lightning.nets.encoders import actor_space
 
 CHECKPOINT_KEY = compat.CHECKPOINT_KEY
 
@@ -114,6 +115,12 @@ class RLModule(pl.LightningModule):
         """Return the policy network for these spaces (implemented by each algorithm)."""
         raise NotImplementedError
 
+    @property
+    def actor_observation_space(self) -> gym.Space:
+        """What the policy reads of the observation space: the ``Dict`` of ``encoder.actor_keys`` (observation
+        groups), or all of it. ``predict`` and an exported policy take only these keys."""
+        return actor_space(self.spaces[0], getattr(self, "_encoder", None))
+
     def _ensure_policy(self, observation_space: gym.Space, action_space: gym.Space) -> None:
         if self.policy is None:
             self.policy = self.build_policy(observation_space, action_space)
@@ -183,7 +190,7 @@ class RLModule(pl.LightningModule):
             TypeError: ``state`` or ``episode_start`` given to a policy without a recurrent state.
             ValueError: A ``state`` of the wrong shape (naming the one expected).
         """
-        obs_space, action_space = self.spaces
+        obs_space, action_space = self.actor_observation_space, self.spaces[1]
         obs, single = single_to_batch(map_obs(lambda x: x.cpu().numpy() if torch.is_tensor(x) else x, obs), obs_space)
         obs_t = to_tensor(obs, self.device, batch_dims=1)
         batch = obs_t.shape[0]
@@ -208,7 +215,7 @@ class RLModule(pl.LightningModule):
             if starts.shape != (batch,):
                 raise ValueError(f"episode_start has {starts.numel()} entries, expected one per observation ({batch}).")
         action, _, _, next_state = self.policy.act(obs_t, state if state is not None else initial, starts,
-                                                   deterministic)  # fmt: skip
+                                                   deterministic, value=False)  # fmt: skip
         action = action.cpu().numpy()
         if isinstance(action_space, gym.spaces.Box):
             action = np.clip(action, action_space.low, action_space.high)

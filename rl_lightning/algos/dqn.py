@@ -104,6 +104,11 @@ class DQN(RLModule):
             check_positive(max_grad_norm=max_grad_norm)
         check_hidden_sizes(hidden_sizes, allow_empty=True)  # []: one linear layer (on an encoder's features)
         encoder, own_encoder = check_encoder_argument(encoder)  # checked now, before any env is made
+        if not own_encoder and (encoder or {}).get("critic_keys") is not None:
+            raise ValueError(
+                "DQN acts with its Q-network, which is its only network: there is no separate critic to give "
+                "algo.encoder.critic_keys. Drop critic_keys (actor_keys chooses what the Q-network reads)."
+            )
         self.save_hyperparameters(ignore=["encoder"] if own_encoder else None)
         self._encoder = encoder
         # A chunk's gradient steps are taken inside training_step: one Lightning batch per chunk.

@@ -111,7 +111,9 @@ class SAC(RLModule):
         # The critics' own encoder: built again from the settings or the callable; a module is copied.
         own_module = isinstance(self._encoder, nn.Module)
         critic_encoder = (
-            copy.deepcopy(actor_encoder) if own_module else build_encoder(self._encoder, observation_space, False)
+            copy.deepcopy(actor_encoder)
+            if own_module
+            else build_encoder(self._encoder, observation_space, False, "critic")  # its keys: critic_keys
         )
         policy = SquashedGaussianActor(observation_space, action_space, tuple(hp.hidden_sizes), actor_encoder)
         critic_dim = policy.obs_dim if critic_encoder is None else int(critic_encoder.features_dim)

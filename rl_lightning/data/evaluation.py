@@ -72,7 +72,7 @@ def evaluate(
     steps = 0
     while steps % every or not bool((finished >= quota).all()):
         interrupt_request.check()  # a signal stops evaluation between steps (callbacks/interrupt.py)
-        action, _, _, state = policy.act(obs.to(device), state, start, deterministic)
+        action, _, _, state = policy.act(obs.to(device), state, start, deterministic, value=False)
         step = envs.step(action)
         finished += step.done if step.cut is None else step.done & ~step.cut
         start, obs = step.done.to(device), step.obs
@@ -149,7 +149,7 @@ def play_episode(
         if obs_bound is not None:  # the float arrays only, as the gymnasium backend clips them
             obs = clip_floats(obs, obs_bound)
         obs_t = to_tensor(map_obs(lambda x: np.asarray(x)[None], obs), device, batch_dims=1)
-        action, _, _, state = policy.act(obs_t, state, start, deterministic)
+        action, _, _, state = policy.act(obs_t, state, start, deterministic, value=False)
         start = torch.zeros_like(start)
         action = action[0].cpu().numpy()
         if isinstance(bounds, gym.spaces.Box):

@@ -21,9 +21,15 @@ class RolloutPolicy(Protocol):
         """The state an episode starts from, ``[batch_size, ...]`` (``None``: no memory)."""
 
     def act(
-        self, obs: Any, state: torch.Tensor | None, episode_start: torch.Tensor, deterministic: bool = False
+        self,
+        obs: Any,
+        state: torch.Tensor | None,
+        episode_start: torch.Tensor,
+        deterministic: bool = False,
+        value: bool = True,
     ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None, torch.Tensor | None]:
-        """``(action, log_prob, value, next_state)`` for raw observations ``[B, ...]``."""
+        """``(action, log_prob, value, next_state)`` for raw observations ``[B, ...]``; ``value=False`` (evaluation,
+        ``predict``): the critic need not run, so only the actor's observation keys are read."""
 
     def value(self, obs: Any, state: torch.Tensor | None, episode_start: torch.Tensor) -> torch.Tensor:
         """State values ``[B]`` of raw observations (the bootstrap values)."""

@@ -154,9 +154,9 @@ class ActorCopy:
         """The copied policy's initial state, on the copy's device."""
         return self.module.initial_state(batch_size, self.device)
 
-    def act(self, obs, state=None, episode_start=None, deterministic: bool = False):
+    def act(self, obs, state=None, episode_start=None, deterministic: bool = False, value: bool = True):
         """The copy's ``act``; floating outputs in float32."""
-        out = self.module.act(self._in(obs), self._in(state), self._in(episode_start), deterministic)
+        out = self.module.act(self._in(obs), self._in(state), self._in(episode_start), deterministic, value)
         return tuple(self._out(t) for t in out)
 
     def value(self, obs, state=None, episode_start=None) -> torch.Tensor:

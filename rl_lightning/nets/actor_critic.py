@@ -7,7 +7,9 @@ observations go in everywhere (rollout, training, evaluation, deployment).
 Vector observations (a ``Box`` of rank 1 or 2) are flattened into the actor's and the
 critic's MLPs, as in CleanRL's ``ppo.py``. Images and ``Dict`` observations go through one
 shared encoder (:class:`~rl_lightning.nets.encoders.MultiInputEncoder`, or a user's own),
-whose features feed both heads, as in CleanRL's ``ppo_atari.py``.
+whose features feed both heads, as in CleanRL's ``ppo_atari.py``; with observation groups
+(``EncoderSettings.actor_keys`` / ``critic_keys``) the critic has an encoder of its own over
+its keys, which may be privileged (an asymmetric actor-critic, Pinto et al. 2017).
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from rl_lightning.nets.encoders import EncoderSettings, MultiInputEncoder, needs_encoder
+from rl_lightning.nets.encoders import EncoderSettings, build_encoder
 from rl_lightning.nets.mlp import mlp
 from rl_lightning.nets.normalizer import RunningNormalizer
 
@@ -84,9 +86,12 @@ class ActorCritic(nn.Module):
             vector part only, where an encoder reads the observations).
         init_log_std: Initial log standard deviation (continuous actions).
         encoder: For image and ``Dict`` observations: the settings of the default
-            :class:`MultiInputEncoder` (``None``: chosen from the space), or a module of one's
-            own that maps raw observations to features ``[B, features_dim]`` and has a
-            ``features_dim`` attribute (used for any observation space).
+            :class:`~rl_lightning.nets.encoders.MultiInputEncoder` (``None``: chosen from the space), or a
+            module of one's own that maps raw observations to features ``[B, features_dim]`` and has a
+            ``features_dim`` attribute (used for any observation space). Settings with observation
+            groups (``actor_keys``, ``critic_keys`` naming other keys) give the critic an encoder of
+            its own (``critic_encoder``) over its keys, privileged ones included; the actor's
+            encoder and heads never read them.
     """
 
     def __init__(
@@ -102,13 +107,15 @@ class ActorCritic(nn.Module):
     ):
         super().__init__()
         check_spaces(observation_space, action_space)
-        if not isinstance(encoder, nn.Module) and needs_encoder(observation_space):
-            encoder = MultiInputEncoder(observation_space, encoder, normalize_obs)
-        self.encoder = encoder if isinstance(encoder, nn.Module) else None
+        privileged = not callable(encoder) and EncoderSettings.of(encoder).privileged_critic
+        self.encoder = build_encoder(encoder, observation_space, normalize_obs)
+        #: The critic's own encoder (observation groups: the critic reads keys the actor does not), else ``None``.
+        self.critic_encoder = build_encoder(encoder, observation_space, normalize_obs, "critic") if privileged else None
         if self.encoder is not None:
             self.obs_dim = int(self.encoder.features_dim)  # the heads' input width
         else:
             self.obs_dim = int(np.prod(observation_space.shape))
+        self.critic_dim = self.obs_dim if self.critic_encoder is None else int(self.critic_encoder.features_dim)
         self.action_kind = action_kind(action_space)
         self.discrete = self.action_kind == "categorical"  # one Categorical
         #: Categories per action entry (``multi_categorical``), as a tuple for ``split``.
@@ -122,7 +129,7 @@ class ActorCritic(nn.Module):
         own_normalizer = normalize_obs and self.encoder is None  # an encoder normalizes its own vector part
         self.normalizer = RunningNormalizer((self.obs_dim,)) if own_normalizer else nn.Identity()
         self.actor = actor if actor is not None else mlp(self.obs_dim, hidden_sizes, act_dim, out_gain=0.01)
-        self.critic = critic if critic is not None else mlp(self.obs_dim, hidden_sizes, 1, out_gain=1.0)
+        self.critic = critic if critic is not None else mlp(self.critic_dim, hidden_sizes, 1, out_gain=1.0)
         gaussian = self.action_kind == "gaussian"
         self.log_std = nn.Parameter(torch.full((act_dim,), float(init_log_std))) if gaussian else None
         self.normalize_obs = own_normalizer
@@ -131,8 +138,17 @@ class ActorCritic(nn.Module):
         # ``load_state_dict``), so its dtype stays current; deepcopy keeps the aliasing.
         self._dtype_ref = [next(self.parameters())]
 
+    def critic_features(self, obs: Obs, features: torch.Tensor | None = None) -> torch.Tensor:
+        """The critic's input ``[B, critic_dim]``: the actor's ``features`` (computed if not given), or, with a
+        privileged critic, its own encoder's."""
+        if self.critic_encoder is None:
+            return self.features(obs) if features is None else features
+        x = self.critic_encoder(obs)
+        dtype = self._dtype_ref[0].dtype
+        return x if x.dtype == dtype else x.to(dtype)
+
     def features(self, obs: torch.Tensor) -> torch.Tensor:
-        """The heads' input ``[B, obs_dim]``: raw observations flattened and normalized, or encoded."""
+        """The actor's input ``[B, obs_dim]``: raw observations flattened and normalized, or encoded."""
         if self.encoder is not None:
             x = self.encoder(obs)
             dtype = self._dtype_ref[0].dtype
@@ -219,18 +235,27 @@ class ActorCritic(nn.Module):
         return None
 
     def act(
-        self, obs: Obs, state: None = None, episode_start: torch.Tensor | None = None, deterministic: bool = False
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, None]:
+        self,
+        obs: Obs,
+        state: None = None,
+        episode_start: torch.Tensor | None = None,
+        deterministic: bool = False,
+        value: bool = True,
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None, None]:
         """Choose actions for raw observations ``[B, *obs_shape]``.
 
+        Args:
+            value: Run the critic too (rollouts); evaluation and ``predict`` pass ``False``, so they
+                need only the actor's observation keys.
+
         Returns:
-            ``(action, log_prob, value, None)`` with shapes ``[B]`` or ``[B, act_dim]``, ``[B]``, ``[B]``.
-            Continuous actions are not clipped: the log-probability refers to the sample, and the
-            env group clips to the action bounds.
+            ``(action, log_prob, value, None)`` with shapes ``[B]`` or ``[B, act_dim]``, ``[B]``, ``[B]``
+            (``value`` ``None`` where not asked for). Continuous actions are not clipped: the
+            log-probability refers to the sample, and the env group clips to the action bounds.
         """
         x = self.features(obs)
         action, log_prob = self._action_and_log_prob(self.actor(x), deterministic)
-        return action, log_prob, self.critic(x).squeeze(-1), None
+        return action, log_prob, self.critic(self.critic_features(obs, x)).squeeze(-1) if value else None, None
 
     def _action_and_log_prob(self, out: torch.Tensor, deterministic: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
         """An action for each row of the actor's output ``out`` and its log-probability: what acting needs of the
@@ -245,7 +270,7 @@ class ActorCritic(nn.Module):
 
     def value(self, obs: Obs, state: None = None, episode_start: torch.Tensor | None = None) -> torch.Tensor:
         """State values ``[B]`` of raw observations ``[B, *obs_shape]``."""
-        return self.critic(self.features(obs)).squeeze(-1)
+        return self.critic(self.critic_features(obs)).squeeze(-1)
 
     def evaluate_actions(
         self, obs: Obs, action: torch.Tensor, episode_start: torch.Tensor | None = None, state: None = None
@@ -262,17 +287,19 @@ class ActorCritic(nn.Module):
             ``(log_prob, entropy, value)``, each ``[L, B]``.
         """
         L, B = action.shape[:2]
-        x = self.features(obs.flatten(0, 1))
+        obs = obs.flatten(0, 1)
+        x = self.features(obs)
         log_prob, entropy = self._log_prob_entropy(self.actor(x), action.flatten(0, 1))
-        value = self.critic(x).squeeze(-1)
+        value = self.critic(self.critic_features(obs, x)).squeeze(-1)
         return log_prob.view(L, B), entropy.view(L, B), value.view(L, B)
 
     def update_normalizer(self, obs: Obs) -> None:
         """Merge raw observations ``[..., *obs_shape]`` into the normalizer's statistics (PPO calls it after each
         update phase, so acting and learning on a rollout see the same normalization)."""
         if self.encoder is not None:
-            update = getattr(self.encoder, "update_normalizer", None)  # a user's encoder may keep none
-            if update is not None:
-                update(obs)
+            for encoder in (self.encoder, self.critic_encoder):
+                update = getattr(encoder, "update_normalizer", None)  # a user's encoder may keep none
+                if update is not None:
+                    update(obs)
         elif isinstance(self.normalizer, RunningNormalizer):
             self.normalizer.update(obs.reshape(-1, self.obs_dim))

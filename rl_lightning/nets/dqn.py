@@ -123,12 +123,17 @@ class QValueNetwork(nn.Module):
         return None
 
     def act(
-        self, obs: Obs, state: None = None, episode_start: torch.Tensor | None = None, deterministic: bool = True
+        self,
+        obs: Obs,
+        state: None = None,
+        episode_start: torch.Tensor | None = None,
+        deterministic: bool = True,
+        value: bool = False,
     ) -> tuple[torch.Tensor, None, None, None]:
         """Actions for evaluation and deployment: greedy, or epsilon-greedy at the final epsilon.
 
         Returns ``(action, None, None, None)``: off-policy evaluation uses no log-probability,
-        value or state.
+        value (``value`` is the protocol's and ignored) or state.
         """
         action = self.greedy(obs) if deterministic else self.epsilon_greedy(obs, self.epsilon.end)
         return action, None, None, None

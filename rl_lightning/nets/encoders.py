@@ -63,6 +63,14 @@ class EncoderSettings:
         normalize_images: Divide uint8 images by 255 (pixels; SB3's ``normalize_images``).
             ``False`` for images of small integer codes, such as MiniGrid's object, colour
             and state indices (0-10), which 1/255 would squash towards 0.
+        actor_keys: Observation groups (asymmetric actor-critic): the ``Dict`` keys the policy reads;
+            ``None``: every key the routes read. What the policy reads is all that ``predict``,
+            evaluation, ``play`` and an exported policy need.
+        critic_keys: The ``Dict`` keys the critic reads (PPO's value head, SAC's Q-networks),
+            which may include privileged keys the policy never sees (object poses, contact
+            forces, friction: Isaac Lab's ``critic`` group, rsl_rl's ``obs_groups["critic"]``);
+            the critic then gets an encoder of its own. ``None``: the policy's keys, through the
+            shared encoder. Needs ``actor_keys``, so no privileged key reaches the policy by default.
         channels_last: Lay the image batches of gradient steps on the CPU out channels-last (NHWC)
             in memory (:data:`CHANNELS_LAST_MIN_BATCH` images or more): oneDNN's convolution backward
             runs faster on that layout (torch's "Channels Last Memory Format" tutorial); the Nature
@@ -80,9 +88,11 @@ class EncoderSettings:
     cnn_features: int = 512
     normalize_images: bool = True
     channels_last: bool = True
+    actor_keys: tuple[str, ...] | None = None
+    critic_keys: tuple[str, ...] | None = None
 
     def __post_init__(self):
-        for name in ("cnn_keys", "mlp_keys", "cnn_channels", "cnn_kernels", "cnn_strides"):
+        for name in ("cnn_keys", "mlp_keys", "cnn_channels", "cnn_kernels", "cnn_strides", "actor_keys", "critic_keys"):
             value = getattr(self, name)
             if value is not None and (isinstance(value, str) or not isinstance(value, Sequence)):
                 raise TypeError(f"{_SETTING}.{name} must be a list, got {value!r}.")
@@ -104,6 +114,25 @@ class EncoderSettings:
                 raise TypeError(f"{_SETTING}.{name} must be true or false, got {getattr(self, name)!r}.")
         if not isinstance(self.cnn_features, int) or self.cnn_features <= 0:
             raise ValueError(f"{_SETTING}.cnn_features must be a positive integer, got {self.cnn_features!r}.")
+        if self.critic_keys is not None and self.actor_keys is None:
+            raise ValueError(
+                f"{_SETTING}.critic_keys={list(self.critic_keys)} needs {_SETTING}.actor_keys too: name the keys the "
+                "policy reads, so a key meant for the critic alone never reaches the policy."
+            )
+        for name in ("actor_keys", "critic_keys"):
+            if getattr(self, name) == ():
+                raise ValueError(f"{_SETTING}.{name} names no key; name some, or null for the default.")
+
+    @property
+    def privileged_critic(self) -> bool:
+        """Whether the critic reads other keys than the policy (it then has an encoder of its own)."""
+        return self.critic_keys is not None and set(self.critic_keys) != set(self.actor_keys or ())
+
+    def keys_of(self, reader: str) -> tuple[str, ...] | None:
+        """The keys ``reader`` (``"actor"`` or ``"critic"``) reads; ``None``: every key the routes read."""
+        if reader == "critic" and self.critic_keys is not None:
+            return self.critic_keys
+        return self.actor_keys
 
     @classmethod
     def of(cls, value: EncoderSettings | Mapping[str, Any] | None) -> EncoderSettings:
@@ -440,17 +469,66 @@ def check_encoder_argument(encoder: EncoderArgument) -> tuple[EncoderArgument, b
     return encoder, own
 
 
-def build_encoder(encoder: EncoderArgument, observation_space: gym.Space, normalize_obs: bool) -> nn.Module | None:
+def group_space(observation_space: gym.Space, keys: Sequence[str] | None) -> gym.Space:
+    """The part of ``observation_space`` an observation group reads: a ``Dict`` of ``keys`` (``None``: all of it).
+
+    Raises:
+        ValueError: Groups on a space that is not a ``Dict``, or a key the space lacks, naming the fix.
+    """
+    if keys is None:
+        return observation_space
+    if not isinstance(observation_space, gym.spaces.Dict):
+        raise ValueError(
+            f"{_SETTING}.actor_keys / critic_keys pick keys of a Dict observation, got {observation_space}. Give the "
+            "env Dict observations (e.g. {policy: ..., privileged: ...}), or drop the keys."
+        )
+    missing = [key for key in keys if key not in observation_space.spaces]
+    if missing:
+        raise ValueError(
+            f"{_SETTING}.actor_keys / critic_keys name {missing}, which the observation space does not have; its keys "
+            f"are {sorted(observation_space.spaces)}."
+        )
+    return gym.spaces.Dict({key: observation_space[key] for key in keys})
+
+
+def actor_space(observation_space: gym.Space, encoder: EncoderArgument) -> gym.Space:
+    """What the policy reads of ``observation_space`` under the ``encoder`` argument: its group, or all of it."""
+    if encoder is not None and not isinstance(encoder, Mapping):
+        return observation_space  # one's own encoder reads what it reads
+    return group_space(observation_space, EncoderSettings.of(encoder).actor_keys)
+
+
+def build_encoder(
+    encoder: EncoderArgument, observation_space: gym.Space, normalize_obs: bool, reader: str = "actor"
+) -> nn.Module | None:
     """The encoder a network reads raw observations through, or ``None`` for the flat vector path.
 
     One's own encoder is built by calling it with the space (a module is used as it is);
     settings (or ``None``) give a :class:`MultiInputEncoder` where the space needs one
-    (:func:`needs_encoder`: images, ``Dict``), else ``None``.
+    (:func:`needs_encoder`: images, ``Dict``), else ``None``. With observation groups, the
+    encoder of ``reader`` (``"actor"`` or ``"critic"``) reads only that group's keys (the key
+    routes ``cnn_keys`` / ``mlp_keys`` are kept for the keys the group has).
     """
     if isinstance(encoder, nn.Module):
         return encoder
     if callable(encoder):
         return encoder(observation_space)
-    if needs_encoder(observation_space):
-        return MultiInputEncoder(observation_space, encoder, normalize_obs)
+    settings = EncoderSettings.of(encoder)
+    keys = settings.keys_of(reader)
+    space = group_space(observation_space, keys)
+    if keys is not None:
+        routes = {name: getattr(settings, name) for name in ("cnn_keys", "mlp_keys")}
+        settings = dataclasses.replace(
+            settings,
+            **{name: None if v is None else tuple(k for k in v if k in keys) for name, v in routes.items()},
+        )
+        if routes["cnn_keys"] is not None or routes["mlp_keys"] is not None:
+            unrouted = [k for k in keys if k not in (routes["cnn_keys"] or ()) + (routes["mlp_keys"] or ())]
+            if unrouted:
+                raise ValueError(
+                    f"{_SETTING}.{reader}_keys names {unrouted}, which neither {_SETTING}.cnn_keys nor mlp_keys "
+                    "routes; add them to one of the lists."
+                )
+    if needs_encoder(space):
+        return MultiInputEncoder(space, settings, normalize_obs)
     return None

@@ -72,10 +72,11 @@ class RecurrentActorCritic(ActorCritic):
             heads' widths after the core.
         cell: ``"lstm"`` (default) or ``"gru"``.
         recurrent_size: Width of the recurrent state.
-        shared_core: One core for actor and critic (``True``), or one each.
+        shared_core: One core for actor and critic (``True``), or one each. A privileged critic
+            (observation groups) reads other features than the actor, so it needs a core of its own.
 
     Raises:
-        ValueError: Unknown ``cell`` or a non-positive ``recurrent_size``.
+        ValueError: Unknown ``cell``, a non-positive ``recurrent_size``, or a privileged critic on a shared core.
     """
 
     def __init__(
@@ -97,8 +98,14 @@ class RecurrentActorCritic(ActorCritic):
         super().__init__(
             observation_space, action_space, hidden_sizes, None, None, normalize_obs, init_log_std, encoder
         )
+        if shared_core and self.critic_encoder is not None:
+            raise ValueError(
+                "The critic reads observation keys the actor does not (algo.encoder.critic_keys), so it cannot share "
+                "the actor's recurrent core: set shared_core=False (Hydra: algo.shared_core=false)."
+            )
         self.cell, self.recurrent_size, self.shared_core = cell, recurrent_size, shared_core
-        self.cores = nn.ModuleList(_core(cell, self.obs_dim, recurrent_size) for _ in range(1 if shared_core else 2))
+        widths = (self.obs_dim,) if shared_core else (self.obs_dim, self.critic_dim)
+        self.cores = nn.ModuleList(_core(cell, width, recurrent_size) for width in widths)
         act_dim = self.actor[-1].out_features
         self.actor = mlp(recurrent_size, hidden_sizes, act_dim, out_gain=0.01)
         self.critic = mlp(recurrent_size, hidden_sizes, 1, out_gain=1.0)
@@ -135,16 +142,26 @@ class RecurrentActorCritic(ActorCritic):
         return torch.cat(outputs), state
 
     def _heads_input(
-        self, obs: torch.Tensor, state: torch.Tensor | None, starts: torch.Tensor
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Actor and critic inputs ``[T, B, H]`` and the next state, for observations ``[T, B, ...]``."""
+        self, obs: torch.Tensor, state: torch.Tensor | None, starts: torch.Tensor, critic: bool = True
+    ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
+        """Actor and critic inputs ``[T, B, H]`` and the next state, for observations ``[T, B, ...]``.
+
+        Without ``critic``, the critic's own core (``shared_core=False``) does not run and its state passes
+        through unchanged (acting needs the actor only; the critic input is then ``None``).
+        """
         T, B = starts.shape
         if state is None:
             state = self.initial_state(B, starts.device)
-        x = self.features(obs.flatten(0, 1)).reshape(T, B, -1)
-        outs, states = zip(*(self._run_core(k, x, state[:, :, k], starts) for k in range(len(self.cores))), strict=True)
-        actor_in, critic_in = outs[0], outs[-1]
-        return actor_in, critic_in, torch.stack(states, 2)
+        flat = obs.flatten(0, 1)
+        x = self.features(flat)
+        inputs = [x.reshape(T, B, -1)]
+        if len(self.cores) == 2 and critic:
+            inputs.append(self.critic_features(flat, x).reshape(T, B, -1))
+        outs, states = zip(*(self._run_core(k, xk, state[:, :, k], starts) for k, xk in enumerate(inputs)), strict=True)
+        if len(states) < len(self.cores):
+            states = (*states, state[:, :, 1])  # the critic's core did not run: it keeps its state
+        critic_in = outs[-1] if critic else None
+        return outs[0], critic_in, torch.stack(states, 2)
 
     def act(
         self,
@@ -152,16 +169,18 @@ class RecurrentActorCritic(ActorCritic):
         state: torch.Tensor | None,
         episode_start: torch.Tensor,
         deterministic: bool = False,
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        value: bool = True,
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None, torch.Tensor]:
         """One step for a batch: observations ``[B, ...]``, the state before it, which envs begin an episode ``[B]``.
 
         Returns:
-            ``(action, log_prob, value, next_state)``: as ``ActorCritic.act``, plus the state to
-            pass with the next step.
+            ``(action, log_prob, value, next_state)``: as ``ActorCritic.act`` (``value=False``: the
+            critic, and its own core, do not run), plus the state to pass with the next step.
         """
-        actor_in, critic_in, next_state = self._heads_input(obs.unsqueeze(0), state, episode_start.unsqueeze(0))
+        starts = episode_start.unsqueeze(0)
+        actor_in, critic_in, next_state = self._heads_input(obs.unsqueeze(0), state, starts, critic=value)
         action, log_prob = self._action_and_log_prob(self.actor(actor_in[0]), deterministic)
-        return action, log_prob, self.critic(critic_in[0]).squeeze(-1), next_state
+        return action, log_prob, self.critic(critic_in[0]).squeeze(-1) if value else None, next_state
 
     def value(self, obs: torch.Tensor, state: torch.Tensor | None, episode_start: torch.Tensor) -> torch.Tensor:
         """State values ``[B]`` of one step (the bootstrap value after a rollout's last step)."""
@@ -190,8 +209,8 @@ class RecurrentActorCritic(ActorCritic):
         """Deterministic action and the next state of one step, without the value head: the export's contract
         (``obs``, ``state_in`` -> ``action``, ``state_out``; rl_lightning/export.py).
 
-        The next state holds every core's, the critic's too (``shared_core=False``), so it is the
-        state :meth:`act` returns and ``predict`` passes along.
+        The next state holds every core's; the critic's own core (``shared_core=False``) does not run
+        and passes its state through, as in :meth:`act` with ``value=False`` (what ``predict`` calls).
         """
-        actor_in, _, next_state = self._heads_input(obs.unsqueeze(0), state, episode_start.unsqueeze(0))
+        actor_in, _, next_state = self._heads_input(obs.unsqueeze(0), state, episode_start.unsqueeze(0), False)
         return self._mode(self.actor(actor_in[0])), next_state

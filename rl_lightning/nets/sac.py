@@ -250,12 +250,17 @@ class SquashedGaussianActor(nn.Module):
         return None
 
     def act(
-        self, obs: Obs, state: None = None, episode_start: torch.Tensor | None = None, deterministic: bool = True
+        self,
+        obs: Obs,
+        state: None = None,
+        episode_start: torch.Tensor | None = None,
+        deterministic: bool = True,
+        value: bool = False,
     ) -> tuple[torch.Tensor, None, None, None]:
         """Actions for evaluation and deployment: the squashed mean, or a sample.
 
         Returns ``(action, None, None, None)``: off-policy evaluation uses no log-probability,
-        value or state.
+        value (``value`` is the protocol's and ignored) or state.
         """
         if not deterministic:
             return self.explore(obs), None, None, None

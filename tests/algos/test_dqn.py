@@ -272,3 +272,10 @@ def test_dqn_on_dict_images_resumes_its_uint8_replay_buffer_and_predicts_dicts(o
     expected = model.policy({k: torch.as_tensor(v) for k, v in obs.items()}).argmax(-1).numpy()
     np.testing.assert_array_equal(loaded.predict(obs), expected)
     data.close()
+
+
+def test_dqn_refuses_critic_keys_it_has_no_critic_for():
+    """Test that observation groups' critic_keys are refused by DQN (its Q-network is its only network), naming the
+    fix, before any env is made."""
+    with pytest.raises(ValueError, match="no separate critic.*Drop critic_keys"):
+        DQN(encoder={"actor_keys": ["image"], "critic_keys": ["image", "state"]})

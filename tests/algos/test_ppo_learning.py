@@ -101,6 +101,43 @@ def test_ppo_learns_a_dict_task_through_the_cnn_within_20k_steps():
     assert blind["eval/success_rate"] < 0.8, blind
 
 
+def _cue_offset(critic_keys: list[str] | None, seed: int) -> float:
+    """PPO on the cue-offset task (tests/envs/privileged_task.py) for 2,048 env steps, the actor reading the cue: the
+    policy's mean probability of naming each cue."""
+    import torch
+    from tensordict import TensorDict
+
+    from rl_lightning import PPO, RolloutDataModule
+    from tests.envs.privileged_task import ENV_ID
+    from tests.helpers import quiet_trainer
+
+    pl.seed_everything(seed)
+    data = RolloutDataModule(
+        env_id=f"tests.envs.privileged_task:{ENV_ID}", num_envs=4, rollout_steps=32, eval_interval=1000,
+        obj_sets={"train": [{}], "test": [{}]},
+    )  # fmt: skip
+    groups = {"actor_keys": ["cue"], **({"critic_keys": critic_keys} if critic_keys else {})}
+    model = PPO(total_timesteps=2048, lr=3e-3, update_epochs=4, num_minibatches=4, ent_coef=0.0, encoder=groups)
+    quiet_trainer(max_epochs=-1, num_sanity_val_steps=0).fit(model, data)
+    cues = TensorDict({"cue": torch.eye(4), "offset": torch.zeros(4, 1)}, batch_size=[4])
+    with torch.no_grad():
+        log_prob, _, _ = model.policy.evaluate_actions(cues.unsqueeze(0), torch.arange(4)[None])
+    return float(log_prob.exp().mean())
+
+
+@pytest.mark.slow
+@pytest.mark.ci
+def test_a_privileged_critic_learns_faster_where_the_reward_carries_what_only_the_critic_reads():
+    """Test observation groups where they matter: each step's reward carries a +-5 offset the policy cannot act on,
+    shown only under a key the actor does not read. A critic that reads it (critic_keys=[cue, offset]) subtracts it
+    from the advantages and the policy names the cue with probability >= 0.95 after 2,048 steps; the symmetric
+    critic (reading the cue only) leaves it in, and the policy stays at or under 0.85 (12 seeds measured: >= 0.989
+    against <= 0.77)."""
+    for seed in (0, 1):
+        privileged, symmetric = _cue_offset(["cue", "offset"], seed), _cue_offset(None, seed)
+        assert privileged >= 0.95 and symmetric <= 0.85, (seed, privileged, symmetric)
+
+
 @pytest.mark.slow
 def test_ppo_solves_minigrid_doorkey_5x5_within_500k_steps(tmp_path):
     """Test that experiment=ppo_minigrid (Dict observations) reaches a train-set success rate >= 0.9 (seed 0),

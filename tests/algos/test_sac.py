@@ -215,3 +215,27 @@ def test_a_subclass_loss_is_what_the_update_differentiates():
     assert trainer.global_step > 0 and model.calls == trainer.global_step
     assert all(torch.equal(actor_before[k], v) for k, v in model.policy.state_dict().items())
     assert any(not torch.equal(critics_before[k], v) for k, v in model.critics.state_dict().items())
+
+
+def test_sacs_critics_read_the_privileged_keys_and_its_actor_does_not():
+    """Test observation groups in SAC: the actor's encoder reads actor_keys only, so its actions do not move with the
+    privileged key; the twin critics' encoder reads critic_keys, so their Q-values do."""
+    import gymnasium as gym
+    import numpy as np
+    from tensordict import TensorDict
+
+    space = gym.spaces.Dict(
+        {"joints": gym.spaces.Box(-1.0, 1.0, (3,), np.float32), "friction": gym.spaces.Box(0.0, 2.0, (1,), np.float32)}
+    )
+    torch.manual_seed(0)
+    model = SAC(encoder={"actor_keys": ["joints"], "critic_keys": ["joints", "friction"]})
+    policy = model.build_policy(space, gym.spaces.Box(-1.0, 1.0, (2,), np.float32))
+    assert [v.key for v in policy.encoder.vectors] == ["joints"]
+    assert sorted(v.key for v in model.critics.encoder.vectors) == ["friction", "joints"]
+    joints = torch.rand(5, 3) * 2 - 1
+    obs = [TensorDict({"joints": joints, "friction": torch.full((5, 1), f)}, batch_size=[5]) for f in (0.1, 1.9)]
+    actions = [policy.act(o)[0] for o in obs]
+    torch.testing.assert_close(actions[0], actions[1])
+    torch.testing.assert_close(policy.act(TensorDict({"joints": joints}, batch_size=[5]))[0], actions[0])
+    q = [model.critics(o, actions[0]) for o in obs]
+    assert not torch.allclose(q[0], q[1])

@@ -30,7 +30,7 @@ def test_evaluate_is_reproducible():
     group = EnvGroup("CartPole-v1", 2, obj_set="test")
 
     class Random(ObsValuePolicy):
-        def act(self, obs, state=None, episode_start=None, deterministic=False):
+        def act(self, obs, state=None, episode_start=None, deterministic=False, value=True):
             action, log_prob, value, state = super().act(obs)
             return (obs[:, 2] > 0).long(), log_prob, value, state  # push toward the pole's lean
 
@@ -80,7 +80,7 @@ class _ConstantAction(ObsValuePolicy):
         super().__init__()
         self.torque = torque
 
-    def act(self, obs, state=None, episode_start=None, deterministic=False):
+    def act(self, obs, state=None, episode_start=None, deterministic=False, value=True):
         import torch
 
         return torch.full((obs.shape[0], 1), self.torque), None, None, None

@@ -326,7 +326,7 @@ class _ReplayLearner(RLModule):
     def build_policy(self, observation_space, action_space):
         policy = ConstantExplorer()
         policy.initial_state = lambda batch_size, device=None: None
-        policy.act = lambda obs, state, start, deterministic=False: (
+        policy.act = lambda obs, state, start, deterministic=False, value=False: (
             torch.ones(obs.shape[0], dtype=torch.long),
             None,
             None,

@@ -57,7 +57,7 @@ class CountPolicy(torch.nn.Module):
     def value(self, obs, state=None, episode_start=None):
         return 10 * obs[:, 0]
 
-    def act(self, obs, state=None, episode_start=None, deterministic=False):
+    def act(self, obs, state=None, episode_start=None, deterministic=False, value=True):
         zeros = torch.zeros(obs.shape[0])
         return zeros.long(), zeros, self.value(obs), None
 
@@ -114,7 +114,7 @@ class StepsSinceStart(torch.nn.Module):
     def initial_state(self, n, device=None):
         return torch.zeros(n, 1)
 
-    def act(self, obs, state, episode_start, deterministic=False):
+    def act(self, obs, state, episode_start, deterministic=False, value=True):
         state = state * (~episode_start).float()[:, None]
         self.used.append(state[:, 0].clone())
         zeros = torch.zeros(obs.shape[0])

@@ -4,6 +4,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
+from tensordict import TensorDict
 
 from rl_lightning.nets import ActorCritic
 
@@ -178,3 +179,68 @@ def test_multi_discrete_samples_follow_each_entrys_probabilities():
     for i, part in enumerate(logits):
         counts = torch.bincount(action[:, i], minlength=len(part)).float() / obs.shape[0]
         torch.testing.assert_close(counts, torch.softmax(part, -1), atol=0.01, rtol=0)
+
+
+GROUPED = gym.spaces.Dict(
+    {"cue": gym.spaces.Box(0.0, 1.0, (4,), np.float32), "offset": gym.spaces.Box(-5.0, 5.0, (1,), np.float32)}
+)
+GROUPS = {"actor_keys": ["cue"], "critic_keys": ["cue", "offset"]}
+
+
+def _grouped_obs(offset: float, batch: int = 6, requires_grad: bool = False) -> TensorDict:
+    cue = torch.nn.functional.one_hot(torch.arange(batch) % 4, 4).float()
+    offsets = torch.full((batch, 1), offset, requires_grad=requires_grad)
+    return TensorDict({"cue": cue, "offset": offsets}, batch_size=[batch])
+
+
+@pytest.mark.parametrize("recurrent", [False, True])
+def test_the_actor_never_reads_a_privileged_critic_key(recurrent):
+    """Test observation groups: the actor's outputs and its parameters' gradients do not depend on the key only the
+    critic reads, which reaches the critic (its value and gradient), and the actor's encoder has no route for it."""
+    from rl_lightning.nets.recurrent import RecurrentActorCritic
+
+    torch.manual_seed(0)
+    build = (lambda: RecurrentActorCritic(GROUPED, gym.spaces.Discrete(4), (16,), encoder=GROUPS, shared_core=False)) \
+        if recurrent else (lambda: ActorCritic(GROUPED, gym.spaces.Discrete(4), (16,), encoder=GROUPS))  # fmt: skip
+    policy = build()
+    assert [v.key for v in policy.encoder.vectors] == ["cue"]
+    assert [v.key for v in policy.critic_encoder.vectors] == ["cue", "offset"]
+    action = torch.arange(6)[None] % 4  # one step of 6 sequences
+    starts = torch.ones(1, 6, dtype=torch.bool)
+    state = policy.initial_state(6)
+    actor_grads, values = [], []
+    for offset in (-3.0, 4.0):
+        offsets = torch.full((6, 1), offset, requires_grad=True)
+        obs = TensorDict({"cue": _grouped_obs(offset)["cue"], "offset": offsets}, batch_size=[6])
+        policy.zero_grad()
+        log_prob, entropy, value = policy.evaluate_actions(obs.unsqueeze(0), action, starts, state)
+        (log_prob.sum() + entropy.sum()).backward(retain_graph=True)
+        assert offsets.grad is None or not offsets.grad.any()  # the actor's path never touches it
+        actor_grads.append([p.grad.clone() for p in policy.actor.parameters()])
+        value.sum().backward()
+        assert offsets.grad.abs().sum() > 0  # the critic's does
+        values.append(value.detach())
+    for first, second in zip(*actor_grads, strict=True):
+        torch.testing.assert_close(first, second)
+    assert not torch.allclose(values[0], values[1])
+    # Acting without the value reads only the actor's keys: an observation without the privileged one will do.
+    actor_only = TensorDict({"cue": _grouped_obs(0.0)["cue"]}, batch_size=[6])
+    action, _, value, _ = policy.act(actor_only, state, starts[0], deterministic=True, value=False)
+    assert value is None and action.tolist() == policy.act(_grouped_obs(2.0), state, starts[0], True)[0].tolist()
+
+
+def test_observation_groups_are_checked_naming_the_fix():
+    """Test the refusals of impossible groups: critic keys without actor keys, a key the space lacks, groups on a Box
+    observation, and a privileged critic asked to share the actor's recurrent core."""
+    from rl_lightning.nets.recurrent import RecurrentActorCritic
+
+    with pytest.raises(ValueError, match=r"critic_keys=\['offset'\] needs algo.encoder.actor_keys"):
+        ActorCritic(GROUPED, gym.spaces.Discrete(4), encoder={"critic_keys": ["offset"]})
+    with pytest.raises(ValueError, match=r"name \['force'\], which the observation space does not have"):
+        ActorCritic(GROUPED, gym.spaces.Discrete(4), encoder={"actor_keys": ["cue"], "critic_keys": ["force"]})
+    with pytest.raises(ValueError, match="pick keys of a Dict observation"):
+        ActorCritic(BOX4, gym.spaces.Discrete(4), encoder=GROUPS)
+    with pytest.raises(ValueError, match="set shared_core=False"):
+        RecurrentActorCritic(GROUPED, gym.spaces.Discrete(4), encoder=GROUPS, shared_core=True)
+    symmetric = ActorCritic(GROUPED, gym.spaces.Discrete(4), encoder={"actor_keys": ["cue"]})
+    assert symmetric.critic_encoder is None and [v.key for v in symmetric.encoder.vectors] == ["cue"]
