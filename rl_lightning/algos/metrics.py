@@ -92,14 +92,16 @@ def rollout_metrics(
     episodes = rollout.episodes
     returns, lengths = np.asarray(episodes.returns), np.asarray(episodes.lengths)
     successes = np.asarray(episodes.successes, dtype=float)  # NaN where the env reports no success
-    graded = ~np.isnan(successes)
+    once = np.asarray(episodes.successes_once, dtype=float)
+    graded, graded_once = ~np.isnan(successes), ~np.isnan(once)
     faults = [episodes.env_restarts, episodes.nonfinite_steps, episodes.obs_clipped]
     sums = global_sums(
         module,
         [len(returns), returns.sum(), lengths.sum(), not math.isnan(ev), np.nan_to_num(ev),
-         successes[graded].sum(), graded.sum(), *faults],
+         successes[graded].sum(), graded.sum(), once[graded_once].sum(), graded_once.sum(), *faults],
     )  # fmt: skip
-    total, return_sum, length_sum, ev_count, ev_sum, hits, graded_count, restarts, nonfinite, clipped = sums.tolist()
+    total, return_sum, length_sum, ev_count, ev_sum, hits, graded_count, hits_once, once_count = sums[:9].tolist()
+    restarts, nonfinite, clipped = sums[9:].tolist()
     global_metrics = {"train/explained_variance": ev_sum / ev_count} if ev_count else {}
     # Counts of env fault events this epoch, over all ranks (envs/env_group.py).
     global_metrics["rollout/env_restarts"] = restarts
@@ -110,6 +112,8 @@ def rollout_metrics(
         global_metrics["rollout/episode_length"] = length_sum / total
     if graded_count:  # the episodes that ended this epoch on envs that report success
         global_metrics["rollout/success_rate"] = hits / graded_count
+    if once_count:
+        global_metrics["rollout/success_once"] = hits_once / once_count
     return global_metrics, rank_metrics
 
 
@@ -132,17 +136,22 @@ def evaluation_metrics(module: pl.LightningModule, batch: Mapping[str, Any]) -> 
         The metrics and the mean return.
     """
     prefix, returns, lengths = batch["prefix"], batch["return"].double(), batch["length"].double()
-    success = batch["success"].double() if "success" in batch else torch.full_like(returns, float("nan"))
-    known = ~torch.isnan(success)
-    n, total, squares, length, hits, graded = global_sums(
-        module, [returns.numel(), returns.sum(), (returns**2).sum(), lengths.sum(), success[known].sum(), known.sum()]
-    ).tolist()
+    nan = torch.full_like(returns, float("nan"))
+    success, once = (batch[k].double() if k in batch else nan for k in ("success", "success_once"))
+    known, known_once = ~torch.isnan(success), ~torch.isnan(once)
+    n, total, squares, length, hits, graded, hits_once, graded_once = global_sums(
+        module,
+        [returns.numel(), returns.sum(), (returns**2).sum(), lengths.sum(), success[known].sum(), known.sum(),
+         once[known_once].sum(), known_once.sum()],
+    ).tolist()  # fmt: skip
     mean = total / n
     metrics = {
         f"{prefix}/return_mean": mean,
         f"{prefix}/return_std": math.sqrt(max(squares / n - mean**2, 0.0)),
         f"{prefix}/length_mean": length / n,
     }
-    if graded:
+    if graded:  # success at the final step: ManiSkill's success_at_end
         metrics[f"{prefix}/success_rate"] = hits / graded
+    if graded_once:  # success at any step
+        metrics[f"{prefix}/success_once"] = hits_once / graded_once
     return metrics, mean

@@ -84,6 +84,7 @@ def evaluate(
             result.returns.append(ended.returns[k])
             result.lengths.append(ended.lengths[k])
             result.successes.append(ended.successes[k])
+            result.successes_once.append(ended.successes_once[k])
             result.envs.append(i)
     return result
 
@@ -208,4 +209,6 @@ class EvaluationDataset(IterableDataset):
         }
         if not np.isnan(stats.successes).all():
             batch["success"] = torch.tensor(stats.successes, dtype=torch.float32)
+        if not np.isnan(stats.successes_once).all():
+            batch["success_once"] = torch.tensor(stats.successes_once, dtype=torch.float32)
         yield batch

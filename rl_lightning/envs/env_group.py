@@ -9,8 +9,10 @@ as ``next_obs``), as GPU simulators (ManiSkill3, Isaac Lab) and rsl_rl's ``VecEn
 device) and ``"envpool"`` (:mod:`~rl_lightning.envs.envpool_env`). On a batched backend object-set variations are
 per-env parameters, drawn again where an episode ended (``torch.where``, no host read); statistics and the
 non-finite check stay on the device until :meth:`EnvGroup.pop_stats`. Optional ``info`` entries, ``[num_envs]``
-tensors read where an episode ended: ``success`` (the gymnasium backend maps ``is_success`` onto it),
-``episode_return`` (an env's own score), ``cut`` (episodes a fault cut short); and ``faults``, counts by name.
+tensors: ``success`` at every step where the env reports it (the gymnasium backend maps ``is_success`` onto it), read
+for each episode at its final step (ManiSkill's ``success_at_end``) and over all its steps (``success_once``);
+``episode_return`` (an env's own score) and ``cut`` (episodes a fault cut short), read where an episode ended; and
+``faults``, counts by name.
 """
 
 from __future__ import annotations
@@ -151,7 +153,8 @@ class EpisodeStats:
 
     returns: list[float] = dataclasses.field(default_factory=list)
     lengths: list[int] = dataclasses.field(default_factory=list)
-    successes: list[float] = dataclasses.field(default_factory=list)
+    successes: list[float] = dataclasses.field(default_factory=list)  # at the final step (success_at_end)
+    successes_once: list[float] = dataclasses.field(default_factory=list)  # at any step (ManiSkill's success_once)
     envs: list[int] = dataclasses.field(default_factory=list)  # index of the env that ran it
     env_restarts: int = 0
     nonfinite_steps: int = 0
@@ -264,9 +267,11 @@ class EnvGroup:
         return action if self._start is None else action + self._start
 
     def _clear_episodes(self) -> None:
-        # The running episodes' return and length before the steps logged since the last pop_stats.
+        # The running episodes' return, length, and counts of successful and success-reporting steps before the steps
+        # logged since the last pop_stats.
         self._ep_return = torch.zeros(self.num_envs, dtype=torch.float64, device=self.device)
         self._ep_length = torch.zeros(self.num_envs, dtype=torch.int64, device=self.device)
+        self._ep_hits = torch.zeros(2, self.num_envs, dtype=torch.float64, device=self.device)
         self._log: list[tuple] = []  # per step: reward, done, counted, success, episode_return (read at pop_stats)
         # The sum of every observation and reward seen: non-finite exactly where one of them was (IEEE 754),
         # so one addition per step checks them without a host read.
@@ -379,25 +384,33 @@ class EnvGroup:
             reward, done, counted, success, scored = log  # each [T, N]
             self._log = []
             T = reward.shape[0]
-            cumulative = self._ep_return + reward.double().cumsum(0)  # [T, N], the running episodes' returns included
             envs, steps = done.T.nonzero(as_tuple=True)  # each env's episode ends, in time order
             first = torch.ones_like(envs, dtype=torch.bool)
             first[1:] = envs[1:] != envs[:-1]  # the env's first end since the last call
-            ends = cumulative[steps, envs]
-            returns = ends - torch.where(first, 0.0, ends.roll(1))
-            lengths = steps - torch.where(first, -1 - self._ep_length[envs], steps.roll(1))
-            # The running episodes go on from their env's last end (or from before this call).
             time = torch.arange(T, device=self.device)[:, None].expand_as(done)
             last = torch.where(done, time, -1).max(0).values
             ended, all_envs = last >= 0, torch.arange(self.num_envs, device=self.device)
-            self._ep_return = cumulative[-1] - torch.where(ended, cumulative[last.clamp(min=0), all_envs], 0.0)
+
+            def per_episode(cumulative: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+                """Sums ``[..., T, N]`` running from the last call (the running episodes' included) -> each ended
+                episode's sum, and what the running episodes carry on with from their env's last end."""
+                ends = cumulative[..., steps, envs]
+                start = cumulative[..., last.clamp(min=0), all_envs]
+                return ends - torch.where(first, 0.0, ends.roll(1, -1)), cumulative[..., -1, :] - ended * start
+
+            returns, self._ep_return = per_episode(self._ep_return + reward.double().cumsum(0))
+            lengths = steps - torch.where(first, -1 - self._ep_length[envs], steps.roll(1))
             self._ep_length = torch.where(ended, T - 1 - last, self._ep_length + T)
+            # success_once: any successful step in the episode, NaN where none of its steps reported success.
+            hits = torch.stack([success > 0.5, ~success.isnan()]).double()  # NaN > 0.5 is false
+            (hit, graded), self._ep_hits = per_episode(self._ep_hits[:, None] + hits.cumsum(1))
+            once = torch.where(graded > 0, (hit > 0).double(), float("nan"))
             keep = counted[steps, envs]  # episodes cut short by a fault are not entries
             order = (steps * self.num_envs + envs)[keep].argsort()  # step order, each env's first episodes first
             scored = scored[steps, envs].double()
             returns = torch.where(scored.isnan(), returns, scored)  # the env's own score where it reports one
-            entries = (x[keep][order].tolist() for x in (returns, lengths, success[steps, envs], envs))
-            stats.returns, stats.lengths, stats.successes, stats.envs = entries
+            entries = (x[keep][order].tolist() for x in (returns, lengths, success[steps, envs], once, envs))
+            stats.returns, stats.lengths, stats.successes, stats.successes_once, stats.envs = entries
             if stats.returns:
                 self._rebuilds_in_a_row = 0  # a finished episode: the env works again
         if not bool(self._checksum.isfinite()):

@@ -293,6 +293,12 @@ def terminate_workers(envs: AsyncVectorEnv, timeout: float = 5.0) -> None:
     envs.closed = True  # nothing left to close; keeps gymnasium's __del__ from trying
 
 
+def _success(info: dict[str, Any], n: int) -> np.ndarray | None:
+    """The envs' ``is_success`` (else ``success``) in a vector info, floats ``[n]``, NaN where none (``None``: none)."""
+    success = _ended_values(info, "is_success", n)
+    return _ended_values(info, "success", n) if success is None else success
+
+
 def _ended_values(info: dict[str, Any], key: str, n: int) -> np.ndarray | None:
     """``info[key]`` as floats ``[n]``, NaN where gymnasium's mask ``info["_" + key]`` says none (``None``: none)."""
     if info.get(key) is None:
@@ -535,6 +541,7 @@ class GymnasiumVectorEnv(gym.vector.VectorEnv):
         self._steps += 1
         self._obs = obs
         out = {}
+        success = _success(info, n)  # this step's, where the env reports it (ended envs: their reset's info)
         if final_obs:
             ended = terminated | truncated
             finished = ended if cut is None else ended & ~cut
@@ -543,8 +550,10 @@ class GymnasiumVectorEnv(gym.vector.VectorEnv):
             if finished.any():
                 self._losses = 0  # the workers work: the count of rebuilds in a row starts over
             final_info = info.get("final_info", {})
-            success = _ended_values(final_info, "is_success", n)
-            success = _ended_values(final_info, "success", n) if success is None else success
+            ended_success = _success(final_info, n)  # an ended episode's final step reports in final_info
+            if success is not None or ended_success is not None:
+                success = np.full(n, np.nan) if success is None else success
+                success[ended] = np.nan if ended_success is None else ended_success[ended]
             episode = final_info.get("episode")
             scored = _ended_values(episode, "r", n) if isinstance(episode, dict) else None
             if scored is not None and final_info.get("_episode") is not None:
@@ -553,10 +562,11 @@ class GymnasiumVectorEnv(gym.vector.VectorEnv):
             for i, final in final_obs.items():
                 write_obs(full, i, final)
             out["final_obs"] = to_tensor(full, "cpu", batch_dims=1)
-            out.update({k: torch.from_numpy(v) for k, v in (("success", success), ("episode_return", scored))
-                        if v is not None})  # fmt: skip
+            out.update({"episode_return": torch.from_numpy(scored)} if scored is not None else {})
             if cut is not None:
                 out["cut"] = torch.from_numpy(cut)
+        if success is not None:
+            out["success"] = torch.from_numpy(success)
         obs_t = to_tensor(obs, "cpu", batch_dims=1)
         out.setdefault("final_obs", obs_t)
         if any(self._faults.values()):

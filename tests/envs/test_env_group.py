@@ -8,6 +8,8 @@ import multiprocessing
 import sys
 import time
 
+import gymnasium as gym
+import numpy as np
 import pytest
 import torch
 
@@ -168,9 +170,6 @@ def test_actions_reach_the_env_as_it_takes_them():
     shifted.close()
 
 
-import gymnasium as gym  # noqa: E402
-
-
 class StartAtOne(gym.ActionWrapper):
     """CartPole with its actions numbered from 1 (a Discrete space with ``start=1``)."""
 
@@ -277,3 +276,51 @@ def test_bad_batched_settings_name_the_fix():
         EnvGroup("CartPole-v1", 2, env_factory=_wrong_env(2, "cuda:0"), **torch_env)
     with pytest.raises(ValueError, match="parameters are numbers"):
         EnvGroup("CartPole-v1", 2, obj_sets={"train": [{"attrs": {"length": "long"}}]}, **torch_env)
+
+
+class MidwaySuccessEnv(gym.Env):
+    """Six-step episodes that report ``success`` at every step, true only at step ``success_at``, as ManiSkill's envs
+    report it (the cube pushed onto the goal, then pushed past it)."""
+
+    def __init__(self, success_at: int = 3):
+        self.success_at = success_at
+        self.observation_space = gym.spaces.Box(-np.inf, np.inf, shape=(1,), dtype=np.float32)
+        self.action_space = gym.spaces.Discrete(2)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        return np.zeros(1, np.float32), {}
+
+    def step(self, action):
+        self.t += 1
+        return np.full(1, self.t, np.float32), 1.0, self.t >= 6, False, {"success": self.t == self.success_at}
+
+
+if "tests/MidwaySuccess-v0" not in gym.registry:
+    gym.register("tests/MidwaySuccess-v0", entry_point=MidwaySuccessEnv)
+
+
+@pytest.mark.parametrize("success_at, once", [(3, 1.0), (6, 1.0), (99, 0.0)])
+def test_success_once_counts_any_step_and_success_rate_the_final_one(success_at, once):
+    """Test ManiSkill's two success protocols from per-step ``success``: ``successes`` is the final step's
+    (success_at_end), ``successes_once`` any step's, carried across pop_stats calls within an episode."""
+    sets = {"train": [{"attrs": {"success_at": success_at}}]}
+    group = EnvGroup("tests/MidwaySuccess-v0", 2, obj_sets=sets, obj_set="train")
+    group.reset()
+    for _ in range(4):
+        group.step(_zeros(2))
+    assert len(group.pop_stats()) == 0  # the successful step (3) is in this window, the end in the next
+    for _ in range(2):
+        group.step(_zeros(2))
+    stats = group.pop_stats()
+    assert stats.lengths == [6, 6]
+    assert stats.successes == [float(success_at == 6)] * 2
+    assert stats.successes_once == [once] * 2
+    # An env that reports success only at episode ends (is_success): both protocols read the same.
+    scripted = EnvGroup(SCRIPTED_ID, 1, obj_set="test", obj_sets=SCRIPTED_SETS)
+    scripted.reset()
+    for _ in range(4):
+        scripted.step(_zeros(1))
+    ended = scripted.pop_stats()
+    assert ended.successes == ended.successes_once == [1.0]

@@ -21,7 +21,7 @@ ENV_CONFIG = os.path.join(REPO, "conf", "env", "maniskill_push_cube.yaml")
 
 def test_ppo_maniskill_trains_and_reports_success_on_both_object_sets(tmp_path):
     """Test that +experiment=ppo_maniskill trains on ManiSkill's CPU simulation and reports the success rate of the
-    train and test object sets, in the summary and in the logged evaluations."""
+    train and test object sets, in the summary and in the logged evaluations, with success_once beside it."""
     run_dir = tmp_path / "run"
     overrides = ["+experiment=ppo_maniskill", "algo.total_timesteps=800", "data.rollout_steps=50", "env.num_envs=4",
                  "env.eval_num_envs=2", "env.eval_interval=2", "env.eval_episodes=2", "logger=csv",
@@ -35,6 +35,8 @@ def test_ppo_maniskill_trains_and_reports_success_on_both_object_sets(tmp_path):
         rows = [r for r in csv.DictReader(f) if r.get("eval_ood/success_rate")]
     assert len(rows) >= 2  # an evaluation during fit and the final test
     assert all(0.0 <= float(r["eval/success_rate"]) <= 1.0 for r in rows)
+    # ManiSkill's two protocols: success at the final step (success_rate, its success_at_end) and at any step.
+    assert all(float(r["eval/success_rate"]) <= float(r["eval/success_once"]) <= 1.0 for r in rows)
     with open(run_dir / "metrics.csv", newline="") as f:
         rollout = [float(r["rollout/success_rate"]) for r in csv.DictReader(f) if r.get("rollout/success_rate")]
     assert rollout and all(0.0 <= x <= 1.0 for x in rollout)  # the training episodes' success, per epoch
