@@ -98,7 +98,7 @@ class EnvPoolVectorEnv(gym.vector.VectorEnv):
     def step(self, actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, dict]:
         """Step every env; ended envs restart within the step (``final_obs``: what they reached)."""
         actions = actions.numpy() if torch.is_tensor(actions) else np.asarray(actions)
-        obs, reward, terminated, truncated, _ = self._pool.step(actions, self._all)
+        obs, reward, terminated, truncated, pool_info = self._pool.step(actions, self._all)
         done = np.logical_or(terminated, truncated)
         final_obs = obs
         if done.any():  # EnvPool resets on the next call: make it now, for the ended envs only
@@ -108,6 +108,9 @@ class EnvPoolVectorEnv(gym.vector.VectorEnv):
             obs[ended] = first
         reward, terminated = np.asarray(reward, dtype=np.float32), np.asarray(terminated, dtype=bool)
         info = {"final_obs": torch.from_numpy(final_obs), "_final_obs": torch.from_numpy(done)}
+        success = pool_info.get("is_success", pool_info.get("success"))  # a task that reports it, per env
+        if success is not None:
+            info["success"] = torch.from_numpy(np.asarray(success, dtype=np.float32))
         tensors = [torch.from_numpy(x) for x in (obs, reward, terminated, np.asarray(truncated, dtype=bool))]
         return *tensors, info
 

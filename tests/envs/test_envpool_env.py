@@ -101,3 +101,26 @@ def test_importing_envpool_leaves_the_environment_as_it_was(monkeypatch):
     importlib.invalidate_caches()
     EnvPoolVectorEnv("CartPole-v1", 2).close()
     assert "MPLBACKEND" not in os.environ
+
+
+def test_a_task_that_reports_success_gives_success_rates_on_the_envpool_backend():
+    """Test that EnvPool's per-env ``success`` (or ``is_success``) info reaches the episode statistics: an ended
+    episode's final step (success_rate) and any of its steps (success_once). CartPole reports none, so the pool's
+    step is wrapped to report CartPole's pole angle leaning right as success, as a task of its own would."""
+    group = EnvGroup("CartPole-v1", 4, backend="envpool", obj_sets={"train": [{}]}, obj_set="train", seed=0)
+    pool = group.env._pool
+    step = pool.step
+
+    def reporting_step(actions, env_ids):
+        obs, reward, terminated, truncated, info = step(actions, env_ids)
+        return obs, reward, terminated, truncated, {**info, "success": obs[:, 2] > 0}
+
+    pool.step = reporting_step
+    group.reset()
+    for _ in range(200):
+        group.step(torch.randint(0, 2, (4,)))
+    stats = group.pop_stats()
+    assert len(stats) > 4
+    assert set(stats.successes) <= {0.0, 1.0} and set(stats.successes_once) <= {0.0, 1.0}
+    assert all(once >= end for once, end in zip(stats.successes_once, stats.successes, strict=True))
+    assert 0 < sum(stats.successes) < len(stats) and sum(stats.successes_once) > sum(stats.successes)
