@@ -81,6 +81,8 @@ class TorchRLVectorEnv(gym.vector.VectorEnv):
         terminated, done = reached["terminated"].reshape(n), reached["done"].reshape(n)
         truncated = reached.get("truncated", done & ~terminated).reshape(n)
         info = {"final_obs": reached[self.obs_key], "_final_obs": done}
+        if "success" in reached.keys():  # a task that reports it per env (EnvGroup reads it once per collection)
+            info["success"] = reached["success"].reshape(n)
         return self._td[self.obs_key], reached["reward"].reshape(n), terminated, truncated, info
 
     def close_extras(self, **kwargs: Any) -> None:

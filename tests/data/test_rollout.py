@@ -94,6 +94,38 @@ def _host_reads(rollout_steps: int, monkeypatch) -> list[str]:
     return reads
 
 
+def test_a_batched_env_reporting_success_gives_success_rates_with_host_reads_a_constant(monkeypatch):
+    """Test success on the tensor path: a user's batched env reporting ``success`` per env and step (a vector env of
+    tensors, as ManiSkill's) gives the exact success rates (half its envs succeed) from one read per collection, as
+    many reads for a rollout of 30 steps as for one of 6."""
+    from rl_lightning.nets import ActorCritic
+    from tests.envs.batched_factory import make_success_count_envs
+
+    def collected(rollout_steps: int):
+        envs = EnvGroup("Count-v0", 4, obj_sets={"train": [{}]}, obj_set="train", backend="torch",
+                        env_factory=make_success_count_envs)  # fmt: skip
+        dataset = _dataset(ActorCritic(envs.observation_space, envs.action_space), rollout_steps, envs=envs)
+        dataset.collect()  # the first reset out of the count
+        reads = []
+        with monkeypatch.context() as patch:
+            for name in ("__bool__", "item", "tolist", "numpy", "cpu", "__float__", "__int__", "__index__"):
+                original = getattr(torch.Tensor, name)
+
+                def counted(self, *args, _name=name, _original=original, **kwargs):
+                    reads.append(_name)
+                    return _original(self, *args, **kwargs)
+
+                patch.setattr(torch.Tensor, name, counted)
+            dataset.collect()
+        return dataset.last_collection.episodes, reads
+
+    (short, short_reads), (long, long_reads) = collected(6), collected(30)
+    assert sorted(short_reads) == sorted(long_reads)
+    for episodes in (short, long):  # 3-step episodes: 2 per env in 6 steps, 10 in 30
+        assert len(episodes) == 4 * (len(episodes) // 4) > 0
+        assert episodes.successes == episodes.successes_once == [float(i % 2 == 0) for i in episodes.envs]
+
+
 def test_host_reads_per_rollout_are_a_constant(monkeypatch):
     """Test that on a batched env a rollout of 32 steps reads as many values back to the host as one of 8 (none per
     step)."""

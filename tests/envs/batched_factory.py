@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import gymnasium as gym
+import numpy as np
 import torch
 from tensordict import TensorDict
 from torchrl.data import Categorical, Composite, Unbounded
@@ -53,6 +55,43 @@ class CountEnv(EnvBase):
 
     def _set_seed(self, seed):
         self.seeds.append(seed)
+
+
+class SuccessCountVectorEnv(gym.vector.VectorEnv):
+    """A user's batched env speaking the env contract as ManiSkill3's ``ManiSkillVectorEnv`` does (tensors, same-step
+    restarts, ``info["final_obs"]``), reporting ``success`` per env and step: observation = steps into the episode,
+    reward 1, truncated after ``LIMIT`` steps; success on the even-numbered envs from their second step on, so half
+    the episodes succeed, at their end and at some step alike. No value is read back to the host."""
+
+    metadata = {"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP}
+
+    def __init__(self, num_envs: int, device="cpu"):
+        self.num_envs, self.device = num_envs, torch.device(device)
+        self.single_observation_space = gym.spaces.Box(0.0, float(LIMIT), (1,), np.float32)
+        self.single_action_space = gym.spaces.Discrete(2)
+        self.observation_space = gym.vector.utils.batch_space(self.single_observation_space, num_envs)
+        self.action_space = gym.vector.utils.batch_space(self.single_action_space, num_envs)
+        self.count = torch.zeros(num_envs, 1, device=self.device)
+        self.even = (torch.arange(num_envs, device=self.device) % 2 == 0)[:, None]
+
+    def reset(self, *, seed=None, options=None):
+        self.count.zero_()
+        return self.count.clone(), {}
+
+    def step(self, actions):
+        self.count += 1
+        success = (self.even & (self.count >= 2)).reshape(-1)
+        truncated = (self.count >= LIMIT).reshape(-1)
+        final_obs = self.count.clone()
+        self.count = torch.where(truncated[:, None], 0.0, self.count)
+        reward, terminated = torch.ones(self.num_envs, device=self.device), torch.zeros_like(truncated)
+        info = {"final_obs": final_obs, "_final_obs": truncated, "success": success}
+        return self.count.clone(), reward, terminated, truncated, info
+
+
+def make_success_count_envs(env_id, num_envs, device, seed, max_episode_steps):
+    """``env.env_factory``: the batched ``SuccessCountVectorEnv``."""
+    return SuccessCountVectorEnv(num_envs, device=device)
 
 
 def make_count_envs(env_id, num_envs, device, seed, max_episode_steps):

@@ -90,3 +90,25 @@ def test_a_factory_is_taken_as_a_function_and_kept_by_its_import_path():
     for factory in (lambda *args: None, local):
         with pytest.raises(ValueError, match="cannot be kept in a checkpoint.*top level of a module"):
             tiny_rollout_data(env_id="Count-v0", backend="torch", env_factory=factory, obj_sets=PLAIN)
+
+
+def test_a_torchrl_envs_success_key_reaches_the_step_info():
+    """Test that a torchrl env reporting ``success`` (a task's per-env flag) hands it on as ``info["success"]``, which
+    EnvGroup reads into success_rate and success_once."""
+    from torchrl.data import Categorical
+
+    class Succeeding(CountEnv):
+        def __init__(self, n):
+            super().__init__(n)
+            self.full_observation_spec["success"] = Categorical(2, shape=(n, 1), dtype=torch.bool)
+
+        def _reset(self, tensordict):
+            return super()._reset(tensordict).set("success", torch.zeros_like(self.count, dtype=torch.bool))
+
+        def _step(self, tensordict):
+            return super()._step(tensordict).set("success", self.count >= 2)
+
+    env = TorchRLVectorEnv(Succeeding(2))
+    env.reset(seed=0)
+    flags = [env.step(torch.zeros(2, dtype=torch.long))[4]["success"].tolist() for _ in range(LIMIT)]
+    assert flags == [[False, False], [True, True], [True, True]]
