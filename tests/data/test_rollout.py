@@ -76,8 +76,8 @@ def test_a_batched_env_rollout_bootstraps_truncation_from_its_final_observation(
     assert rollout["terminated"][:, 0].tolist() == [False, False, bool(terminate_at)] * 2
 
 
-def _host_reads(rollout_steps: int, monkeypatch) -> list[str]:
-    envs = EnvGroup("CartPole-v1", 16, seed=0, max_episode_steps=5, backend="torch")  # episodes end every rollout
+def _host_reads(envs: EnvGroup, rollout_steps: int, monkeypatch) -> tuple[RolloutDataset, list[str]]:
+    """A rollout dataset over ``envs`` after its second collection, and the host reads that collection made."""
     dataset = _dataset(ActorCritic(envs.observation_space, envs.action_space), rollout_steps, envs=envs)
     dataset.collect()  # the first reset out of the count
     reads = []
@@ -91,32 +91,19 @@ def _host_reads(rollout_steps: int, monkeypatch) -> list[str]:
 
             patch.setattr(torch.Tensor, name, counted)
         dataset.collect()
-    return reads
+    return dataset, reads
 
 
 def test_a_batched_env_reporting_success_gives_success_rates_with_host_reads_a_constant(monkeypatch):
     """Test success on the tensor path: a user's batched env reporting ``success`` per env and step (a vector env of
     tensors, as ManiSkill's) gives the exact success rates (half its envs succeed) from one read per collection, as
     many reads for a rollout of 30 steps as for one of 6."""
-    from rl_lightning.nets import ActorCritic
     from tests.envs.batched_factory import make_success_count_envs
 
     def collected(rollout_steps: int):
         envs = EnvGroup("Count-v0", 4, obj_sets={"train": [{}]}, obj_set="train", backend="torch",
                         env_factory=make_success_count_envs)  # fmt: skip
-        dataset = _dataset(ActorCritic(envs.observation_space, envs.action_space), rollout_steps, envs=envs)
-        dataset.collect()  # the first reset out of the count
-        reads = []
-        with monkeypatch.context() as patch:
-            for name in ("__bool__", "item", "tolist", "numpy", "cpu", "__float__", "__int__", "__index__"):
-                original = getattr(torch.Tensor, name)
-
-                def counted(self, *args, _name=name, _original=original, **kwargs):
-                    reads.append(_name)
-                    return _original(self, *args, **kwargs)
-
-                patch.setattr(torch.Tensor, name, counted)
-            dataset.collect()
+        dataset, reads = _host_reads(envs, rollout_steps, monkeypatch)
         return dataset.last_collection.episodes, reads
 
     (short, short_reads), (long, long_reads) = collected(6), collected(30)
@@ -129,7 +116,11 @@ def test_a_batched_env_reporting_success_gives_success_rates_with_host_reads_a_c
 def test_host_reads_per_rollout_are_a_constant(monkeypatch):
     """Test that on a batched env a rollout of 32 steps reads as many values back to the host as one of 8 (none per
     step)."""
-    short, long = _host_reads(8, monkeypatch), _host_reads(32, monkeypatch)
+
+    def cartpoles() -> EnvGroup:
+        return EnvGroup("CartPole-v1", 16, seed=0, max_episode_steps=5, backend="torch")  # episodes end every rollout
+
+    short, long = _host_reads(cartpoles(), 8, monkeypatch)[1], _host_reads(cartpoles(), 32, monkeypatch)[1]
     assert sorted(short) == sorted(long)
     assert len(long) < 16
 
