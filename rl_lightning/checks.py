@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib
 import math
+import multiprocessing
 import numbers
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -119,3 +120,13 @@ def check_max_env_restarts(value: Any) -> None:
     """Raise a ``ValueError`` naming ``max_env_restarts`` unless it is an integer >= 0."""
     if not _is_int(value) or value < 0:
         raise ValueError(f"max_env_restarts must be a non-negative integer (0: never recreate an env), got {value!r}.")
+
+
+def check_worker_options(worker_start_method: Any, worker_timeout: Any) -> None:
+    """Raise a ``ValueError`` naming the setting unless the start method exists here and the time limit is positive."""
+    methods = multiprocessing.get_all_start_methods()
+    if worker_start_method is not None and worker_start_method not in methods:
+        raise ValueError(
+            f"worker_start_method must be one of {methods} (or None: fork on Linux), got {worker_start_method!r}."
+        )
+    check_positive(worker_timeout=worker_timeout)

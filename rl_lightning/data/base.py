@@ -20,14 +20,12 @@ import torch.distributed as dist
 from lightning.pytorch.trainer.states import TrainerFn
 from torch.utils.data import DataLoader
 
-from rl_lightning.checks import check_max_env_restarts, check_positive_int, check_value_options
+from rl_lightning.checks import check_positive_int
 from rl_lightning.data.collection import CollectionMetrics, DataCounters
 from rl_lightning.data.evaluation import EvaluationDataset
-from rl_lightning.envs import EnvGroup, check_env_id, make_env, resolve_obj_sets
-from rl_lightning.envs.env_group import VECTORIZATION, check_backend
-from rl_lightning.envs.gymnasium_env import check_worker_options
+from rl_lightning.envs import EnvGroup, make_env, resolve_obj_sets
+from rl_lightning.envs.env_group import check_env_settings
 from rl_lightning.envs.torchrl_env import EnvFactory, factory_path, user_factory
-from rl_lightning.envs.wrappers import check_wrappers
 
 # The data streams must run in the trainer's process, next to the policy they act with,
 # and their length is exact: Lightning's advice to add dataloader workers does not apply.
@@ -135,22 +133,15 @@ class EnvDataModule(pl.LightningDataModule):
         worker_timeout: float,
     ):
         super().__init__()
-        wrappers = check_wrappers(wrappers)
         self._env_factory = env_factory
-        if env_factory is None:  # a user's simulator need not be in gymnasium's registry
-            check_env_id(env_id)
-        else:
+        if env_factory is not None:
             env_factory = factory_path(env_factory)  # what checkpoints keep (a lambda is refused here)
             user_factory(self._env_factory)  # a path that does not import is refused now, naming it
-        check_backend(backend, env_id, env_factory, wrappers, obs_bound, on_nonfinite, vectorization)
-        check_max_env_restarts(max_env_restarts)
-        check_worker_options(worker_start_method, worker_timeout)
-        check_value_options(obs_bound, obs_bound_mode, on_nonfinite)
-        check_positive_int(num_envs=num_envs, eval_interval=eval_interval, eval_episodes=eval_episodes)
-        check_positive_int(none="None", max_episode_steps=max_episode_steps,
-                           eval_max_episode_steps=eval_max_episode_steps, eval_num_envs=eval_num_envs)  # fmt: skip
-        if vectorization not in VECTORIZATION:
-            raise ValueError(f"vectorization must be one of {VECTORIZATION}, got {vectorization!r}.")
+        wrappers = check_env_settings(env_id, num_envs, max_episode_steps, backend, env_factory, vectorization,
+                                      max_env_restarts, obs_bound, obs_bound_mode, on_nonfinite, wrappers,
+                                      worker_start_method, worker_timeout)  # fmt: skip
+        check_positive_int(eval_interval=eval_interval, eval_episodes=eval_episodes)
+        check_positive_int(none="None", eval_max_episode_steps=eval_max_episode_steps, eval_num_envs=eval_num_envs)
         if isinstance(eval_obj_sets, str):
             eval_obj_sets = [eval_obj_sets]
         self.obj_sets = resolve_obj_sets(env_id, obj_sets)

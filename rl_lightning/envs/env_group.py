@@ -21,7 +21,6 @@ import contextlib
 import dataclasses
 import difflib
 import importlib
-import logging
 import os
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -30,19 +29,18 @@ import gymnasium as gym
 import torch
 from tensordict import TensorDict, is_tensor_collection
 
-from rl_lightning.checks import check_max_env_restarts, check_positive_int, check_value_options
+from rl_lightning.checks import check_max_env_restarts, check_positive_int, check_value_options, check_worker_options
 from rl_lightning.envs.batched import DYNAMICS, TorchVectorEnv
 from rl_lightning.envs.envpool_env import EnvPoolVectorEnv, check_envpool_task
-from rl_lightning.envs.gymnasium_env import WORKER_TIMEOUT, GymnasiumVectorEnv, derive_seed, restart_message
+from rl_lightning.envs.gymnasium_env import WORKER_TIMEOUT, GymnasiumVectorEnv, Restarts, derive_seed
 from rl_lightning.envs.object_sets import ObjectSetWrapper, UserObjSets, select_obj_set, variation_table
 from rl_lightning.envs.obs import Obs, leaves
 from rl_lightning.envs.torchrl_env import EnvFactory, factory_path, user_factory
 from rl_lightning.envs.wrappers import WrapperSpec, check_wrappers
 from rl_lightning.faults import EnvFault, NumericalFault
 
-__all__ = ["BACKENDS", "VECTORIZATION", "EnvGroup", "EpisodeStats", "Step", "check_env_id", "make_env"]
+__all__ = ["BACKENDS", "EnvGroup", "EpisodeStats", "Step", "check_env_id", "check_env_settings", "make_env"]
 
-logger = logging.getLogger(__name__)
 
 VECTORIZATION = ("sync", "async")
 #: What steps a group's envs (``backend=``; Hydra ``env.backend``).
@@ -76,12 +74,25 @@ def check_env_id(env_id: str) -> None:
     )
 
 
-def check_backend(
-    backend: str, env_id: str, env_factory: Any = None, wrappers: Sequence[Any] = (), obs_bound: Any = None,
-    on_nonfinite: str = "stop", vectorization: str = "sync",
-) -> None:  # fmt: skip
-    """Refuse, naming the fix, a backend that is not one of :data:`BACKENDS` or cannot run these settings (wrappers,
-    ``obs_bound``, ``on_nonfinite="skip"`` and async vectorization act on single gymnasium envs)."""
+def check_env_settings(
+    env_id: str, num_envs: int = 1, max_episode_steps: int | None = None, backend: str = "gymnasium",
+    env_factory: Any = None, vectorization: str = "sync", max_env_restarts: int = 3, obs_bound: Any = None,
+    obs_bound_mode: str = "clip", on_nonfinite: str = "stop", wrappers: Sequence[Any] | None = (),
+    worker_start_method: str | None = None, worker_timeout: float = WORKER_TIMEOUT,
+) -> list[WrapperSpec]:  # fmt: skip
+    """Refuse, naming the fix, settings an :class:`EnvGroup` cannot run, before any env is built (a backend not in
+    :data:`BACKENDS`, or one that cannot run these settings: wrappers, ``obs_bound``, ``on_nonfinite="skip"`` and
+    async vectorization act on single gymnasium envs); the wrapper specs as plain values."""
+    if env_factory is None:  # a user's simulator need not be in gymnasium's registry
+        check_env_id(env_id)
+    wrappers = check_wrappers(wrappers)
+    check_positive_int(num_envs=num_envs)
+    check_positive_int(max_episode_steps=max_episode_steps, none="None")
+    if vectorization not in VECTORIZATION:
+        raise ValueError(f"vectorization must be one of {VECTORIZATION}, got {vectorization!r}.")
+    check_max_env_restarts(max_env_restarts)
+    check_value_options(obs_bound, obs_bound_mode, on_nonfinite)
+    check_worker_options(worker_start_method, worker_timeout)
     if backend not in BACKENDS:
         raise ValueError(
             f"backend must be one of {BACKENDS}, got {backend!r} (Hydra: env.backend=gymnasium, torch or envpool)."
@@ -92,7 +103,7 @@ def check_backend(
             "not step. Set backend='torch' (Hydra: env.backend=torch), or drop env_factory."
         )
     if backend == "gymnasium":
-        return
+        return wrappers
     if backend == "envpool":
         check_envpool_task(env_id)
     if backend == "torch" and env_factory is None and env_id not in DYNAMICS:
@@ -100,7 +111,7 @@ def check_backend(
             f"env.backend=torch steps a batched torch env, and rl_lightning has none of {env_id!r}; it has "
             f"{sorted(DYNAMICS)}. Pick one of those, give your simulator as env_factory, or keep env.backend=gymnasium."
         )
-    single_env_only = (("wrappers", list(wrappers), []), ("obs_bound", obs_bound, None),
+    single_env_only = (("wrappers", wrappers, []), ("obs_bound", obs_bound, None),
                        ("on_nonfinite", on_nonfinite, "stop"), ("vectorization", vectorization, "sync"))  # fmt: skip
     for name, value, fine in single_env_only:
         if value != fine:
@@ -109,6 +120,7 @@ def check_backend(
                 f"(a non-finite value stops the run there). Set env.{name}={str(fine).lower() if fine else 'null'} "
                 "or keep env.backend=gymnasium."
             )
+    return wrappers
 
 
 def make_env(
@@ -197,16 +209,9 @@ class EnvGroup:
         obs_bound_mode: str = "clip", on_nonfinite: str = "stop", wrappers: Sequence[WrapperSpec] = (),
         worker_start_method: str | None = None, worker_timeout: float = WORKER_TIMEOUT,
     ):  # fmt: skip
-        if env_factory is None:  # a user's simulator need not be in gymnasium's registry
-            check_env_id(env_id)
-        wrappers = check_wrappers(wrappers)
-        check_positive_int(num_envs=num_envs)
-        check_positive_int(max_episode_steps=max_episode_steps, none="None")
-        if vectorization not in VECTORIZATION:
-            raise ValueError(f"vectorization must be one of {VECTORIZATION}, got {vectorization!r}.")
-        check_max_env_restarts(max_env_restarts)
-        check_value_options(obs_bound, obs_bound_mode, on_nonfinite)
-        check_backend(backend, env_id, env_factory, wrappers, obs_bound, on_nonfinite, vectorization)
+        wrappers = check_env_settings(env_id, num_envs, max_episode_steps, backend, env_factory, vectorization,
+                                      max_env_restarts, obs_bound, obs_bound_mode, on_nonfinite, wrappers,
+                                      worker_start_method, worker_timeout)  # fmt: skip
         self.env_id, self.num_envs, self.obj_set, self.seed = env_id, num_envs, obj_set, seed
         self.obj_sets = select_obj_set(env_id, obj_sets, obj_set)
         self.label = f"{env_id} (object set '{obj_set}')"
@@ -227,7 +232,7 @@ class EnvGroup:
                 return TorchVectorEnv(env_id, num_envs, device=device, seed=seed, max_episode_steps=max_episode_steps)
 
             self._build, self.env = build, build(seed)
-        self.max_env_restarts, self._rebuilds, self._rebuilds_in_a_row = max_env_restarts, 0, 0
+        self.rebuilds = Restarts(max_env_restarts, f"The batched {self.label}")  # a batched env that raised
         self.device = torch.device(getattr(self.env, "device", "cpu"))
         if self.env.num_envs != num_envs:
             raise ValueError(
@@ -338,17 +343,9 @@ class EnvGroup:
         if self._build is None or isinstance(err, EnvFault):
             raise err
         while True:
-            self._rebuilds_in_a_row += 1
-            count, limit = self._rebuilds_in_a_row, self.max_env_restarts
-            if count > limit:
-                error = f"{type(err).__name__}: {err}"
-                raise EnvFault(restart_message(f"The batched {self.label} ({call})", count, limit, error)) from err
-            logger.warning("The batched %s raised in %s; rebuilding it (%d of at most %d in a row).", self.label,
-                           call, count, limit, exc_info=err)  # fmt: skip
+            seed = derive_seed(self.seed, self.rebuilds.failed(err, call, action="rebuilding it"))
             with contextlib.suppress(Exception):  # the env is broken; its close may be too
                 self.env.close()
-            self._rebuilds += 1
-            seed = derive_seed(self.seed, self._rebuilds)
             try:
                 self.env = self._build(seed)
                 self.generator.manual_seed(seed)
@@ -412,7 +409,7 @@ class EnvGroup:
             entries = (x[keep][order].tolist() for x in (returns, lengths, success[steps, envs], once, envs))
             stats.returns, stats.lengths, stats.successes, stats.successes_once, stats.envs = entries
             if stats.returns:
-                self._rebuilds_in_a_row = 0  # a finished episode: the env works again
+                self.rebuilds.worked()
         if not bool(self._checksum.isfinite()):
             self._checksum.zero_()
             raise NumericalFault(

@@ -1,20 +1,10 @@
 """The gymnasium backend: gymnasium's vector env of single envs over an object set, as the env contract's tensors.
 
-The contract is :mod:`~rl_lightning.envs.env_group`'s. What only single envs can do is done here, in numpy:
-
-- **Env faults.** :class:`RestartingEnv` recreates a single env that raises (inside the async worker when there is
-  one), and an async worker that dies is replaced by building the vector env anew. *Consecutive* failures count: a
-  finished episode resets the count, and past ``max_env_restarts`` an :class:`~rl_lightning.faults.EnvFault` stops
-  the run, so a flaky env is survived and a broken one stops it.
-- **Value checks** (:class:`ValueChecks`). A NaN or inf in the rollout spreads through GAE, the loss and the
-  optimizer state within one update; here the message can name the env. A step costs one dot product with zeros
-  (IEEE 754: ``0 * inf = NaN``, which propagates), cheaper than ``np.isfinite(x).all()``, which allocates a mask;
-  the bad env and value are looked up only then. A bad value stops the run, or (``on_nonfinite="skip"``) cuts the
-  episode short.
-
-A cut episode ends *truncated* at its last good observation with reward 0, marked in ``info["cut"]``. ``info`` also
-carries an ended episode's ``success`` (``is_success`` or ``success``, NaN where none), ``episode_return``
-(``RecordEpisodeStatistics``' score, before reward shaping as on Atari) and fault counts.
+What only single envs can do is done here, in numpy: a single env that raises is recreated (:class:`RestartingEnv`,
+inside the async worker when there is one), dead async workers are replaced (:class:`Restarts` counts failures in a
+row against ``max_env_restarts``), and every step's values are checked (:class:`ValueChecks`) so that a NaN, which
+spreads through GAE, the loss and the optimizer state within one update, is caught where the message can name the
+env. A cut episode ends *truncated* at its last good observation with reward 0, marked in ``info["cut"]``.
 """
 
 from __future__ import annotations
@@ -37,9 +27,9 @@ import numpy as np
 import torch
 from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv
 
-from rl_lightning.checks import check_max_env_restarts
+from rl_lightning.checks import check_max_env_restarts, check_worker_options
 from rl_lightning.envs.object_sets import ObjectSetWrapper, ObjSets
-from rl_lightning.envs.obs import Obs, map_obs, row, select_envs, to_tensor, write_obs
+from rl_lightning.envs.obs import Obs, map_obs, select_envs, to_tensor, write_obs
 from rl_lightning.envs.wrappers import WrapperSpec
 from rl_lightning.faults import EnvFault, NumericalFault
 
@@ -59,14 +49,36 @@ def derive_seed(seed: int | None, restart: int) -> int | None:
     return int(np.random.SeedSequence([int(seed) % 2**63, restart]).generate_state(1)[0] & 0x7FFFFFFF)
 
 
-def restart_message(what: str, count: int, limit: int, error: str) -> str:
-    """The :class:`EnvFault` message: what failed, how often, the last error and the fix."""
-    logged = " (the traceback of each failure was logged as a warning)" if limit else ""
-    return (
-        f"{what} failed {count} time(s) in a row without finishing an episode in between, past "
-        f"max_env_restarts={limit}. Last error: {error}. Fix the environment{logged}, or allow more recreations "
-        f"with max_env_restarts (Hydra: env.max_env_restarts={max(2 * limit, 1)})."
-    )
+class Restarts:
+    """Failures in a row of what ``label`` names (one env, a batched env, the async workers), against ``limit``
+    (``max_env_restarts``): each failure is logged, one past the limit raises :class:`EnvFault`; a finished episode
+    starts the count over (:meth:`worked`). ``total`` counts every restart, to derive fresh seeds from."""
+
+    def __init__(self, limit: int, label: str):
+        check_max_env_restarts(limit)
+        self.limit, self.label, self.in_a_row, self.total = limit, label, 0, 0
+
+    def failed(self, error: BaseException | str, where: str = "", action: str = "recreating it") -> int:
+        """Count one failure of ``where`` (a call: ``"step"``); raise past the limit, else log it; ``total``."""
+        self.in_a_row += 1
+        what = f"{self.label} ({where})" if where else self.label
+        cause = error if isinstance(error, BaseException) else None
+        text = f"{type(error).__name__}: {error}" if cause else error
+        if self.in_a_row > self.limit:
+            logged = " (the traceback of each failure was logged as a warning)" if self.limit else ""
+            raise EnvFault(
+                f"{what} failed {self.in_a_row} time(s) in a row without finishing an episode in between, past "
+                f"max_env_restarts={self.limit}. Last error: {text}. Fix the environment{logged}, or allow more "
+                f"recreations with max_env_restarts (Hydra: env.max_env_restarts={max(2 * self.limit, 1)})."
+            ) from cause
+        logger.warning("%s failed (%s); %s (%d of at most %d in a row).", what, text, action, self.in_a_row,
+                       self.limit, exc_info=cause)  # fmt: skip
+        self.total += 1
+        return self.total
+
+    def worked(self) -> None:
+        """A finished episode: the count of failures in a row starts over."""
+        self.in_a_row = 0
 
 
 class RestartingEnv(gym.Wrapper):
@@ -75,32 +87,22 @@ class RestartingEnv(gym.Wrapper):
     A failed ``step`` returns ``(last good obs, 0.0, False, True, info)`` with ``info["env_restart"] = 1`` and
     ``info["env_error"]``, which land in the vector env's ``final_info``: a cut episode is told from a finished one.
     A ``reset`` that needed ``k`` recreations reports ``info["env_restart"] = k``. A fresh env is seeded with
-    :func:`derive_seed` and keeps an ``obj_set`` reset option. More than ``max_env_restarts`` recreations in a row
+    :func:`derive_seed`. More than ``max_env_restarts`` recreations in a row
     raise :class:`EnvFault`; ``label`` names the env in messages (``"env 2 of CartPole-v1 (object set 'train')"``).
     """
 
     def __init__(self, factory: Callable[[], gym.Env], max_env_restarts: int, label: str):
-        check_max_env_restarts(max_env_restarts)
-        self.factory, self.max_env_restarts, self.label = factory, max_env_restarts, label
-        self.consecutive_restarts = self.total_restarts = 0  # recreations since the last finished episode; in all
+        self.factory, self.label, self.restarts = factory, label, Restarts(max_env_restarts, label)
         self._seed = self._pending_seed = None  # the last explicit reset seed; the seed of a fresh env's first reset
-        self._obj_set: str | None = None  # an obj_set reset option, passed on (a fresh env starts in the factory's)
         self._last_obs: Any = None
         super().__init__(factory())
 
     def _recreate(self, err: Exception, where: str) -> None:
         """Close the broken env and build a fresh one, or raise :class:`EnvFault` past the limit."""
-        self.consecutive_restarts += 1
-        count, limit = self.consecutive_restarts, self.max_env_restarts
-        if count > limit:
-            error = f"{type(err).__name__}: {err}"
-            raise EnvFault(restart_message(f"{self.label} ({where})", count, limit, error)) from err
-        logger.warning("%s raised in %s; recreating it (%d of at most %d in a row).", self.label, where, count, limit,
-                       exc_info=err)  # fmt: skip
+        total = self.restarts.failed(err, where)
         with contextlib.suppress(Exception):  # the env is broken; its close may be too
             self.env.close()
-        self.total_restarts += 1
-        self._pending_seed = derive_seed(self._seed, self.total_restarts)
+        self._pending_seed = derive_seed(self._seed, total)
         try:
             self.env = self.factory()
         except Exception as build_err:  # a failed build is one more failure
@@ -116,8 +118,8 @@ class RestartingEnv(gym.Wrapper):
             self._recreate(err, "step")
             return self._last_obs, 0.0, False, True, {"env_restart": 1, "env_error": f"{type(err).__name__}: {err}"}
         self._last_obs = result[0]
-        if self.consecutive_restarts and (result[2] or result[3]):
-            self.consecutive_restarts = 0  # a finished episode: the env works again
+        if result[2] or result[3]:
+            self.restarts.worked()
         return result
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
@@ -126,10 +128,6 @@ class RestartingEnv(gym.Wrapper):
             self._seed, self._pending_seed = seed, None
         elif self._pending_seed is not None:
             seed, self._pending_seed = self._pending_seed, None
-        if options and "obj_set" in options:
-            self._obj_set = options["obj_set"]
-        elif self._obj_set is not None:
-            options = {**(options or {}), "obj_set": self._obj_set}
         restarts = 0
         while True:
             try:
@@ -162,15 +160,16 @@ def _at(obs: Any, path: tuple[str, ...]) -> Any:
 
 class ValueChecks:
     """Per-step checks of the float arrays of a batch's observations, and rewards: finite, and within ``obs_bound``
-    (``obs_bound_mode``: ``"clip"`` clips and counts, ``"reject"`` treats a value beyond it as non-finite)."""
+    (``obs_bound_mode``: ``"clip"`` clips and counts, ``"reject"`` treats a value beyond it as non-finite). A step
+    costs one dot product with zeros per array (IEEE 754: ``0 * inf = NaN``, which propagates), cheaper than
+    ``np.isfinite(x).all()``, which allocates a mask; the bad env and value are looked up only then (:meth:`find`)."""
 
     def __init__(self, num_envs: int, obs_bound: float | None, obs_bound_mode: str, observation_space: Any):
         self.obs_bound = None if obs_bound is None else float(obs_bound)
         self._paths = float_paths(observation_space)
         self._whole = self._paths == [()]
-        self.float_obs = bool(self._paths)
-        self.reject = self.float_obs and obs_bound is not None and obs_bound_mode == "reject"
-        self.clipping = self.float_obs and obs_bound is not None and obs_bound_mode == "clip"
+        bounded = bool(self._paths) and obs_bound is not None  # only float arrays are checked and clipped
+        self.reject, self.clipping = bounded and obs_bound_mode == "reject", bounded and obs_bound_mode == "clip"
         self._reward_zeros = np.zeros(num_envs)
         spaces = [_at(observation_space, path) for path in self._paths]
         self._obs_zeros = [np.zeros(num_envs * math.prod(space.shape), dtype=space.dtype) for space in spaces]
@@ -178,10 +177,10 @@ class ValueChecks:
     def _floats(self, obs: Any) -> list[np.ndarray]:
         return [obs] if self._whole else [_at(obs, path) for path in self._paths]
 
-    def clean(self, obs: Any, reward: np.ndarray) -> bool:
-        """Whether every observation and reward of a step is finite (and, rejecting, within the bound)."""
+    def clean(self, obs: Any, reward: np.ndarray | None = None) -> bool:
+        """Whether every observation of a batch (and reward) is finite (and, rejecting, within the bound)."""
         # float() first: adding two numpy scalars of different dtypes costs more than the dots.
-        total = float(reward.dot(self._reward_zeros))
+        total = 0.0 if reward is None else float(reward.dot(self._reward_zeros))
         if self._whole:  # one float array (the common case, every env step): no walk over keys
             total += float(obs.ravel().dot(self._obs_zeros[0]))
         else:
@@ -191,15 +190,9 @@ class ValueChecks:
             return False
         return not (self.reject and any(np.abs(x).max() > self.obs_bound for x in self._floats(obs)))
 
-    def obs_clean(self, obs: Any) -> bool:
-        """Whether one observation (or a batch) is finite and, rejecting, within the bound."""
-        reject = self.reject
-        return all(
-            np.isfinite(x).all() and not (reject and np.abs(x).max() > self.obs_bound) for x in self._floats(obs)
-        )
-
-    def find(self, obs: Any, reward: np.ndarray | None = None, final_obs: dict[int, Any] | None = None) -> dict:
-        """Every env's first bad value, ``{env: (what it is, the fix)}`` (the slow path, after :meth:`clean`)."""
+    def find(self, obs: Any, reward: np.ndarray | None = None, final: Any = None, done: Any = None) -> dict:
+        """Every env's first bad value, ``{env: (what it is, the fix)}`` (the slow path, after :meth:`clean`); the
+        final observations ``final`` are looked at where ``done``."""
         bound_fix = "raise obs_bound (Hydra: env.obs_bound=...), clip instead with obs_bound_mode=clip"
         obs_fix = "fix the env, or bound observations with obs_bound and obs_bound_mode (Hydra: env.obs_bound=...)"
         faults = {}
@@ -208,8 +201,8 @@ class ValueChecks:
                 faults[i] = f"Non-finite reward {float(reward[i])!r}", "fix the env's reward"
                 continue
             candidates = [("observation", p, _at(obs, p)[i]) for p in self._paths]
-            if final_obs and i in final_obs:
-                candidates += [("final observation", p, _at(final_obs[i], p)) for p in self._paths]
+            if done is not None and done[i]:
+                candidates += [("final observation", p, _at(final, p)[i]) for p in self._paths]
             for what, path, x in candidates:
                 x = np.asarray(x)
                 bad, out = ~np.isfinite(x), False
@@ -226,14 +219,15 @@ class ValueChecks:
                     break
         return faults
 
-    def clip(self, obs: Any) -> int:
-        """Clip ``obs``'s float arrays in place to ``[-obs_bound, obs_bound]`` (clip mode); return the count clipped."""
+    def clip(self, obs: Any, rows: np.ndarray | None = None) -> int:
+        """Clip ``obs``'s float arrays in place to ``[-obs_bound, obs_bound]`` (clip mode); return the count clipped
+        (in the envs ``rows`` only, where given: the others were counted already)."""
         if not self.clipping:
             return 0
         count = 0
         for x in self._floats(obs):
-            hits = int(np.count_nonzero(np.abs(x) > self.obs_bound))
-            if hits:
+            hits = int(np.count_nonzero(np.abs(x if rows is None else x[rows]) > self.obs_bound))
+            if hits or rows is not None:
                 np.clip(x, -self.obs_bound, self.obs_bound, out=x)
                 count += hits
         return count
@@ -264,17 +258,6 @@ ASYNC_CONTEXT = "fork" if sys.platform.startswith("linux") else None
 WORKER_TIMEOUT = 120.0
 
 
-def check_worker_options(worker_start_method: str | None, worker_timeout: float) -> None:
-    """Raise a ``ValueError`` naming the setting unless the start method exists here and the time limit is positive."""
-    methods = multiprocessing.get_all_start_methods()
-    if worker_start_method is not None and worker_start_method not in methods:
-        raise ValueError(
-            f"worker_start_method must be one of {methods} (or None: fork on Linux), got {worker_start_method!r}."
-        )
-    if isinstance(worker_timeout, bool) or not isinstance(worker_timeout, int | float) or not worker_timeout > 0:
-        raise ValueError(f"worker_timeout must be a positive number of seconds, got {worker_timeout!r}.")
-
-
 def terminate_workers(envs: AsyncVectorEnv, timeout: float = 5.0) -> None:
     """Terminate, join (no zombie or orphan remains) and unpipe the workers of an async vector env, dead or mid-call
     (gymnasium's ``close(terminate=True)`` first waits for a pending call: ``EOFError`` again on a dead pipe)."""
@@ -293,19 +276,15 @@ def terminate_workers(envs: AsyncVectorEnv, timeout: float = 5.0) -> None:
     envs.closed = True  # nothing left to close; keeps gymnasium's __del__ from trying
 
 
-def _success(info: dict[str, Any], n: int) -> np.ndarray | None:
-    """The envs' ``is_success`` (else ``success``) in a vector info, floats ``[n]``, NaN where none (``None``: none)."""
-    success = _ended_values(info, "is_success", n)
-    return _ended_values(info, "success", n) if success is None else success
-
-
-def _ended_values(info: dict[str, Any], key: str, n: int) -> np.ndarray | None:
-    """``info[key]`` as floats ``[n]``, NaN where gymnasium's mask ``info["_" + key]`` says none (``None``: none)."""
-    if info.get(key) is None:
-        return None
-    out, where = np.full(n, np.nan), np.asarray(info.get("_" + key, np.ones(n)), dtype=bool)
-    out[where] = np.asarray(info[key], dtype=np.float64)[where]
-    return out
+def _values(info: dict[str, Any], n: int, *keys: str) -> np.ndarray | None:
+    """The first of ``keys`` in a vector info as floats ``[n]``, NaN where gymnasium's mask ``info["_" + key]`` says
+    none (``None``: no key there)."""
+    for key in keys:
+        if info.get(key) is not None:
+            out, where = np.full(n, np.nan), np.asarray(info.get("_" + key, np.ones(n)), dtype=bool)
+            out[where] = np.asarray(info[key], dtype=np.float64)[where]
+            return out
+    return None
 
 
 class GymnasiumVectorEnv(gym.vector.VectorEnv):
@@ -339,12 +318,12 @@ class GymnasiumVectorEnv(gym.vector.VectorEnv):
     ):  # fmt: skip
         check_worker_options(worker_start_method, worker_timeout)
         self.num_envs, self.label, self.on_nonfinite, self.device = num_envs, label, on_nonfinite, torch.device("cpu")
-        self.is_async, self.max_env_restarts = vectorization == "async", max_env_restarts
+        self.is_async = vectorization == "async"
         self.start_method, self.worker_timeout = worker_start_method or ASYNC_CONTEXT, float(worker_timeout)
         build = functools.partial(ObjectSetWrapper, obj_sets, obj_set, max_episode_steps, render_mode, wrappers)
         make = functools.partial(RestartingEnv, build, max_env_restarts)  # async workers pickle it: no self inside
         self.env_fns = [functools.partial(make, label=self._label(i)) for i in range(num_envs)]
-        self.rebuilds, self._losses = 0, 0  # rebuilds in all, and since an episode last finished
+        self.rebuilds = Restarts(max_env_restarts, self._label("async workers"))  # after a worker died
         envs = self.envs = self._make()
         self.single_observation_space, self.observation_space = envs.single_observation_space, envs.observation_space
         self.single_action_space, self.action_space = envs.single_action_space, envs.action_space
@@ -415,14 +394,9 @@ class GymnasiumVectorEnv(gym.vector.VectorEnv):
         except WORKER_LOST as err:
             if not self.is_async:  # raised by the vector env itself (an env's own errors are RestartingEnv's)
                 raise
-            self._losses += 1
             terminate_workers(self.envs)
-            error = f"a worker process died ({type(err).__name__}: {str(err) or 'connection closed'})"
-            label, limit = self._label("async workers"), self.max_env_restarts
-            if self._losses > limit:
-                raise EnvFault(restart_message(label, self._losses, limit, error)) from err
-            logger.warning("%s: %s; rebuilding them (%d of at most %d in a row).", label, error, self._losses, limit)
-            self.rebuilds += 1
+            self.rebuilds.failed(f"a worker process died ({type(err).__name__}: {str(err) or 'connection closed'})",
+                                 action="rebuilding them")  # fmt: skip
             self.envs = self._make()
             return None
         except EnvFault:
@@ -432,7 +406,7 @@ class GymnasiumVectorEnv(gym.vector.VectorEnv):
 
     def _rebuild_seeds(self) -> list[int | None]:
         """Fresh, reproducible seeds for the envs after the latest rebuild (env ``i``: from ``seed + i``)."""
-        return [derive_seed(self._reset_seed + i, self.rebuilds) for i in range(self.num_envs)]
+        return [derive_seed(self._reset_seed + i, self.rebuilds.total) for i in range(self.num_envs)]
 
     def _vector_reset(self, seeds: list[int | None], mask: np.ndarray | None = None) -> tuple[Obs, bool]:
         """Reset all envs (or those in ``mask``); also whether workers died and were rebuilt (then all were reset)."""
@@ -454,10 +428,10 @@ class GymnasiumVectorEnv(gym.vector.VectorEnv):
     def _screen(self, obs: Obs) -> Obs:
         """Reset again the envs whose first observation is non-finite or rejected (``stop``: raise); clip."""
         for _ in range(MAX_CONSECUTIVE_SKIPS):
-            if self.checks.obs_clean(obs):
+            if self.checks.clean(obs):
                 self._faults.update(obs_clipped=self.checks.clip(obs))
                 return obs
-            bad = self._bad_envs(obs, None, {}, at_reset=True)
+            bad = self._bad_envs(obs, None, at_reset=True)
             self._faults.update(nonfinite_steps=bad.sum())
             new, rebuilt = self._vector_reset([None] * self.num_envs, bad)
             obs = new if rebuilt else select_envs(bad, new, obs)
@@ -466,9 +440,9 @@ class GymnasiumVectorEnv(gym.vector.VectorEnv):
             f"{MAX_CONSECUTIVE_SKIPS} times in a row (on_nonfinite='skip'). Fix the env's reset."
         )
 
-    def _bad_envs(self, obs: Obs, reward: np.ndarray | None, final_obs: dict[int, Obs], at_reset: bool = False):
+    def _bad_envs(self, obs: Obs, reward: np.ndarray | None, final: Obs = None, done=None, at_reset: bool = False):
         """Envs with a non-finite (or rejected) value: raise with ``stop``, else a mask of them."""
-        faults = self.checks.find(obs, reward, final_obs)
+        faults = self.checks.find(obs, reward, final, done)
         if faults and self.on_nonfinite == "stop":
             env, (problem, fix) = next(iter(faults.items()))
             step = None if at_reset else int(self._steps[env]) + 1
@@ -477,8 +451,9 @@ class GymnasiumVectorEnv(gym.vector.VectorEnv):
         bad[list(faults)] = True
         return bad
 
-    def _skip(self, bad, obs, reward, terminated, truncated, final_obs, cut) -> Obs:
-        """Cut the episodes of ``bad`` envs at their last good observation and reset those envs (arrays in place)."""
+    def _skip(self, bad, obs, final, reward, terminated, truncated, cut) -> tuple[Obs, Obs]:
+        """Cut the episodes of ``bad`` envs at their last good observation and reset those envs (arrays in place);
+        the observations and the final observations."""
         self._faults.update(nonfinite_steps=bad.sum())
         self._skips[bad] += 1
         if self._skips.max() > MAX_CONSECUTIVE_SKIPS:
@@ -486,17 +461,14 @@ class GymnasiumVectorEnv(gym.vector.VectorEnv):
                 f"{self._label(int(self._skips.argmax()))} returned non-finite (or rejected) values in "
                 f"{MAX_CONSECUTIVE_SKIPS + 1} episodes in a row (on_nonfinite='skip'). Fix the env."
             )
-        for i in np.flatnonzero(bad):
-            final_obs[int(i)] = row(self._obs, i)
+        final = select_envs(bad, self._obs, final)
         reward[bad], terminated[bad], truncated[bad], cut[bad] = 0.0, False, True, True
         new, rebuilt = self._vector_reset([None] * self.num_envs, bad)
-        if rebuilt:  # a worker died in that reset: every running episode ends here too
+        if rebuilt:  # a worker died in that reset: every running episode ends here too, at its observation
             alive = ~terminated & ~truncated
-            for i in np.flatnonzero(alive):
-                final_obs[int(i)] = row(obs, i)
             truncated[alive], cut[alive] = True, True
-            return self._screen(new)
-        return self._screen(select_envs(bad, new, obs))
+            return self._screen(new), final
+        return self._screen(select_envs(bad, new, obs)), final
 
     def step(self, actions: Any) -> tuple[Obs, torch.Tensor, torch.Tensor, torch.Tensor, dict[str, Any]]:
         """Step every env once (ended episodes restart within the step); the contract's tensors and ``info``."""
@@ -515,53 +487,46 @@ class GymnasiumVectorEnv(gym.vector.VectorEnv):
             return obs, torch.zeros(n), torch.zeros(n, dtype=torch.bool), cut.clone(), info
         obs, reward, terminated, truncated, info = result
         reward = np.asarray(reward, dtype=np.float32)
-        clean = self.checks.clean(obs, reward)  # the cheap check; details only when it fails
-        final_obs: dict[int, Obs] = {}
-        done = terminated | truncated
-        cut = None
+        done, final, cut = terminated | truncated, obs, None  # final: what each env reached
         if done.any():
+            final = map_obs(np.copy, obs)
             for i in np.flatnonzero(done):
-                final_obs[int(i)] = info["final_obs"][i]
-                if clean and self.checks.float_obs:
-                    clean = self.checks.obs_clean(final_obs[int(i)])
+                write_obs(final, i, info["final_obs"][i])
             restarted = info.get("final_info", {}).get("env_restart")  # RestartingEnv cut the episode
             cut = None if restarted is None else restarted.astype(bool)
             for restarts in (restarted, info.get("env_restart")):  # recreations in the step, and in the autoreset
                 self._faults.update(env_restarts=0 if restarts is None else restarts.sum())
-        if not clean:
-            bad = self._bad_envs(obs, reward, final_obs)
+        # The cheap check; the details only when it fails.
+        if not (self.checks.clean(obs, reward) and (final is obs or self.checks.clean(final))):
+            bad = self._bad_envs(obs, reward, final, done)
             if bad.any():
                 cut = np.zeros(n, dtype=bool) if cut is None else cut
-                obs = self._skip(bad, obs, reward, terminated, truncated, final_obs, cut)
+                obs, final = self._skip(bad, obs, final, reward, terminated, truncated, cut)
+        ended = terminated | truncated
         if self.checks.clipping:
-            self._faults.update(obs_clipped=self.checks.clip(obs))
-            for i, final in final_obs.items():
-                final_obs[i] = map_obs(np.copy, final)  # the env may own the array: clip a copy
-                self._faults.update(obs_clipped=self.checks.clip(final_obs[i]))
+            clipped = self.checks.clip(obs) + (0 if final is obs else self.checks.clip(final, ended))
+            self._faults.update(obs_clipped=clipped)
         self._steps += 1
         self._obs = obs
         out = {}
-        success = _success(info, n)  # this step's, where the env reports it (ended envs: their reset's info)
-        if final_obs:
-            ended = terminated | truncated
+        # This step's success where the env reports it (ended envs: their reset's info; the final step's is below).
+        success = _values(info, n, "is_success", "success")
+        if final is not obs:
             finished = ended if cut is None else ended & ~cut
             self._steps[ended] = 0
             self._skips[finished] = 0  # a finished episode: the env works
             if finished.any():
-                self._losses = 0  # the workers work: the count of rebuilds in a row starts over
+                self.rebuilds.worked()
             final_info = info.get("final_info", {})
-            ended_success = _success(final_info, n)  # an ended episode's final step reports in final_info
+            ended_success = _values(final_info, n, "is_success", "success")
             if success is not None or ended_success is not None:
                 success = np.full(n, np.nan) if success is None else success
                 success[ended] = np.nan if ended_success is None else ended_success[ended]
             episode = final_info.get("episode")
-            scored = _ended_values(episode, "r", n) if isinstance(episode, dict) else None
+            scored = _values(episode, n, "r") if isinstance(episode, dict) else None
             if scored is not None and final_info.get("_episode") is not None:
                 scored[~np.asarray(final_info["_episode"], dtype=bool)] = np.nan
-            full = map_obs(np.copy, obs)
-            for i, final in final_obs.items():
-                write_obs(full, i, final)
-            out["final_obs"] = to_tensor(full, "cpu", batch_dims=1)
+            out["final_obs"] = to_tensor(final, "cpu", batch_dims=1)
             out.update({"episode_return": torch.from_numpy(scored)} if scored is not None else {})
             if cut is not None:
                 out["cut"] = torch.from_numpy(cut)

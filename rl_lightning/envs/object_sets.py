@@ -214,9 +214,9 @@ def _refresh_derived(unwrapped: gym.Env) -> None:
 class ObjectSetWrapper(gym.Wrapper):
     """Draws each episode's variation from the object set ``obj_set`` of ``obj_sets`` and applies it before reset.
 
-    ``reset(options={"obj_set": name})`` switches the set, across autoresets too. Variation draws and episode seeds
-    come from the wrapper's own generator, seeded by the first ``reset(seed=...)``: a seeded run is reproducible.
-    ``max_episode_steps``, ``render_mode`` and ``wrappers`` (:mod:`~rl_lightning.envs.wrappers`) make each env.
+    Variation draws and episode seeds come from the wrapper's own generator, seeded by the first ``reset(seed=...)``:
+    a seeded run is reproducible. ``max_episode_steps``, ``render_mode`` and ``wrappers``
+    (:mod:`~rl_lightning.envs.wrappers`) make each env.
     """
 
     def __init__(
@@ -281,12 +281,6 @@ class ObjectSetWrapper(gym.Wrapper):
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
         """Draw a variation from the active set, apply it and reset the inner env."""
-        options = dict(options or {})
-        obj_set = options.pop("obj_set", None)
-        if obj_set is not None:
-            if obj_set not in self.obj_sets:
-                raise KeyError(f"Unknown object set '{obj_set}'; available: {sorted(self.obj_sets)}.")
-            self.obj_set = obj_set
         if seed is not None:
             self._rng = np.random.default_rng(seed)
             self._seeded_once = False
@@ -298,7 +292,7 @@ class ObjectSetWrapper(gym.Wrapper):
         else:
             episode_seed = None if self._seeded_once else int(self._rng.integers(2**31 - 1))
         self._seeded_once = True
-        obs, info = self.env.reset(seed=episode_seed, options=options or None)
+        obs, info = self.env.reset(seed=episode_seed, options=options)
         info["variation"] = variation.name
         return obs, info
 
@@ -323,16 +317,12 @@ def variation_table(
                 "envs. Give per-env parameters as attrs instead (e.g. attrs: {length: 0.6})."
             )
         unknown = sorted(set(variation.attrs) - set(params))
-        if unknown and not params:
-            raise ValueError(
-                f"{label} sets {unknown}, and the batched {env_id} has no per-env parameters at all (EnvPool exposes "
-                "none). Give object sets without attrs (obj_sets: {train: [{}], test: [{}]}) or run the gymnasium "
-                "backend (env.backend=gymnasium)."
-            )
         if unknown:
+            fix = "give object sets without attrs (obj_sets: {train: [{}], test: [{}]})"  # EnvPool has none
+            fix = f"It has {sorted(params) or 'none'}: {'vary those' if params else fix}"
             raise ValueError(
-                f"{label} sets {unknown}, which the batched {env_id} does not have as per-env parameters; it has "
-                f"{sorted(params)}. Vary those, or run the gymnasium backend (env.backend=gymnasium)."
+                f"{label} sets {unknown}, which the batched {env_id} does not have as per-env parameters. {fix}, or "
+                "run the gymnasium backend (env.backend=gymnasium)."
             )
         names.update(dict.fromkeys(variation.attrs))
     table = {}

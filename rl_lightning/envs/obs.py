@@ -55,11 +55,6 @@ def write_obs(buffer: Obs, index: Any, obs: Obs) -> None:
         buffer[index] = obs
 
 
-def row(obs: Obs, i: int) -> Obs:
-    """A copy of env ``i``'s observation out of a batch."""
-    return map_obs(lambda x: x[i].copy(), obs)
-
-
 def select_envs(mask: np.ndarray, new: Obs, old: Obs) -> Obs:
     """``new`` where ``mask`` (one flag per env), ``old`` elsewhere."""
     return map_obs(lambda n, o: np.where(mask.reshape(-1, *[1] * (o.ndim - 1)), n, o), new, old)

@@ -89,7 +89,6 @@ def test_evaluation_counts_only_whole_episodes(tmp_path):
 
 @pytest.mark.parametrize("make", [tiny_rollout_data, lambda **kw: tiny_replay_data("Pendulum-v1", **kw)])
 def test_data_modules_pass_fault_options_to_every_env_group(make):
-    """Test that both data modules give max_env_restarts, obs_bound and obs_bound_mode to train and eval envs."""
     """Test that both data modules give max_env_restarts, obs_bound, obs_bound_mode and on_nonfinite to train and
     eval envs."""
     data = make(max_env_restarts=5, obs_bound=3.0, obs_bound_mode="reject", on_nonfinite="skip")
@@ -98,7 +97,7 @@ def test_data_modules_pass_fault_options_to_every_env_group(make):
         groups = [data.train_envs, *data.eval_envs.values()]
         assert len(groups) == 3
         for envs in groups:
-            assert envs.env.max_env_restarts == 5 and envs.env.checks.obs_bound == 3.0 and envs.env.checks.reject
+            assert envs.env.rebuilds.limit == 5 and envs.env.checks.obs_bound == 3.0 and envs.env.checks.reject
             assert envs.env.on_nonfinite == "skip"
         assert data.hparams.max_env_restarts == 5 and data.hparams.obs_bound_mode == "reject"
     finally:

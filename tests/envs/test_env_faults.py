@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from rl_lightning.envs import EnvGroup, ObjectSetWrapper, RestartingEnv, resolve_obj_sets
+from rl_lightning.envs import EnvGroup, RestartingEnv
 from rl_lightning.envs.gymnasium_env import derive_seed
 from rl_lightning.faults import EnvFault, NumericalFault
 from tests.envs.faulty_env import EPISODE_LEN, FAULTY_ID, FaultyEnv, faulty_sets
@@ -93,7 +93,7 @@ def test_finished_episode_resets_the_restart_count():
         cuts += info.get("env_restart", 0)
         if terminated or truncated:
             env.reset()
-    assert cuts == 2 and len(built) == 3 and env.total_restarts == 2
+    assert cuts == 2 and len(built) == 3 and env.restarts.total == 2
 
 
 def test_fresh_env_seeds_are_reproducible_and_distinct():
@@ -119,23 +119,12 @@ def test_restarting_env_seeds_fresh_env_deterministically():
     assert seeds == [11, derive_seed(11, 1)]
 
 
-def test_fresh_env_keeps_the_object_set_chosen_by_reset_options(tmp_path):
-    """Test that an env recreated after reset(options={'obj_set': 'test'}) still draws from the test set."""
-    fault = {"fault": "step", "at": 1, "once_file": str(tmp_path / "once")}
-    sets = resolve_obj_sets(FAULTY_ID, {"train": [{"name": "a"}], "test": [{"name": "b", "make_kwargs": fault}]})
-    env = RestartingEnv(lambda: ObjectSetWrapper(sets, "train"), max_env_restarts=3, label="env 0")
-    env.reset(seed=0, options={"obj_set": "test"})
-    assert env.step(0)[4]["env_restart"] == 1  # the test variation fails (once): a fresh env built for "train"
-    _, info = env.reset()  # the vector env's autoreset passes no options
-    assert info["variation"] == "b" and env.total_restarts == 1
-
-
 def test_step_before_reset_is_not_taken_for_a_fault():
     """Test that stepping before any reset raises the env's own error instead of recreating the env."""
     env = RestartingEnv(lambda: gym.make(FAULTY_ID), max_env_restarts=3, label="env 0")
     with pytest.raises(gym.error.ResetNeeded):
         env.step(0)
-    assert env.total_restarts == 0
+    assert env.restarts.total == 0
 
 
 # ---------------------------------------------------------------- async workers

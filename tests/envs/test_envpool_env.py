@@ -60,7 +60,7 @@ def test_unknown_tasks_and_varied_parameters_are_refused_with_the_fix():
         check_envpool_task("CartPole-v9")
     with pytest.raises(ValueError, match=f"no task '{SCRIPTED_ID}'"):  # a gymnasium id EnvPool does not ship
         tiny_rollout_data(env_id=SCRIPTED_ID, backend="envpool")
-    with pytest.raises(ValueError, match=r"no per-env parameters.*obj_sets: \{train: \[\{\}\]"):
+    with pytest.raises(ValueError, match=r"per-env parameters\. It has none.*obj_sets: \{train: \[\{\}\]"):
         EnvGroup("CartPole-v1", 2, backend="envpool")  # the shipped sets vary the pole
     with pytest.raises(ValueError, match="env.wrappers"):
         tiny_rollout_data(backend="envpool", wrappers=["gymnasium.wrappers.RecordEpisodeStatistics"])
