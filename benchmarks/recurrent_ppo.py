@@ -2,7 +2,7 @@
 
 The task is ``+experiment=ppo_lstm``'s: CartPole-v1 on the shipped ``train`` object set (pole
 length 0.4-0.6), its observation cut to the cart position and the pole angle
-(``rl_lightning.envs.partial_obs.KeepEntries``), so a policy must remember to tell which way
+(``rl_lightning.envs.wrappers.KeepEntries``), so a policy must remember to tell which way
 the pole moves (sb3-contrib's ``CartPoleNoVel``). One invocation runs, per seed, in turn:
 
 - ``rl_lightning_lstm``: ``+experiment=ppo_lstm`` composed through Hydra as ``train.py`` would,
