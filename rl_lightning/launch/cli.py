@@ -65,10 +65,11 @@ def _did_you_mean(word: str, options: Sequence[str], cutoff: float = 0.6) -> str
     return f" Did you mean {' or '.join(close)}?" if close else ""
 
 
-def _classes(base: type) -> list[str]:
-    """The names under which ``--model``/``--data`` accept the library's classes, the usual one first."""
+def _classes(section: str) -> list[str]:
+    """The names under which ``--model``/``--data`` (``section``) accept the library's classes, the usual one first."""
     import rl_lightning
 
+    base = RLModule if section == "model" else EnvDataModule
     names = [
         name
         for name in rl_lightning.__all__
@@ -112,7 +113,7 @@ def explain_parse_error(message: str, parser: Any) -> str:
         )
     required = re.search(r"arguments are required: (?:\w+\.)?(model|data)\b", message)
     if required:
-        options = _classes(RLModule if required.group(1) == "model" else EnvDataModule)
+        options = _classes(required.group(1))
         return (
             f"Missing --{required.group(1)}: name the class to build, one of {', '.join(options)} "
             f"(e.g. rl-lightning fit --{required.group(1)} {options[0]}, or a --config file that sets it)."
@@ -142,7 +143,7 @@ def explain_parse_error(message: str, parser: Any) -> str:
             "or false for none."
         )
     if path and section in ("model", "data"):
-        options = _classes(RLModule if section == "model" else EnvDataModule)
+        options = _classes(section)
         given = path.group(1).rpartition(".")[2]
         return (
             f"Unknown {flag} class '{path.group(1)}'.{_did_you_mean(given, options)} Choose one of: "
@@ -154,7 +155,7 @@ def explain_parse_error(message: str, parser: Any) -> str:
         name = class_path.rpartition(".")[2]
         option = re.search(r"Option '(\w+)' is not accepted", why)
         if option and name in ("RLModule", "EnvDataModule"):  # --model.lr with no --model PPO before it
-            options = _classes(RLModule if section == "model" else EnvDataModule)
+            options = _classes(section)
             return (
                 f"{flag}.{option.group(1)} needs the class first: pass {flag} (one of {', '.join(options)}) "
                 f"before {flag}.{option.group(1)}, e.g. {flag} {options[0]} {flag}.{option.group(1)} ..."
@@ -263,13 +264,8 @@ class RLCLI(LightningCLI):
         if refusal is None:
             return None
         section = _section_that_raised(refusal)
-        sections = [s for s in (section, "model", "data") if s]
-        groups = []
-        for name in dict.fromkeys(sections):
-            node = config.get(name)
-            init_args = node.get("init_args") if isinstance(node, Namespace) else None
-            if isinstance(init_args, Namespace):
-                groups.append((name, init_args.as_dict()))
+        init_args = {name: config.get(f"{name}.init_args") for name in (section, "model", "data") if name}
+        groups = [(name, args.as_dict()) for name, args in init_args.items() if isinstance(args, Namespace)]
         text = " ".join(str(refusal).split())
         key = culprit_key(text, groups)
         if key is None:
@@ -305,16 +301,13 @@ class RLCLI(LightningCLI):
 
     def _resume_command(self, err: BaseException) -> str:
         """``rl-lightning fit`` with this run's arguments, its run directory and the checkpoint just written."""
-        args, skip = [], False
-        for arg in self._given_args:
-            if skip:
-                skip = False
-                continue
-            if arg in ("--ckpt_path", "--trainer.default_root_dir"):
-                skip = True
-                continue
-            if not arg.startswith(("--ckpt_path=", "--trainer.default_root_dir=")):
-                args.append(arg)
+        given, replaced = self._given_args, ("--ckpt_path", "--trainer.default_root_dir")
+        # Each replaced flag is dropped with its value (the next argument, or after "=").
+        args = [
+            a
+            for prev, a in zip(["", *given], given, strict=False)
+            if prev not in replaced and a.split("=")[0] not in replaced
+        ]
         root = getattr(err, "run_dir", None) or self.trainer.default_root_dir
         extra = ["--trainer.default_root_dir", str(root), "--ckpt_path", str(getattr(err, "checkpoint", ""))]
         return "rl-lightning " + " ".join(shlex.quote(a) for a in [*args, *extra])
@@ -351,14 +344,12 @@ class RLCLI(LightningCLI):
 
     def before_instantiate_classes(self) -> None:
         """Give the run its own directory and put the W&B run in it."""
-        config = self.config[self.subcommand] if self.subcommand else self.config
-        trainer = config.trainer
+        trainer = self._subcommand_config().trainer
         if trainer.default_root_dir is None:
             trainer.default_root_dir = os.path.join("runs", time.strftime("%Y-%m-%d_%H-%M-%S"))
         for logger in trainer.logger if isinstance(trainer.logger, list) else [trainer.logger]:
-            if getattr(logger, "class_path", None) == WANDB_LOGGER:
-                if logger.init_args.get("save_dir") in (None, "."):
-                    logger.init_args.save_dir = trainer.default_root_dir
+            if getattr(logger, "class_path", None) == WANDB_LOGGER and logger.init_args.get("save_dir") in (None, "."):
+                logger.init_args.save_dir = trainer.default_root_dir
 
 
 def _section_that_raised(err: BaseException) -> str | None:
@@ -386,13 +377,13 @@ def checkpoint_config(ckpt_path: str) -> dict:
     except (FileNotFoundError, ValueError) as err:
         sys.exit(str(err))
     meta = ckpt[CHECKPOINT_KEY]
-    model_args = {k: v for k, v in (ckpt.get("hyper_parameters") or {}).items() if not k.startswith("_")}
-    data_args = dict(ckpt.get("datamodule_hyper_parameters") or {})
+    model_args, data_args = (
+        {k: v for k, v in (ckpt.get(entry) or {}).items() if not k.startswith("_")}
+        for entry in ("hyper_parameters", "datamodule_hyper_parameters")
+    )
     config = {"model": {"class_path": f"rl_lightning.{meta['algorithm']}", "init_args": model_args}}
     if data_args:
-        data_class = meta["datamodule"]
-        data_args = {k: v for k, v in data_args.items() if not k.startswith("_")}
-        config["data"] = {"class_path": data_class, "init_args": data_args}
+        config["data"] = {"class_path": meta["datamodule"], "init_args": data_args}
         if "seed" in data_args:  # --seed_everything feeds the data module's seed (a linked argument)
             config["seed_everything"] = data_args.pop("seed")
     return config
@@ -453,8 +444,7 @@ def main(args: Sequence[str] | None = None) -> RLCLI | None:
     """Entry point of the ``rl-lightning`` console script; returns the CLI (its trainer, model, data)."""
     argv = list(sys.argv[1:] if args is None else args)
     if argv and argv[0] in TOOLS:
-        module = importlib.import_module(TOOLS[argv[0]])
-        module.main(argv[1:])
+        importlib.import_module(TOOLS[argv[0]]).main(argv[1:])
         return None
     return RLCLI(args=args)
 
