@@ -35,13 +35,9 @@ from rl_lightning.loggers import continue_loggers
 warnings.filterwarnings("ignore", ".*Experiment logs directory .* exists and is not empty.*")
 
 
-def _plain(node: Any) -> Any:
-    return OmegaConf.to_container(node, resolve=True) if isinstance(node, DictConfig) else dict(node)
-
-
 def build_data(cfg: DictConfig, **overrides: Any) -> pl.LightningDataModule:
     """The data module from the ``data`` group plus the ``env`` group and the top-level ``seed``."""
-    env = _plain(cfg.env)
+    env = OmegaConf.to_container(cfg.env, resolve=True)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         data = instantiate(cfg.data, **{**env, "seed": cfg.seed, **overrides}, _convert_="all")
@@ -80,11 +76,14 @@ def build_trainer(cfg: DictConfig, loggers: list, callbacks: list) -> pl.Trainer
 
 
 @contextlib.contextmanager
-def explained_run_errors(cfg: DictConfig, model: pl.LightningModule):
-    """Turn the library's refusals while a run starts (spaces an algorithm cannot handle, the wrong data
-    module, a checkpoint that does not fit) into a :class:`ConfigError`; faults of a running
-    run (interruption, env or numerical faults), anything raised once a loop has started, and
-    bugs pass through unchanged."""
+def explained_errors(cfg: DictConfig, model: pl.LightningModule | None = None):
+    """Turn a config mistake into a :class:`ConfigError` naming the key and the fix.
+
+    Without ``model``, mistakes raised while building objects; with it, the library's refusals
+    while ``model``'s run starts (spaces an algorithm cannot handle, the wrong data module, a
+    checkpoint that does not fit). Faults of a running run (interruption, env or numerical
+    faults), anything raised once a loop has started, and bugs pass through unchanged.
+    """
     try:
         yield
     except (TrainingInterrupted, EnvFault, NumericalFault, ConfigError):
@@ -92,19 +91,7 @@ def explained_run_errors(cfg: DictConfig, model: pl.LightningModule):
     except Exception as err:
         if getattr(model, "loops_started", False):
             raise
-        message = explain_run_error(err, cfg)
-        if message is None:
-            raise
-        raise ConfigError(message) from None
-
-
-@contextlib.contextmanager
-def explained_errors(cfg: DictConfig):
-    """Turn a config mistake raised while building objects into a :class:`ConfigError` naming the key and the fix."""
-    try:
-        yield
-    except Exception as err:
-        message = explain_build_error(err, cfg)
+        message = explain_build_error(err, cfg) if model is None else explain_run_error(err, cfg)
         if message is None:
             raise
         raise ConfigError(message) from None
@@ -147,7 +134,7 @@ def warm_up(cfg: DictConfig) -> None:
     )
     start = time.perf_counter()
     try:
-        with explained_run_errors(cfg, model):
+        with explained_errors(cfg, model):
             trainer.fit(model, data)
     finally:
         data.close()
@@ -196,20 +183,12 @@ def _best_checkpoint(trainer: pl.Trainer) -> str | None:
     return best.best_model_path
 
 
-def resume_checkpoint(cfg: DictConfig, trainer: pl.Trainer) -> str | None:
-    """The checkpoint ``ckpt_path`` names (``last``: this run directory's ``checkpoints/last.ckpt``), checked.
+def _checked_checkpoint(ckpt_path: str, checkpoint_dir: str) -> str:
+    """The file ``ckpt_path`` names (``last``: ``checkpoint_dir/last.ckpt``), checked to be a complete checkpoint.
 
     Raises:
         ConfigError: The file does not exist or is not a complete checkpoint; nothing has run yet.
     """
-    ckpt_path = cfg.get("ckpt_path")
-    if not ckpt_path:
-        return None
-    return _checked_checkpoint(ckpt_path, run_checkpoint_dir(trainer))
-
-
-def _checked_checkpoint(ckpt_path: str, checkpoint_dir: str) -> str:
-    """The file ``ckpt_path`` names (``last``: ``checkpoint_dir/last.ckpt``), checked to be a complete checkpoint."""
     path = os.path.join(checkpoint_dir, "last.ckpt") if ckpt_path == "last" else str(ckpt_path)
     try:
         check_checkpoint_file(path)
@@ -244,7 +223,7 @@ def check_resume_before_hydra(config_dir: str, config_name: str, overrides: list
     with explained_errors(cfg):
         data, model = build_data(cfg), build_model(cfg)
     try:
-        with explained_run_errors(cfg, model):
+        with explained_errors(cfg, model):
             check_resume(model, data, path)
     finally:
         data.close()
@@ -291,11 +270,11 @@ def train(cfg: DictConfig) -> RunSummary | None:
         data, model = build_data(cfg), build_model(cfg)
         loggers, callbacks = build_loggers(cfg), build_callbacks(cfg)
         trainer = build_trainer(cfg, loggers, callbacks)
-    ckpt_path = resume_checkpoint(cfg, trainer)
+    ckpt_path = _checked_checkpoint(cfg.ckpt_path, run_checkpoint_dir(trainer)) if cfg.get("ckpt_path") else None
     if ckpt_path is not None:
         # Before config.yaml, the loggers and the checkpoint writers touch the run directory: a refused
         # resume leaves it as it was (Lightning's CSV logger would replace metrics.csv).
-        with explained_run_errors(cfg, model):
+        with explained_errors(cfg, model):
             saved_loggers = check_resume(model, data, ckpt_path)
         continue_loggers(loggers, saved_loggers)  # the W&B run goes on under its id
     resolved = OmegaConf.to_container(cfg, resolve=True)
@@ -306,7 +285,7 @@ def train(cfg: DictConfig) -> RunSummary | None:
     try:
         start = time.perf_counter()
         try:
-            with explained_run_errors(cfg, model):
+            with explained_errors(cfg, model):
                 trainer.fit(model, data, ckpt_path=ckpt_path)
         except (TrainingInterrupted, EnvFault) as err:
             err.resume_command = resume_command(os.path.abspath(cfg.run_dir))  # type: ignore[attr-defined]
@@ -317,7 +296,7 @@ def train(cfg: DictConfig) -> RunSummary | None:
         tested = None
         if cfg.get("test_after_fit", True):
             tested = _best_checkpoint(trainer) if test_ckpt == "best" else None
-            with explained_run_errors(cfg, model):
+            with explained_errors(cfg, model):
                 results = trainer.test(model, data, ckpt_path=tested, verbose=False)
             metrics = {k: v for r in results for k, v in r.items()}
         else:

@@ -151,13 +151,8 @@ def _config_key(key: str, cfg: DictConfig) -> str:
 
 def _key_named_in(text: str, cfg: DictConfig, group: str | None) -> str | None:
     """The config key an error message is about (``lr must be ...``: ``algo.lr``; ``'tset'``: ``env.train_obj_set``)."""
-    names = [group] if group else []
-    names += [g for g in ("algo", "data", "env", "trainer", "logger", "callbacks") if g not in names]
-    groups = []
-    for name in names:
-        node = cfg.get(name)
-        if isinstance(node, DictConfig):
-            groups.append((name, OmegaConf.to_container(node, resolve=False)))
+    names = dict.fromkeys(g for g in (group, "algo", "data", "env", "trainer", "logger", "callbacks") if g)
+    groups = [(name, OmegaConf.to_container(cfg[name])) for name in names if isinstance(cfg.get(name), DictConfig)]
     return culprit_key(text, groups)
 
 
@@ -206,12 +201,6 @@ def culprit_key(text: str, groups: Sequence[tuple[str, Mapping[str, Any]]]) -> s
         text: The error message.
         groups: ``(group, arguments)`` pairs, searched in order.
     """
-
-    def holds(value: Any, quoted: str) -> bool:
-        if isinstance(value, str):
-            return value == quoted
-        return isinstance(value, (list, tuple)) and quoted in [v for v in value if isinstance(v, str)]
-
     lead = re.match(r"\s*([A-Za-z_]\w*)((?:\.\w+)*)", text)  # an argument, or a dotted entry of one (obj_sets.train)
     if lead:
         for group, args in groups:
@@ -220,7 +209,7 @@ def culprit_key(text: str, groups: Sequence[tuple[str, Mapping[str, Any]]]) -> s
     for quoted in re.findall(r"'([^']+)'", text):
         for group, args in groups:
             for key, value in args.items():
-                if holds(value, quoted):
+                if value == quoted or (isinstance(value, (list, tuple)) and quoted in value):
                     return f"{group}.{key}"
     for word in re.findall(r"[A-Za-z_]\w*", text)[:12]:
         for group, args in groups:
@@ -236,8 +225,6 @@ def explain_run_error(err: Exception, cfg: DictConfig) -> str | None:
     handle (DQN on continuous actions), an algorithm on the wrong data module, a checkpoint
     that does not fit. Those refusals already name the culprit and the fix.
     """
-    if isinstance(err, ConfigError):
-        return str(err)
     if isinstance(err, MisconfigurationException):  # Lightning's refusal of trainer settings
         return f"Lightning refuses these settings: {' '.join(str(err).split())} Fix the trainer group (trainer.*=...)."
     refusal = library_error(err)
