@@ -33,16 +33,10 @@ def find_runs(path: str) -> list[str]:
     return runs
 
 
-def _dedupe(steps: list[float], values: list[float]) -> Curve:
-    # The final test repeats the last evaluation's step: keep the last value per step.
-    last = dict(zip(steps, values, strict=True))
-    order = sorted(last)
-    return np.asarray(order, dtype=float), np.asarray([last[s] for s in order], dtype=float)
-
-
 def read_curves(run_dir: str, keys: Sequence[str] = tuple(k for k, _ in PANELS)) -> dict[str, Curve]:
     """Curves of ``keys`` against env steps from one run's CSV metrics or TensorBoard events."""
-    found: dict[str, tuple[list[float], list[float]]] = {k: ([], []) for k in keys}
+    # Values by step: the final test repeats the last evaluation's step, whose last value is kept.
+    found: dict[str, dict[float, float]] = {k: {} for k in keys}
     csv_path = os.path.join(run_dir, "metrics.csv")
     if os.path.exists(csv_path):
         with open(csv_path, newline="") as f:
@@ -50,8 +44,7 @@ def read_curves(run_dir: str, keys: Sequence[str] = tuple(k for k, _ in PANELS))
                 step = row.get("time/env_steps") or row.get("step")
                 for key in keys:
                     if row.get(key) not in (None, "") and step not in (None, ""):
-                        found[key][0].append(float(step))
-                        found[key][1].append(float(row[key]))
+                        found[key][float(step)] = float(row[key])
     else:
         from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
@@ -61,9 +54,8 @@ def read_curves(run_dir: str, keys: Sequence[str] = tuple(k for k, _ in PANELS))
         for key in keys:
             if key in tags:  # the modules log `step` = env steps, so TensorBoard's step is env steps
                 for event in events.Scalars(key):
-                    found[key][0].append(float(event.step))
-                    found[key][1].append(float(event.value))
-    return {k: _dedupe(*v) for k, v in found.items() if v[0]}
+                    found[key][float(event.step)] = float(event.value)
+    return {k: (np.array(sorted(v)), np.array([v[s] for s in sorted(v)])) for k, v in found.items() if v}
 
 
 def aggregate(curves: Sequence[Curve]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:

@@ -24,13 +24,11 @@ from rl_lightning.export import EXPORT_FORMATS, export_policy
 SUFFIXES = {"torchscript": ".pt", "onnx": ".onnx"}
 
 
-#: What ``--help`` says the command does.
-DESCRIPTION = "A checkpoint's policy as one TorchScript or ONNX file for deployment."
-
-
 def main(args: Sequence[str] | None = None) -> dict[str, Any]:
     """``rl-lightning export CKPT --format torchscript|onnx [--out FILE]``; returns the file's contract."""
-    parser = argparse.ArgumentParser(prog="rl-lightning export", description=DESCRIPTION)
+    parser = argparse.ArgumentParser(
+        prog="rl-lightning export", description="A checkpoint's policy as one TorchScript or ONNX file for deployment."
+    )
     parser.add_argument("checkpoint", help="a .ckpt file from a run's checkpoints/ directory")
     parser.add_argument("--format", required=True, choices=EXPORT_FORMATS, help="file format")
     parser.add_argument(

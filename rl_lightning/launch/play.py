@@ -37,21 +37,16 @@ def _positive_int(text: str) -> int:
     return value
 
 
-def _success(value: float) -> str:
-    return "-" if math.isnan(value) else ("yes" if value else "no")
-
-
-#: What ``--help`` says the command does.
-DESCRIPTION = "A checkpoint's policy plays episodes; each one's return and success is printed."
-
-
 def main(args: Sequence[str] | None = None) -> list[Episode]:
     """``rl-lightning play CKPT [--obj-set NAME] [--episodes N] [--video FILE] [--seed S] [--stochastic]``.
 
     Returns:
         The episodes played.
     """
-    parser = argparse.ArgumentParser(prog="rl-lightning play", description=DESCRIPTION)
+    parser = argparse.ArgumentParser(
+        prog="rl-lightning play",
+        description="A checkpoint's policy plays episodes; each one's return and success is printed.",
+    )
     parser.add_argument("checkpoint", help="a .ckpt file from a run's checkpoints/ directory")
     parser.add_argument("--obj-set", default=None, help="object set to play on (default: the run's training set)")
     parser.add_argument("--episodes", type=_positive_int, default=5, help="episodes to play (default: 5)")
@@ -115,7 +110,7 @@ def main(args: Sequence[str] | None = None) -> list[Episode]:
             episodes.append(episode)
             print(
                 f"{k + 1:>7}  {episode.variation or '-':<20} {episode.ret:>10.2f} {episode.length:>7}  "
-                f"{_success(episode.success)}",
+                f"{'-' if math.isnan(episode.success) else 'yes' if episode.success else 'no'}",
                 flush=True,
             )
     except KeyboardInterrupt:

@@ -70,16 +70,12 @@ class RunSummary:
             json.dump(dataclasses.asdict(self), f, indent=2)
         return path
 
-    def _since_resume(self) -> str:
-        if not self.resumed_from_env_steps:
-            return ""
-        since = self.env_steps - self.resumed_from_env_steps
-        return f" (the {since:,} steps since the resume at {self.resumed_from_env_steps:,})"
-
     def __str__(self) -> str:
         def num(value: float | None) -> str:
             return "not evaluated" if value is None else f"{value:.2f}"
 
+        resumed = self.resumed_from_env_steps
+        since = f" (the {self.env_steps - resumed:,} steps since the resume at {resumed:,})" if resumed else ""
         rows = [
             ("eval/return_mean (train set)", num(self.eval_return)),
             ("eval_ood/return_mean (test set)", num(self.eval_ood_return)),
@@ -94,7 +90,7 @@ class RunSummary:
             ],
             ("env steps", f"{self.env_steps:,}"),
             ("wall time", f"{self.wall_seconds:.1f} s"),
-            ("env steps/s", f"{self.env_steps_per_second:,.0f}" + self._since_resume()),
+            ("env steps/s", f"{self.env_steps_per_second:,.0f}{since}"),
             ("evaluated weights", self.tested_checkpoint or "final"),
             ("checkpoint", self.checkpoint or "none"),
             ("run dir", self.run_dir),
