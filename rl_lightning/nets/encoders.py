@@ -24,7 +24,6 @@ is built, before any env step, naming the key and the setting or wrapper that fi
 from __future__ import annotations
 
 import dataclasses
-import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -105,10 +104,9 @@ class EncoderSettings:
                 f"the same, non-zero length; got {list(self.cnn_channels)}, {list(self.cnn_kernels)}, "
                 f"{list(self.cnn_strides)}."
             )
-        sizes = {"cnn_channels": self.cnn_channels, "cnn_kernels": self.cnn_kernels, "cnn_strides": self.cnn_strides}
-        for name, values in sizes.items():
-            if not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in values):
-                raise ValueError(f"{_SETTING}.{name} must hold positive integers, got {list(values)}.")
+        for name in ("cnn_channels", "cnn_kernels", "cnn_strides"):
+            if not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in getattr(self, name)):
+                raise ValueError(f"{_SETTING}.{name} must hold positive integers, got {list(getattr(self, name))}.")
         for name in ("normalize_images", "channels_last"):
             if not isinstance(getattr(self, name), bool):
                 raise TypeError(f"{_SETTING}.{name} must be true or false, got {getattr(self, name)!r}.")
@@ -127,12 +125,6 @@ class EncoderSettings:
     def privileged_critic(self) -> bool:
         """Whether the critic reads other keys than the policy (it then has an encoder of its own)."""
         return self.critic_keys is not None and set(self.critic_keys) != set(self.actor_keys or ())
-
-    def keys_of(self, reader: str) -> tuple[str, ...] | None:
-        """The keys ``reader`` (``"actor"`` or ``"critic"``) reads; ``None``: every key the routes read."""
-        if reader == "critic" and self.critic_keys is not None:
-            return self.critic_keys
-        return self.actor_keys
 
     @classmethod
     def of(cls, value: EncoderSettings | Mapping[str, Any] | None) -> EncoderSettings:
@@ -181,8 +173,7 @@ class ImageInput:
 
     @property
     def chw(self) -> tuple[int, int, int]:
-        c, h, w = self.shape if self.channels_first else (self.shape[2], self.shape[0], self.shape[1])
-        return c, h, w
+        return self.shape if self.channels_first else (self.shape[2], self.shape[0], self.shape[1])
 
 
 @dataclasses.dataclass(frozen=True)
@@ -353,22 +344,14 @@ class NatureCNN(nn.Module):
         layers: list[nn.Module] = []
         channels = c
         for out, kernel, stride in zip(settings.cnn_channels, settings.cnn_kernels, settings.cnn_strides, strict=True):
-            layers += [_conv_init(nn.Conv2d(channels, out, kernel, stride)), nn.ReLU()]
+            layers += [layer_init(nn.Conv2d(channels, out, kernel, stride)), nn.ReLU()]
             channels = out
-        flat = channels * out_h * out_w
-        layers += [nn.Flatten(), layer_init(nn.Linear(flat, settings.cnn_features)), nn.ReLU()]
+        layers += [nn.Flatten(), layer_init(nn.Linear(channels * out_h * out_w, settings.cnn_features)), nn.ReLU()]
         self.net = nn.Sequential(*layers)
         self.features_dim = settings.cnn_features
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.net(x)
-
-
-def _conv_init(layer: nn.Conv2d) -> nn.Conv2d:
-    """Orthogonal weights with gain sqrt(2), zero bias (CleanRL's ``layer_init`` on conv layers)."""
-    nn.init.orthogonal_(layer.weight, math.sqrt(2))
-    nn.init.constant_(layer.bias, 0.0)
-    return layer
 
 
 class MultiInputEncoder(nn.Module):
@@ -463,7 +446,7 @@ def check_encoder_argument(encoder: EncoderArgument) -> tuple[EncoderArgument, b
             f"encoder must be a mapping of encoder settings, a module or a callable that builds one from the "
             f"observation space, got {encoder!r}."
         )
-    if not own and encoder is not None:
+    if isinstance(encoder, Mapping):
         EncoderSettings.of(encoder)
         encoder = given_settings(encoder) or None
     return encoder, own
@@ -514,7 +497,7 @@ def build_encoder(
     if callable(encoder):
         return encoder(observation_space)
     settings = EncoderSettings.of(encoder)
-    keys = settings.keys_of(reader)
+    keys = settings.critic_keys if reader == "critic" and settings.critic_keys is not None else settings.actor_keys
     space = group_space(observation_space, keys)
     if keys is not None:
         routes = {name: getattr(settings, name) for name in ("cnn_keys", "mlp_keys")}
