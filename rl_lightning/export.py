@@ -101,13 +101,10 @@ class DeployedActor(nn.Module):
             # Clipped as EnvGroup.env_action (envs/env_group.py) clips before env.step.
             self.register_buffer("low", torch.as_tensor(action_space.low, dtype=torch.float32))
             self.register_buffer("high", torch.as_tensor(action_space.high, dtype=torch.float32))
-            shape = ["batch", int(action_space.shape[0])]
         else:
             start = getattr(action_space, "start", 0)  # EnvGroup.env_action's shift (MultiBinary has none)
             self.register_buffer("start", torch.as_tensor(start, dtype=torch.int64))
-            shape = (
-                ["batch"] if isinstance(action_space, gym.spaces.Discrete) else ["batch", int(action_space.shape[0])]
-            )
+        shape = ["batch", *(int(n) for n in action_space.shape)]  # action spaces are Discrete or one-dimensional
         self.metadata = {
             "format_version": 2,
             "algorithm": type(model).__name__,
@@ -120,8 +117,7 @@ class DeployedActor(nn.Module):
         if self.keys is None:
             self.metadata["input"] = self.inputs[0]  # the single input, as format 1 named it
         if self.recurrent:
-            shape = list(policy.initial_state(1).shape)
-            self.state_shape = shape
+            self.state_shape = shape = list(policy.initial_state(1).shape)
             self.metadata["state"] = {
                 "input": "state_in",
                 "output": "state_out",

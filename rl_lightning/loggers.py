@@ -105,24 +105,21 @@ class _KeptMetricsWriter(ExperimentWriter):
             with self._fs.open(self.metrics_file_path, "r", newline="") as file:
                 self.metrics_keys = list(csv.DictReader(file).fieldnames or [])
 
-    def keep_rows_up_to(self, step: int) -> int:
-        """Drop the saved rows logged after env step ``step``. Returns how many were dropped."""
+    def keep_rows_up_to(self, step: int) -> None:
+        """Drop the saved rows logged after env step ``step``."""
         if not self._fs.isfile(self.metrics_file_path):
-            return 0
+            return
         with self._fs.open(self.metrics_file_path, "r", newline="") as file:
             rows = list(csv.DictReader(file))
         kept = [row for row in rows if float(row["step"]) <= step]
-        if len(kept) == len(rows):
-            return 0
-        if kept:
+        if not kept:
+            self._fs.rm_file(self.metrics_file_path)
+            self.metrics_keys = []
+        elif len(kept) < len(rows):
             with self._fs.open(self.metrics_file_path, "w", newline="") as file:
                 writer = csv.DictWriter(file, fieldnames=self.metrics_keys)
                 writer.writeheader()
                 writer.writerows(kept)
-        else:
-            self._fs.rm_file(self.metrics_file_path)
-            self.metrics_keys = []
-        return len(rows) - len(kept)
 
 
 class CSVLogger(_LightningCSVLogger):
