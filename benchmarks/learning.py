@@ -100,7 +100,7 @@ class Row:
 
 _CLEANRL = "CleanRL ppo_continuous_action.py, MuJoCo v4, 1M steps (its docs' benchmark table)"
 _ZOO = "RL-Zoo benchmark.md (tuned, one run, v3)"
-_ZOO_1M = "at 1M steps: RL-Zoo publishes no figure at 300k; v3 there."
+_ZOO_1M = "Its figure is at 1M steps, on v3; RL-Zoo publishes none at 300k."
 _PPO_MUJOCO = (
     "`conf/experiment/ppo_mujoco.yaml`, CleanRL's `ppo_continuous_action.py`: 1 env x 2048 steps, 10 epochs of 32 "
     "minibatches, lr 3e-4 annealed to 0, gamma 0.99, GAE lambda 0.95, clip 0.2 (value loss clipped too), entropy 0, "
