@@ -502,7 +502,7 @@ class GymnasiumVectorEnv(gym.vector.VectorEnv):
             if bad.any():
                 cut = np.zeros(n, dtype=bool) if cut is None else cut
                 obs, final = self._skip(bad, obs, final, reward, terminated, truncated, cut)
-        ended = terminated | truncated
+        ended = done if final is obs else terminated | truncated  # a skip may have cut more episodes
         if self.checks.clipping:
             clipped = self.checks.clip(obs) + (0 if final is obs else self.checks.clip(final, ended))
             self._faults.update(obs_clipped=clipped)
