@@ -4,7 +4,7 @@
 
 Each buffer is built for 4x84x84 uint8 frame stacks and ``Discrete(4)`` actions (Breakout's
 spaces after CleanRL's wrapper stack), given one vector step so its storage is allocated
-for the whole capacity (torchrl's lazy storages allocate at the first write; SB3's arrays
+for the whole capacity (the buffer allocates at the first write; SB3's arrays
 at construction), and measured by the bytes of the arrays it holds, divided by the capacity.
 The table also states what ``transition_bytes`` predicts (the figure the replay data module
 logs) and projects each buffer to 100k transitions. The compact buffer's final observations
@@ -41,10 +41,10 @@ def ours(capacity: int, num_envs: int, optimize_memory_usage: bool) -> int:
     }
     if isinstance(buffer, CompactReplayBuffer):
         buffer.extend(TensorDict(fields, batch_size=[num_envs]), {})
-        return buffer.storage._storage.bytes() + buffer.sampleable.numel() * buffer.sampleable.element_size()
+        return buffer.storage.bytes() + buffer.sampleable.numel() * buffer.sampleable.element_size()
     fields["next_obs"] = obs.clone()
     buffer.extend(TensorDict(fields, batch_size=[num_envs]))
-    return buffer.storage._storage.bytes()
+    return buffer.storage.bytes()
 
 
 def sb3(capacity: int, num_envs: int, optimize_memory_usage: bool) -> int:

@@ -2,7 +2,7 @@
 
 A transition's next observation is, almost always, the observation the same env stored one
 vector step later. :class:`CompactReplayBuffer` therefore keeps rows of ``obs``, ``action``,
-``reward`` and ``terminated`` in a torchrl buffer and reads ``next_obs`` of row ``r`` from
+``reward`` and ``terminated`` in a replay buffer and reads ``next_obs`` of row ``r`` from
 row ``r + num_envs`` (the round-robin writer puts every env's next step exactly there).
 This halves the memory of image replay: 100k Atari transitions (4x84x84 uint8 frames) take
 2.8 GB instead of 5.6 GB.
@@ -30,6 +30,7 @@ from typing import Any
 import torch
 from tensordict import TensorDict
 
+from rl_lightning.data.replay_buffer import ReplayBuffer
 from rl_lightning.envs.obs import Obs, write_obs
 
 #: Rejection-sampling rounds before sampling from the list of sampleable rows instead.
@@ -40,18 +41,18 @@ class CompactReplayBuffer:
     """Replay of ``obs``, ``action``, ``reward``, ``terminated`` rows; ``next_obs`` read from the env's next row.
 
     Args:
-        rows: The torchrl buffer of the rows (:func:`~rl_lightning.data.replay.make_replay_buffer`,
-            uniform sampling; memory or memmap storage).
+        rows: The buffer of the rows (:class:`~rl_lightning.data.replay_buffer.ReplayBuffer`, memory or
+            memmap storage).
         num_envs: Envs writing one row each per vector step (the stride between an env's rows).
 
     Attributes:
         final_obs: The true final observation of each stored episode end, by row.
     """
 
-    def __init__(self, rows: Any, num_envs: int):
+    def __init__(self, rows: ReplayBuffer, num_envs: int):
         self.rows = rows
         self.num_envs = num_envs
-        capacity = rows.storage.max_size
+        capacity = rows.capacity
         if capacity < 2 * num_envs:
             raise ValueError(
                 f"buffer_size={capacity} is too small for optimize_memory_usage with {num_envs} envs: it must hold at "
@@ -65,9 +66,14 @@ class CompactReplayBuffer:
         self._last_valid: torch.Tensor | None = None
 
     @property
-    def storage(self):
-        """The rows' torchrl storage."""
+    def storage(self) -> TensorDict | None:
+        """The rows' storage (:attr:`ReplayBuffer.storage <rl_lightning.data.replay_buffer.ReplayBuffer.storage>`)."""
         return self.rows.storage
+
+    @property
+    def capacity(self) -> int:
+        """Rows kept."""
+        return self.rows.capacity
 
     @property
     def batch_size(self) -> int:
@@ -109,7 +115,7 @@ class CompactReplayBuffer:
         """The envs were reset outside their episodes (a new run, a resume): the latest step's next rows never come."""
         self._last = self._last_valid = None
 
-    def _draw(self, size: int) -> torch.Tensor:
+    def draw(self, size: int) -> torch.Tensor:
         """``size`` sampleable rows, uniformly with replacement (torch's generator)."""
         if not self._count:
             raise RuntimeError("The replay buffer holds no transition whose next observation is stored yet.")
@@ -123,31 +129,36 @@ class CompactReplayBuffer:
         candidates = self.sampleable[:stored].nonzero().squeeze(-1)
         return candidates[torch.randint(candidates.numel(), (size,))]
 
-    def sample(self, batch_size: int | None = None) -> TensorDict:
-        """``batch_size`` transitions (the buffer's by default): ``obs``, ``action``, ``reward``, ``next_obs``,
-        ``terminated``."""
-        index = self._draw(self.batch_size if batch_size is None else batch_size)
+    def transitions(self, index: torch.Tensor) -> TensorDict:
+        """The transitions of rows ``index``: ``obs``, ``action``, ``reward``, ``next_obs``, ``terminated``."""
         batch = self.storage[index]
-        next_obs = self.storage[(index + self.num_envs) % self.storage.max_size]["obs"]
+        next_obs = self.storage[(index + self.num_envs) % self.capacity]["obs"]
         ends = [(j, row) for j, row in enumerate(index.tolist()) if row in self.final_obs]
         for j, row in ends:
             write_obs(next_obs, j, self.final_obs[row])
         batch["next_obs"] = next_obs
         return batch
 
-    def extra_state(self) -> dict[str, Any]:
-        """What the rows' own state lacks (``data.replay.buffer_state`` saves both): which rows can be
-        sampled, and the episode ends' final observations."""
+    def sample(self, batch_size: int | None = None) -> TensorDict:
+        """``batch_size`` transitions (the buffer's by default), drawn by :meth:`draw`."""
+        return self.transitions(self.draw(self.batch_size if batch_size is None else batch_size))
+
+    def state_dict(self) -> dict[str, Any]:
+        """The rows' state and, under ``"compact"``, what it lacks: which rows can be sampled, and the episode ends'
+        final observations."""
         pending = self.sampleable.clone()
         if self._last is not None:  # a resumed run resets its envs: the latest step is never completed
             pending[self._last] = False
-        return {
+        compact = {
             "sampleable": pending[: len(self.rows)].clone(),
             "final_obs": {row: _plain(obs) for row, obs in self.final_obs.items()},
         }
+        return {**self.rows.state_dict(), "compact": compact}
 
-    def load_extra_state(self, state: dict[str, Any]) -> None:
-        """Restore :meth:`extra_state`'s output (after the rows)."""
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict`'s output."""
+        self.rows.load_state_dict(state)
+        state = state["compact"]
         sampleable = state["sampleable"]
         self.sampleable.zero_()
         self.sampleable[: sampleable.numel()] = sampleable

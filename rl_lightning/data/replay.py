@@ -4,7 +4,7 @@ One iteration of :class:`ReplayDataset` is one Trainer epoch and one Lightning b
 :class:`~rl_lightning.data.chunks.ReplayEpoch`): ``steps_per_epoch`` environment steps per rank,
 in chunks of ``train_freq`` vector steps, each chunk that ends past ``learning_starts`` env steps
 (over all ranks) followed by ``gradient_steps`` gradient steps on batches sampled from the
-torchrl replay buffer (Stable-Baselines3's schedule). Until ``learning_starts`` actions are drawn
+replay buffer (Stable-Baselines3's schedule). Until ``learning_starts`` actions are drawn
 uniformly from the action space. Every rank takes the same number of gradient steps, so DDP
 never waits.
 
@@ -15,33 +15,23 @@ after the previous chunk's last gradient step, so it acts with the current weigh
 
 from __future__ import annotations
 
-import copy
 import time
-import warnings
-from collections import OrderedDict
-from collections.abc import Callable, Iterator
-from typing import Any
+from collections.abc import Iterator
 
 import gymnasium as gym
 import numpy as np
 import torch
-from tensordict import TensorDict, is_tensor_collection
+from tensordict import TensorDict
 from torch.utils.data import IterableDataset
 
 from rl_lightning.data.chunks import ReplayEpoch
 from rl_lightning.data.collection import CollectionMetrics, DataCounters
 from rl_lightning.data.compact_replay import CompactReplayBuffer
 from rl_lightning.data.protocol import ExplorationPolicy
+from rl_lightning.data.replay_buffer import ReplayBuffer
 from rl_lightning.envs import EnvGroup
 from rl_lightning.envs.obs import empty_obs, leaves
 from rl_lightning.faults import interrupt_request
-
-with warnings.catch_warnings():
-    warnings.simplefilter("ignore")
-    from torchrl.data import LazyMemmapStorage, LazyTensorStorage, TensorDictReplayBuffer
-    from torchrl.data.replay_buffers.samplers import PrioritizedSampler, RandomSampler
-
-STORAGES = ("memory", "memmap")
 
 #: Most gradient steps' batches sampled in one call (:meth:`ReplayDataset._gradient_steps`): the call's cost shared by
 #: up to 32 steps, and at most 32 batches (of images, tens of MB) held at once.
@@ -53,139 +43,30 @@ def make_replay_buffer(
     batch_size: int,
     storage: str = "memory",
     scratch_dir: str | None = None,
-    prioritized: bool = False,
-    priority_alpha: float = 0.6,
-    priority_beta: float = 0.4,
     optimize_memory_usage: bool = False,
     num_envs: int = 1,
     device: str = "auto",
-) -> TensorDictReplayBuffer | CompactReplayBuffer:
-    """A torchrl ``TensorDictReplayBuffer`` of ``buffer_size`` transitions (or a :class:`CompactReplayBuffer` on one).
+) -> ReplayBuffer | CompactReplayBuffer:
+    """A :class:`~rl_lightning.data.replay_buffer.ReplayBuffer` of ``buffer_size`` transitions (or a
+    :class:`CompactReplayBuffer` on one).
 
     Args:
         buffer_size: Capacity in transitions (per rank); the oldest are overwritten.
         batch_size: Transitions per sampled batch.
-        storage: ``"memory"`` (``LazyTensorStorage``) or ``"memmap"`` (``LazyMemmapStorage``:
-            memory-mapped files, for buffers larger than RAM).
+        storage: ``"memory"`` or ``"memmap"`` (memory-mapped files, for buffers larger than RAM).
         scratch_dir: Where memmap files go (``None``: a temporary directory).
-        prioritized: Sample by priority (``PrioritizedSampler``, Schaul et al., 2016).
-        priority_alpha: Prioritization exponent.
-        priority_beta: Importance-sampling exponent.
         optimize_memory_usage: Store each observation once, reading ``next_obs`` from the env's
             next row (:mod:`rl_lightning.data.compact_replay`; SB3's spelling): half the memory of
-            image replay. Uniform sampling only.
+            image replay.
         num_envs: Envs writing one row each per vector step (``optimize_memory_usage``'s stride).
         device: Where a ``"memory"`` storage keeps its rows: ``"auto"``, the device of the first batch
             written (the envs', so a batched env's transitions never leave its device), or a device.
 
     Raises:
-        ValueError: Unknown storage; prioritized replay with ``optimize_memory_usage``.
-        RuntimeError: Prioritized replay where torchrl's compiled extension does not load.
+        ValueError: Unknown storage.
     """
-    if storage not in STORAGES:
-        raise ValueError(f"storage must be one of {STORAGES}, got {storage!r}.")
-    if optimize_memory_usage and prioritized:
-        raise ValueError(
-            "optimize_memory_usage=true samples uniformly and cannot be combined with prioritized=true; choose one."
-        )
-    store = (
-        LazyTensorStorage(buffer_size, device=device)
-        if storage == "memory"
-        else LazyMemmapStorage(buffer_size, scratch_dir=scratch_dir)
-    )
-    sampler = RandomSampler()
-    if prioritized:
-        try:
-            sampler = PrioritizedSampler(buffer_size, priority_alpha, priority_beta)
-        except RuntimeError as err:
-            reason = str(err).rstrip(".")
-            raise RuntimeError(
-                "Prioritized replay needs torchrl's compiled extension (its segment trees), which does not load "
-                f"with this install (torch {torch.__version__}): {reason}. Install the torchrl build made for "
-                "your torch, or set prioritized=False for uniform sampling."
-            ) from None
-    buffer = TensorDictReplayBuffer(storage=store, sampler=sampler, batch_size=batch_size)
+    buffer = ReplayBuffer(buffer_size, batch_size, storage, scratch_dir, device)
     return CompactReplayBuffer(buffer, num_envs) if optimize_memory_usage else buffer
-
-
-def _map_tensors(tree: dict[str, Any], fn: Callable[[torch.Tensor], torch.Tensor]) -> dict[str, Any]:
-    """``fn`` applied to every tensor of a nested dict (other values kept).
-
-    A TensorDict's state (an ``OrderedDict`` of flattened keys such as ``obs.image``) keeps
-    its ``_metadata``, the batch size of each nested level, without which loading it would
-    leave the keys flat.
-    """
-    out = OrderedDict() if isinstance(tree, OrderedDict) else {}
-    if hasattr(tree, "_metadata"):
-        out._metadata = copy.deepcopy(tree._metadata)
-    for key, value in tree.items():
-        if isinstance(value, dict):
-            value = _map_tensors(value, fn)
-        out[key] = fn(value) if torch.is_tensor(value) else value
-    return out
-
-
-def buffer_state(buffer: TensorDictReplayBuffer | CompactReplayBuffer) -> dict[str, Any]:
-    """``buffer.state_dict()`` with its storage cut to the stored transitions.
-
-    torchrl's state holds the storage's whole capacity: a checkpoint of a run that stored
-    20k transitions in a 1M buffer carried 1M rows. Cut, it grows with what is stored
-    (the README gives the bytes per transition); :func:`load_buffer_state`
-    puts the rows back into a storage of full capacity. A :class:`CompactReplayBuffer` saves its rows so,
-    and what it keeps besides under ``"compact"``.
-    """
-    if isinstance(buffer, CompactReplayBuffer):
-        return {**buffer_state(buffer.rows), _COMPACT: buffer.extra_state()}
-    state = buffer.state_dict()
-    storage = state.get("_storage")
-    if isinstance(storage, dict) and isinstance(storage.get("_storage"), dict) and isinstance(storage.get("_len"), int):
-        rows = storage["_len"]
-        state["_storage"] = {**storage, "_storage": _map_tensors(storage["_storage"], lambda t: t[:rows].clone())}
-        state["_storage"][_ROWS_SAVED] = rows
-    return state
-
-
-def load_buffer_state(buffer: TensorDictReplayBuffer | CompactReplayBuffer, state: dict[str, Any]) -> None:
-    """Restore :func:`buffer_state`'s output.
-
-    Raises:
-        ValueError: The state is of the other kind of buffer (``optimize_memory_usage`` changed).
-    """
-    compact = isinstance(buffer, CompactReplayBuffer)
-    if compact != (_COMPACT in state):
-        saved, now = ("true", "false") if _COMPACT in state else ("false", "true")
-        raise ValueError(
-            f"The checkpoint's replay buffer was saved with optimize_memory_usage={saved}, and this run has {now}: "
-            "the two store transitions differently. Resume with the setting the run had, or with "
-            "save_replay_buffer=false to refill the buffer."
-        )
-    if compact:
-        load_buffer_state(buffer.rows, {k: v for k, v in state.items() if k != _COMPACT})
-        buffer.load_extra_state(state[_COMPACT])
-        return
-    storage = state.get("_storage")
-    if isinstance(storage, dict) and _ROWS_SAVED in storage:
-        capacity = buffer.storage.max_size
-
-        def pad(rows: torch.Tensor) -> torch.Tensor:
-            full = rows.new_zeros((capacity, *rows.shape[1:]))
-            full[: rows.shape[0]] = rows
-            return full
-
-        restored = {k: v for k, v in storage.items() if k != _ROWS_SAVED}
-        state = {**state, "_storage": {**restored, "_storage": _map_tensors(storage["_storage"], pad)}}
-    buffer.load_state_dict(state)
-    # Loaded into a storage that was never written, torchrl's TensorStorage.load_state_dict builds its
-    # TensorDict without a batch dimension, and reading fewer rows than the capacity then fails.
-    rows = buffer.storage._storage
-    if is_tensor_collection(rows) and rows.batch_dims == 0:
-        rows.batch_size = torch.Size([buffer.storage.max_size])
-
-
-#: Marks a storage state cut to its stored rows (``buffer_state``).
-_ROWS_SAVED = "rl_lightning_rows_saved"
-#: The extra state of a CompactReplayBuffer in ``buffer_state``.
-_COMPACT = "compact"
 
 
 def transition_bytes(observation_space: gym.Space, action_space: gym.Space, optimize_memory_usage: bool = False) -> int:
@@ -196,13 +77,12 @@ def transition_bytes(observation_space: gym.Space, action_space: gym.Space, opti
 
     uint8 images stay uint8 (an Atari frame stack of 4x84x84 is 28,224 bytes per observation),
     float observations are float32; actions are stored as the env gives them (int64 indices,
-    float32 vectors), the reward as float32, ``terminated`` as one bool, and torchrl's row index.
+    float32 vectors), the reward as float32, ``terminated`` as one bool.
     """
     obs = sum(int(np.prod(leaf.shape)) * leaf.dtype.itemsize for leaf in leaves(empty_obs(observation_space, (1,))))
     action = np.asarray(gym.vector.utils.batch_space(action_space, 1).sample())
     action_bytes = action.size * (8 if np.issubdtype(action.dtype, np.integer) else 4)
-    # + the int64 "index" column torchrl's TensorDictReplayBuffer keeps for each row.
-    rest = action_bytes + 4 + 1 + 8
+    rest = action_bytes + 4 + 1
     return obs + rest + 1 if optimize_memory_usage else 2 * obs + rest
 
 
@@ -272,7 +152,7 @@ class ReplayDataset(IterableDataset):
         self,
         envs: EnvGroup,
         policy: ExplorationPolicy,
-        buffer: TensorDictReplayBuffer | CompactReplayBuffer,
+        buffer: ReplayBuffer | CompactReplayBuffer,
         steps_per_epoch: int,
         learning_starts: int,
         counters: DataCounters,
@@ -338,15 +218,13 @@ class ReplayDataset(IterableDataset):
         Nothing is stored between a chunk's gradient steps, so one draw of ``k x batch_size`` rows
         samples what ``k`` draws of ``batch_size`` would: the same rows where nothing else draws from
         torch's generator in between (DQN), the same distribution otherwise (SAC's actor samples
-        noise between its steps). One torchrl ``sample`` call cost 0.19 ms on CartPole, a tenth of
-        a DQN gradient step, whatever its size (``docs/speed.md``).
+        noise between its steps), for one draw's fixed cost.
         """
         while self.gradient_credit >= 1:
-            size = self.buffer.batch_size
-            with warnings.catch_warnings():  # torchrl warns once that the call's size is not the constructor's
-                warnings.filterwarnings("ignore", message="Got conflicting batch_sizes")
-                drawn = self.buffer.sample(min(self.gradient_credit, BATCHES_PER_DRAW) * size)
-            for batch in (drawn if device is None else drawn.to(device)).split(size):
+            size, draws = self.buffer.batch_size, min(self.gradient_credit, BATCHES_PER_DRAW)
+            drawn = self.buffer.sample(draws * size)
+            drawn = drawn if device is None else drawn.to(device)
+            for batch in drawn.split(size) if draws > 1 else (drawn,):
                 self.gradient_credit -= 1
                 yield batch
                 if self.gradient_credit >= 1:
@@ -370,10 +248,7 @@ class ReplayDataset(IterableDataset):
                     pending.append(transitions)
                 self.epoch_steps += 1
         finally:
-            if sum(len(t) for t in pending) > self.buffer.storage.max_size:  # larger than the buffer: in step order
-                for transitions in pending:
-                    self.buffer.extend(transitions)
-            elif pending:
+            if pending:
                 self.buffer.extend(pending[0] if len(pending) == 1 else torch.cat(pending))
 
     def _close_epoch(self, taken: int) -> None:

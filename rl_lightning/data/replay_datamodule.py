@@ -15,28 +15,18 @@ from torch.utils.data import DataLoader
 from rl_lightning.checks import check_positive_int
 from rl_lightning.data.base import EnvDataModule, identity_collate
 from rl_lightning.data.chunks import chunk_schedule
-from rl_lightning.data.replay import (
-    STORAGES,
-    ReplayDataset,
-    buffer_state,
-    load_buffer_state,
-    make_replay_buffer,
-    transition_bytes,
-)
+from rl_lightning.data.replay import ReplayDataset, make_replay_buffer, transition_bytes
+from rl_lightning.data.replay_buffer import STORAGES
 from rl_lightning.envs.gymnasium_env import WORKER_TIMEOUT
 from rl_lightning.envs.torchrl_env import EnvFactory
 
 
-def _check_torch_replay(storage: str, prioritized: bool, optimize_memory_usage: bool) -> None:
+def _check_torch_replay(storage: str, optimize_memory_usage: bool) -> None:
     """Refuse, naming the fix, replay settings a buffer on the env's device does not have."""
-    for name, value, ok in (
-        ("storage", storage, "memory"),
-        ("prioritized", prioritized, False),
-        ("optimize_memory_usage", optimize_memory_usage, False),
-    ):
+    for name, value, ok in (("storage", storage, "memory"), ("optimize_memory_usage", optimize_memory_usage, False)):
         if value != ok:
             raise ValueError(
-                "ReplayDataModule on a batched env (env.backend=torch or envpool) keeps a uniform replay buffer in "
+                "ReplayDataModule on a batched env (env.backend=torch or envpool) keeps its replay buffer in "
                 f"memory on the env's device, so {name}={value!r} is not available there. "
                 f"Set data.{name}={str(ok).lower()} or keep env.backend=gymnasium."
             )
@@ -89,7 +79,7 @@ class ReplayDataModule(EnvDataModule):
 
     One training epoch is ``steps_per_epoch`` environment steps per rank, in chunks of
     ``train_freq`` vector steps; each chunk that ends past ``learning_starts`` env steps is followed by
-    ``gradient_steps`` gradient steps on batches sampled from a torchrl replay buffer
+    ``gradient_steps`` gradient steps on batches sampled from the replay buffer
     (Stable-Baselines3's spelling and schedule; see :mod:`rl_lightning.data.replay`). Without
     them, ``utd_ratio`` gradient steps per env step, in the smallest chunks that allows
     (:func:`~rl_lightning.data.chunks.chunk_schedule`). Each epoch is one Lightning batch, a
@@ -113,15 +103,12 @@ class ReplayDataModule(EnvDataModule):
         buffer_size: Replay capacity per rank, in transitions.
         storage: ``"memory"`` or ``"memmap"`` (memory-mapped files under ``scratch_dir``).
         scratch_dir: Directory of the memmap files (``None``: a temporary directory).
-        prioritized: Prioritized replay (needs torchrl's compiled extension).
-        priority_alpha: Prioritization exponent.
-        priority_beta: Importance-sampling exponent.
         save_replay_buffer: Put the buffer's contents in checkpoints, so a resumed run goes
             on without refilling (checkpoints grow by the buffer's size).
         optimize_memory_usage: Store each observation once: a transition's next observation is
             read from its env's next stored step, an episode end's from a copy kept aside
             (:mod:`rl_lightning.data.compact_replay`; SB3's spelling). Half the memory of image
-            replay; uniform sampling only.
+            replay.
         obj_sets: Object sets (name -> list of variations); ``None`` takes the shipped ones.
         train_obj_set: The set training episodes are drawn from.
         eval_obj_sets: Sets evaluated at validation and test time.
@@ -152,9 +139,6 @@ class ReplayDataModule(EnvDataModule):
         buffer_size: int = 1_000_000,
         storage: str = "memory",
         scratch_dir: str | None = None,
-        prioritized: bool = False,
-        priority_alpha: float = 0.6,
-        priority_beta: float = 0.4,
         save_replay_buffer: bool = False,
         optimize_memory_usage: bool = False,
         obj_sets: Mapping[str, Sequence[Any]] | None = None,
@@ -179,7 +163,7 @@ class ReplayDataModule(EnvDataModule):
         worker_timeout: float = WORKER_TIMEOUT,
     ):
         if backend != "gymnasium":
-            _check_torch_replay(storage, prioritized, optimize_memory_usage)
+            _check_torch_replay(storage, optimize_memory_usage)
         for name in ("steps_per_epoch", "batch_size", "buffer_size"):
             check_positive_int(**{name: locals()[name]})
         if not isinstance(learning_starts, int) or isinstance(learning_starts, bool) or learning_starts < 0:
@@ -212,9 +196,6 @@ class ReplayDataModule(EnvDataModule):
             batch_size,
             storage,
             scratch_dir,
-            prioritized,
-            priority_alpha,
-            priority_beta,
             optimize_memory_usage,
             num_envs,
             device="auto" if backend == "torch" else "cpu",  # a batched env's rows stay on its device
@@ -263,8 +244,8 @@ class ReplayDataModule(EnvDataModule):
     def check_buffer_memory(self) -> None:
         """Report what the full buffer will take; refuse, before any env step, an in-memory one larger than RAM.
 
-        The storage is allocated at the first write for the whole capacity (torchrl's lazy
-        storages), so a buffer that cannot fit would otherwise fail, or be killed, mid-run.
+        The storage is allocated at the first write for the whole capacity, so a buffer that cannot fit
+        would otherwise fail, or be killed, mid-run.
 
         Raises:
             MemoryError: ``buffer_size`` transitions in memory exceed this machine's memory.
@@ -305,7 +286,7 @@ class ReplayDataModule(EnvDataModule):
             "gradient_credit": dataset.gradient_credit if dataset is not None else restored.get("gradient_credit", 0),
             # An epoch an interruption cut short: the resumed run takes only its remaining steps.
             "epoch_steps": dataset.epoch_steps if dataset is not None else restored.get("epoch_steps", 0),
-            "replay_buffer": buffer_state(self.buffer) if self.hparams.save_replay_buffer else None,
+            "replay_buffer": self.buffer.state_dict() if self.hparams.save_replay_buffer else None,
         }
 
     def _fitting(self) -> bool:
@@ -332,7 +313,14 @@ class ReplayDataModule(EnvDataModule):
             self._train_dataset.gradient_credit = self._restored["gradient_credit"]
             self._train_dataset.epoch_steps = self._restored["epoch_steps"]
         if state is not None and state.get("replay_buffer") is not None:
-            load_buffer_state(self.buffer, state["replay_buffer"])
+            saved = "compact" in state["replay_buffer"]
+            if saved != self.hparams.optimize_memory_usage:
+                raise ValueError(
+                    f"The checkpoint's replay buffer was saved with optimize_memory_usage={str(saved).lower()}, and "
+                    f"this run has {str(not saved).lower()}: the two store transitions differently. Resume with the "
+                    "setting the run had, or with save_replay_buffer=false to refill the buffer."
+                )
+            self.buffer.load_state_dict(state["replay_buffer"])
         elif state is not None and self.counters.env_steps and self._fitting():
             warnings.warn(
                 "The checkpoint holds no replay buffer (save_replay_buffer=False when it was written): learning "

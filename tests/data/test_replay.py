@@ -150,9 +150,7 @@ def test_a_chunks_batches_are_sampled_in_draws_of_up_to_batches_per_draw(gradien
     buffer = make_replay_buffer(100, 3)
     buffer.extend(TensorDict({"x": torch.arange(50)}, batch_size=[50]))
     torch.manual_seed(5)
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message="Got conflicting batch_sizes")
-        together = buffer.sample(12)["x"]
+    together = buffer.sample(12)["x"]
     torch.manual_seed(5)
     assert torch.equal(together, torch.cat([buffer.sample()["x"] for _ in range(4)]))
 
@@ -247,7 +245,7 @@ def test_replay_buffer_state_round_trips_exactly(tmp_path):
     assert len(restored.buffer) == len(data.buffer) == 8
     for key in ("obs", "action", "reward", "next_obs", "terminated"):
         torch.testing.assert_close(restored.buffer.storage[:][key], data.buffer.storage[:][key])
-    assert restored.buffer._writer._cursor == data.buffer._writer._cursor == 12 % 8
+    assert restored.buffer.cursor == data.buffer.cursor == 12 % 8
     assert restored.env_steps == 12
     data.close()
 
@@ -290,18 +288,6 @@ def test_impossible_settings_are_refused_with_the_key(kwargs, match):
     """Test that impossible replay settings raise a ValueError naming the setting."""
     with pytest.raises(ValueError, match=match):
         ReplayDataModule(env_id=SCRIPTED_ID, obj_sets=SCRIPTED_SETS, **kwargs)
-
-
-def test_prioritized_replay_loads_or_names_the_missing_extension():
-    """Test that prioritized replay either builds a prioritized buffer or says the compiled extension is missing."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        try:
-            buffer = make_replay_buffer(16, 4, prioritized=True)
-        except RuntimeError as err:
-            assert "compiled extension" in str(err) and "prioritized=False" in str(err)
-            return
-    assert type(buffer._sampler).__name__ == "PrioritizedSampler"
 
 
 def test_memmap_storage_holds_transitions_on_disk(tmp_path):
@@ -391,9 +377,9 @@ def test_a_saved_buffer_holds_its_transitions_not_its_capacity(storage, tmp_path
     restored = ReplayDataModule(**kwargs, scratch_dir=str(tmp_path / "b"))
     restored.setup("fit")
     restored.load_state_dict(torch.load(buf, weights_only=True))
-    assert len(restored.buffer) == 6 and restored.buffer.storage.max_size == 100_000
+    assert len(restored.buffer) == 6 and restored.buffer.capacity == 100_000
     for key in ("obs", "action", "reward", "next_obs", "terminated"):
-        torch.testing.assert_close(restored.buffer.storage[:][key], data.buffer.storage[:][key])
+        torch.testing.assert_close(restored.buffer.storage[:6][key], data.buffer.storage[:6][key])
     restored._policy = lambda: ConstantExplorer()
     take_epoch(restored.train_dataloader())  # and it goes on storing past the restored rows
     assert len(restored.buffer) == 12
@@ -441,7 +427,7 @@ def test_a_batched_envs_next_obs_is_its_final_observation_and_only_termination_s
         assert obs == [0, 1, 0, 1] and next_obs == [1, 2, 1, 2]
         assert rows["terminated"][::2].tolist() == [False, True, False, True]
     assert rows["reward"].tolist() == [1.0] * 8
-    assert dataset.buffer.storage._storage["obs"].device == dataset.envs.device
+    assert dataset.buffer.storage["obs"].device == dataset.envs.device
 
 
 def test_random_actions_are_uniform_within_the_bounds_and_seeded():
@@ -478,7 +464,7 @@ def test_off_policy_fits_on_the_torch_backend_with_the_buffer_on_the_env_device(
     trainer.fit(model, data)
     assert data.env_steps == 120 and len(data.buffer) == 120
     assert trainer.global_step == (120 - 40) // 4  # a gradient step after each batched step past 40
-    assert data.buffer.storage._storage["obs"].device == data.train_envs.device
+    assert data.buffer.storage["obs"].device == data.train_envs.device
     if algo == "dqn":
         actions = data.buffer.storage[:120]["action"]
         assert actions.dtype == torch.int64 and set(actions.tolist()) == {0, 1}
@@ -486,11 +472,10 @@ def test_off_policy_fits_on_the_torch_backend_with_the_buffer_on_the_env_device(
 
 @pytest.mark.parametrize(
     "kwargs, key",
-    [({"storage": "memmap"}, "storage"), ({"prioritized": True}, "prioritized"),
-     ({"optimize_memory_usage": True}, "optimize_memory_usage")],
+    [({"storage": "memmap"}, "storage"), ({"optimize_memory_usage": True}, "optimize_memory_usage")],
 )  # fmt: skip
 def test_a_batched_backend_refuses_replay_settings_it_has_not(kwargs, key):
-    """Test that memmap, prioritized and compact replay on the torch backend are refused, naming the key and fix."""
+    """Test that memmap and compact replay on the torch backend are refused, naming the key and fix."""
     from tests.helpers import tiny_replay_data
 
     with pytest.raises(ValueError, match=f"data.{key}=.*env.backend=gymnasium"):

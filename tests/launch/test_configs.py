@@ -215,6 +215,6 @@ def test_the_atari_dqn_experiment_trains_on_uint8_frames_in_a_compact_buffer(tmp
     assert "next_obs" not in storage.keys()
     assert [type(m).__name__ for m in model.policy.net] == ["Linear"]
     full_buffer = 100_000 * data.transition_bytes
-    assert 2.8e9 < full_buffer < 2.9e9  # frames once: 4 x 84 x 84 bytes + 22 per transition
+    assert 2.8e9 < full_buffer < 2.9e9  # frames once: 4 x 84 x 84 bytes + 14 per transition
     results = {k: v for r in trainer.test(model, data, verbose=False) for k, v in r.items()}
     assert "eval/return_mean" in results and "eval_ood/return_mean" in results

@@ -337,14 +337,14 @@ def test_dqn_on_image_observations_under_ddp_saves_and_resumes_its_compact_image
     ]
     proc = run_train([*overrides, "debug=true", "algo.total_timesteps=400"], tmp_path)
     assert "Warm-up passed" in proc.stdout
-    assert "Replay buffer (memory): 100,000 transitions x 55 bytes" in proc.stdout + proc.stderr
+    assert "Replay buffer (memory): 100,000 transitions x 47 bytes" in proc.stdout + proc.stderr
     ckpt_path = tmp_path / "runs" / "d" / "checkpoints" / "last.ckpt"
     state = torch.load(ckpt_path, weights_only=True)["ReplayDataModule"]
     assert state["world_size"] == 2 and state["env_steps"] == 400
     for rank in state["ranks"]:
-        rows = rank["replay_buffer"]["_storage"]["_storage"]
-        assert rows["obs.image"].dtype == torch.uint8 and rows["obs.image"].shape == (200, 5, 5, 1)
-        assert "next_obs.image" not in rows  # stored once: next observations come from the next row
+        rows = rank["replay_buffer"]["rows"]
+        assert rows["obs"]["image"].dtype == torch.uint8 and rows["obs"]["image"].shape == (200, 5, 5, 1)
+        assert "next_obs" not in rows  # stored once: next observations come from the next row
         assert rank["replay_buffer"]["compact"]["sampleable"].sum() > 150
     run_train([*overrides, "algo.total_timesteps=600", "ckpt_path=last"], tmp_path)
     assert read_summary(tmp_path / "runs" / "d")["env_steps"] == 600
