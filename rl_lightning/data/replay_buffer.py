@@ -47,6 +47,7 @@ class ReplayBuffer:
         self.memmap, self.scratch_dir = storage == "memmap", scratch_dir
         self.device = None if device == "auto" or self.memmap else torch.device(device)
         self.storage: TensorDict | None = None
+        self._files: tempfile.TemporaryDirectory | None = None  # a memmap storage's directory
         self.cursor = 0  # the row the next write starts at
         self._len = 0
 
@@ -59,7 +60,9 @@ class ReplayBuffer:
         if self.memmap:
             if self.scratch_dir is not None:
                 os.makedirs(self.scratch_dir, exist_ok=True)
-            self.storage = like.memmap_like(prefix=tempfile.mkdtemp(prefix="replay-", dir=self.scratch_dir))
+            # Deleted with the buffer (or at exit): a run leaves no buffer-sized files behind.
+            self._files = tempfile.TemporaryDirectory(prefix="replay-", dir=self.scratch_dir)
+            self.storage = like.memmap_like(prefix=self._files.name)
         else:
             device = self.device or rows.device or next(iter(rows.values(True, True))).device
             self.storage = like.apply(lambda x: torch.empty(x.shape, dtype=x.dtype, device=device), device=device)

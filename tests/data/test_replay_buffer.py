@@ -1,5 +1,6 @@
 """The replay buffer (rl_lightning/data/replay_buffer.py): ring writes, uniform draws, state, refusals."""
 
+import gc
 import io
 
 import pytest
@@ -18,7 +19,7 @@ def rows(first: int, count: int) -> TensorDict:
 @pytest.mark.parametrize("storage", ["memory", "memmap"])
 def test_writes_go_round_the_ring_in_order_and_keep_the_latest(storage, tmp_path):
     """Test that rows are written after the latest ones, wrap around, and a write larger than the capacity keeps its
-    last rows, as one write per row would; each write returns the rows it went to."""
+    last rows, as one write per row would; each write returns the rows it went to. Memmap files go with the buffer."""
     buffer = ReplayBuffer(5, 2, storage, scratch_dir=str(tmp_path / "scratch"))
     assert buffer.extend(rows(0, 3)).tolist() == [0, 1, 2]
     assert buffer.extend(rows(3, 4)).tolist() == [3, 4, 0, 1]
@@ -29,6 +30,9 @@ def test_writes_go_round_the_ring_in_order_and_keep_the_latest(storage, tmp_path
     assert buffer.storage["n"].tolist() == [18, 19, 20, 21, 17] and buffer.cursor == 4
     if storage == "memmap":
         assert buffer.storage.is_memmap() and any((tmp_path / "scratch").rglob("*.memmap"))
+        del buffer
+        gc.collect()
+        assert not any((tmp_path / "scratch").iterdir())  # its files go with it
 
 
 def test_draws_are_uniform_over_the_stored_rows_with_replacement():
