@@ -72,9 +72,11 @@ class ReplayBuffer:
 
         More rows than the capacity keep the last ``capacity``, as one write per row would.
         """
+        k = rows.shape[0]
+        if not k:
+            return torch.zeros(0, dtype=torch.long)
         if self.storage is None:
             self._allocate(rows)
-        k = rows.shape[0]
         if k > self.capacity:
             self.cursor = (self.cursor + k - self.capacity) % self.capacity
             rows, k = rows[k - self.capacity :], self.capacity

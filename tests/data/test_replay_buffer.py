@@ -21,6 +21,7 @@ def test_writes_go_round_the_ring_in_order_and_keep_the_latest(storage, tmp_path
     """Test that rows are written after the latest ones, wrap around, and a write larger than the capacity keeps its
     last rows, as one write per row would; each write returns the rows it went to. Memmap files go with the buffer."""
     buffer = ReplayBuffer(5, 2, storage, scratch_dir=str(tmp_path / "scratch"))
+    assert buffer.extend(rows(0, 0)).numel() == 0 and len(buffer) == 0 and buffer.storage is None
     assert buffer.extend(rows(0, 3)).tolist() == [0, 1, 2]
     assert buffer.extend(rows(3, 4)).tolist() == [3, 4, 0, 1]
     assert len(buffer) == 5 and buffer.cursor == 2
