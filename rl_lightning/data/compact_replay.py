@@ -111,6 +111,10 @@ class CompactReplayBuffer:
             if self._last_valid[env]:
                 self.final_obs[int(index[env])] = obs
 
+    def close(self) -> None:
+        """Empty the buffer and delete its rows' memmap files now (``ReplayBuffer.close``)."""
+        self.rows.close()
+
     def restart(self) -> None:
         """The envs were reset outside their episodes (a new run, a resume): the latest step's next rows never come."""
         self._last = self._last_valid = None

@@ -46,6 +46,7 @@ class ReplayBuffer:
         self.capacity, self.batch_size = capacity, batch_size
         self.memmap, self.scratch_dir = storage == "memmap", scratch_dir
         self.device = None if device == "auto" or self.memmap else torch.device(device)
+        self.follows_writes = device == "auto" and not self.memmap  # the rows live where the writes come from
         self.storage: TensorDict | None = None
         self._files: tempfile.TemporaryDirectory | None = None  # a memmap storage's directory
         self.cursor = 0  # the row the next write starts at
@@ -64,7 +65,7 @@ class ReplayBuffer:
             self._files = tempfile.TemporaryDirectory(prefix="replay-", dir=self.scratch_dir)
             self.storage = like.memmap_like(prefix=self._files.name)
         else:
-            device = self.device or rows.device or next(iter(rows.values(True, True))).device
+            device = self.device or _device(rows)
             self.storage = like.apply(lambda x: torch.empty(x.shape, dtype=x.dtype, device=device), device=device)
 
     def extend(self, rows: TensorDict) -> torch.Tensor:
@@ -77,14 +78,17 @@ class ReplayBuffer:
             return torch.zeros(0, dtype=torch.long)
         if self.storage is None:
             self._allocate(rows)
+        elif self.follows_writes and _device(rows) != self.storage.device:
+            # Restored from a checkpoint, which loads on the CPU: the rows go to where the envs' writes come from.
+            self.storage = self.storage.to(_device(rows))
         if k > self.capacity:
             self.cursor = (self.cursor + k - self.capacity) % self.capacity
             rows, k = rows[k - self.capacity :], self.capacity
         index = torch.arange(self.cursor, self.cursor + k) % self.capacity
         end = self.cursor + k  # a slice where the rows do not wrap around: it writes faster than an index
         where = slice(self.cursor, end) if end <= self.capacity else index.to(self.storage.device)
-        for key, value in rows.items(include_nested=True, leaves_only=True):  # leaf by leaf: any device, one copy
-            self.storage.get(key)[where] = value
+        for key, value in rows.items(include_nested=True, leaves_only=True):  # leaf by leaf: one copy each
+            self.storage.get(key)[where] = value.to(self.storage.device)
         self.cursor, self._len = (self.cursor + k) % self.capacity, min(self._len + k, self.capacity)
         return index
 
@@ -95,9 +99,17 @@ class ReplayBuffer:
         size = self.batch_size if size is None else size
         return self.storage[torch.randint(self._len, (size,), device=self.storage.device)]
 
+    def close(self) -> None:
+        """Delete a memmap storage's files now (they go with the buffer anyway); the buffer is empty after."""
+        self.storage, self.cursor, self._len = None, 0, 0
+        if self._files is not None:
+            self._files.cleanup()
+            self._files = None
+
     def state_dict(self) -> dict[str, Any]:
         """The stored rows in storage order (not the empty capacity: a checkpoint grows with what is stored), the
-        write position and the capacity, as plain tensors and numbers (checkpoints load with ``weights_only``)."""
+        write position and the capacity, as plain tensors and numbers (checkpoints load with ``weights_only``). The
+        rows are copied into memory, a memmap storage's too."""
         # Cloned: a slice would carry the whole storage it views into the checkpoint.
         rows = None if self.storage is None else self.storage[: self._len].clone().to_dict()
         return {"rows": rows, "cursor": self.cursor, "capacity": self.capacity}
@@ -109,14 +121,22 @@ class ReplayBuffer:
             ValueError: Not a buffer's state, or one of another capacity (rows and write position would not match).
         """
         if not {"rows", "cursor", "capacity"} <= set(state):
-            raise ValueError(f"Not a replay buffer's state (keys {sorted(state)}); the checkpoint is damaged.")
+            raise ValueError(
+                f"The checkpoint's replay buffer is not in this version's form (keys {sorted(state)}): it was written "
+                "by another version of rl_lightning. Resume with save_replay_buffer=false to refill the buffer."
+            )
         if state["capacity"] != self.capacity:
             raise ValueError(
                 f"The checkpoint's replay buffer has buffer_size={state['capacity']:,} and this run "
                 f"{self.capacity:,}. Resume with buffer_size={state['capacity']}, or with save_replay_buffer=false to "
                 "refill a buffer of the new size."
             )
-        self.storage, self.cursor, self._len = None, 0, 0
+        self.close()
         if state["rows"] is not None:
             self.extend(TensorDict(state["rows"]).auto_batch_size_(batch_dims=1))
             self.cursor = int(state["cursor"])
+
+
+def _device(rows: TensorDict) -> torch.device:
+    """Where ``rows`` are: their ``TensorDict``'s device, or their first tensor's."""
+    return rows.device or next(iter(rows.values(include_nested=True, leaves_only=True))).device

@@ -278,6 +278,11 @@ class ReplayDataModule(EnvDataModule):
                 stacklevel=2,
             )
 
+    def close(self) -> None:
+        """Close every environment and empty the buffer (a memmap storage's files are deleted)."""
+        super().close()
+        self.buffer.close()
+
     # ---------------------------------------------------------------- checkpointing
     def rank_state_dict(self) -> dict[str, Any]:
         """The owed gradient steps, the epoch's vector steps and (with ``save_replay_buffer``) this rank's buffer."""

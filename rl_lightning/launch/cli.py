@@ -384,8 +384,18 @@ def checkpoint_config(ckpt_path: str) -> dict:
     config = {"model": {"class_path": f"rl_lightning.{meta['algorithm']}", "init_args": model_args}}
     if data_args:
         config["data"] = {"class_path": meta["datamodule"], "init_args": data_args}
-        if "seed" in data_args:  # --seed_everything feeds the data module's seed (a linked argument)
-            config["seed_everything"] = data_args.pop("seed")
+    for section in config.values():  # settings an earlier version had: the checkpoint, not the command, names them
+        module, _, name = section["class_path"].rpartition(".")
+        accepted = inspect.signature(getattr(importlib.import_module(module), name)).parameters
+        gone = sorted(set(section["init_args"]) - set(accepted))
+        if gone and not any(p.kind == p.VAR_KEYWORD for p in accepted.values()):
+            sys.exit(
+                f"{ckpt_path} holds {name} settings this version of rl_lightning does not have: {gone} (removed or "
+                "renamed since the checkpoint was written). Evaluate it with the version that wrote it, or train "
+                "again with this one."
+            )
+    if "seed" in data_args:  # --seed_everything feeds the data module's seed (a linked argument)
+        config["seed_everything"] = data_args.pop("seed")
     return config
 
 

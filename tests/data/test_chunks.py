@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import copy
 import os
-import warnings
 
 import lightning.pytorch as pl
 import pytest
@@ -130,9 +129,7 @@ def _plain_loop(make_model, data_kwargs, start: _StartState, update, train_freq:
             # SB3 draws one per step: the same rows for DQN, the same distribution for SAC, whose actor draws noise
             # between the steps.
             size = data.buffer.batch_size
-            with warnings.catch_warnings():
-                warnings.filterwarnings("ignore", message="Got conflicting batch_sizes")
-                batches = data.buffer.sample(gradient_steps * size).split(size)
+            batches = data.buffer.sample(gradient_steps * size).split(size)
             for batch in batches:
                 update(model, optimizer, batch, state)
     data.close()

@@ -78,12 +78,13 @@ def test_state_restores_rows_and_write_position_and_holds_only_stored_rows(stora
 
 
 def test_a_state_of_another_capacity_or_no_buffer_is_refused_with_the_fix():
-    """Test that loading a state of another buffer_size names both sizes and the fixes, and a damaged state says so."""
+    """Test that loading a state of another buffer_size names both sizes and the fixes, and one of another form (an
+    earlier version's) says so."""
     buffer = ReplayBuffer(8, 2)
     buffer.extend(rows(0, 3))
     with pytest.raises(ValueError, match=r"buffer_size=8 and this run 16\. Resume with buffer_size=8.*save_replay_buf"):
         ReplayBuffer(16, 2).load_state_dict(buffer.state_dict())
-    with pytest.raises(ValueError, match="Not a replay buffer's state"):
+    with pytest.raises(ValueError, match="not in this version's form.*save_replay_buffer=false"):
         ReplayBuffer(8, 2).load_state_dict({"_storage": {}})
     with pytest.raises(ValueError, match="storage must be one of"):
         ReplayBuffer(8, 2, storage="disk")
@@ -96,3 +97,21 @@ def test_rows_stay_on_the_device_of_the_first_write_or_the_one_given():
     assert auto.storage.device == torch.device("cpu") and auto.storage["n"].device == torch.device("cpu")
     given.extend(rows(0, 2).to("meta"))
     assert given.storage["n"].device == torch.device("meta")
+
+
+def test_a_restored_buffer_moves_to_where_the_writes_come_from_and_close_empties_it(tmp_path):
+    """Test that an ``"auto"`` buffer restored from a checkpoint (which loads on the CPU) follows the envs' device at
+    their next write, a memmap one stays on its files, and ``close`` deletes those files at once."""
+    saved = ReplayBuffer(8, 2)
+    saved.extend(rows(0, 5))
+    restored = ReplayBuffer(8, 2)
+    restored.load_state_dict(saved.state_dict())
+    assert restored.storage["n"].device == torch.device("cpu")
+    restored.extend(rows(5, 1).to("meta"))  # an env on another device writes next
+    assert restored.storage["n"].device == torch.device("meta") and len(restored) == 6
+    memmap = ReplayBuffer(8, 2, "memmap", scratch_dir=str(tmp_path))
+    memmap.load_state_dict(saved.state_dict())
+    memmap.extend(rows(5, 1))
+    assert memmap.storage.is_memmap() and memmap.storage["n"][:6].tolist() == [0, 1, 2, 3, 4, 5]
+    memmap.close()
+    assert memmap.storage is None and len(memmap) == 0 and not any(tmp_path.iterdir())

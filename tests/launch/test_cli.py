@@ -26,7 +26,8 @@ def _rows(path: str) -> list[dict[str, str]]:
 
 
 def test_cli_fit_then_test_from_checkpoint(tmp_path):
-    """Test that `rl-lightning fit` checkpoints and `test --ckpt_path` evaluates both object sets from it."""
+    """Test that `rl-lightning fit` checkpoints and `test --ckpt_path` evaluates both object sets from it; a checkpoint
+    holding a setting this version lacks is refused naming the file and the setting."""
     fit = run(
         [
             "-m",
@@ -84,6 +85,15 @@ def test_cli_fit_then_test_from_checkpoint(tmp_path):
     assert row["eval/return_mean"] and row["eval_ood/return_mean"] and row["eval_ood/generalization_gap"]
     # 2 epochs x 2 envs x 16 steps: the test reports the checkpoint's env-step count.
     assert float(row["time/env_steps"]) == 64
+    # A checkpoint of an earlier version, with a setting since removed: named as the checkpoint's, not as a typo.
+    import torch
+
+    earlier = torch.load(ckpts[0], weights_only=False)
+    earlier["datamodule_hyper_parameters"]["prioritized"] = True
+    torch.save(earlier, tmp_path / "earlier.ckpt")
+    refusal = r"earlier.ckpt holds RolloutDataModule settings .*\['prioritized'\].*wrote it"
+    with pytest.raises(SystemExit, match=refusal):
+        checkpoint_config(str(tmp_path / "earlier.ckpt"))
 
 
 def test_cli_test_refuses_a_corrupt_checkpoint_with_the_fix(tmp_path):
