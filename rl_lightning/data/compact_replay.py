@@ -71,11 +71,6 @@ class CompactReplayBuffer:
         return self.rows.storage
 
     @property
-    def capacity(self) -> int:
-        """Rows kept."""
-        return self.rows.capacity
-
-    @property
     def batch_size(self) -> int:
         """Transitions per sampled batch."""
         return self.rows.batch_size
@@ -136,7 +131,7 @@ class CompactReplayBuffer:
     def transitions(self, index: torch.Tensor) -> TensorDict:
         """The transitions of rows ``index``: ``obs``, ``action``, ``reward``, ``next_obs``, ``terminated``."""
         batch = self.storage[index]
-        next_obs = self.storage[(index + self.num_envs) % self.capacity]["obs"]
+        next_obs = self.storage[(index + self.num_envs) % self.rows.capacity]["obs"]
         ends = [(j, row) for j, row in enumerate(index.tolist()) if row in self.final_obs]
         for j, row in ends:
             write_obs(next_obs, j, self.final_obs[row])
