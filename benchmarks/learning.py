@@ -436,6 +436,9 @@ TEST_SETS = [
     "- Walker2d-v5: torso 1.5x as heavy; slippery ground (0.7/0.9 -> 0.3); stiff leg joints (damping 0.1 -> 2.0).",
     "- MiniGrid-DoorKey-5x5-v0: the 6x6 and 8x8 DoorKey layouts (train: 5x5), unseen seeds.",
     "- CartPole-v1: poles of 0.25 and 1.0 (train 0.4-0.6) and a heavy cart.",
+    "- ManiSkill3 PushCube-v1: a tight goal (radius 0.05, train 0.09-0.11: success needs the cube twice as close), a "
+    "robot starting 0.2 rad off its rest pose per joint (train: noise of std 0.01-0.03), and both; unseen seeds "
+    "(`conf/env/maniskill_push_cube.yaml`).",
 ]
 
 
