@@ -84,9 +84,11 @@ class ReplayBuffer:
         if k > self.capacity:
             self.cursor = (self.cursor + k - self.capacity) % self.capacity
             rows, k = rows[k - self.capacity :], self.capacity
-        index = torch.arange(self.cursor, self.cursor + k) % self.capacity
-        end = self.cursor + k  # a slice where the rows do not wrap around: it writes faster than an index
-        where = slice(self.cursor, end) if end <= self.capacity else index.to(self.storage.device)
+        end = self.cursor + k
+        index, where = torch.arange(self.cursor, end), slice(self.cursor, end)  # a slice writes faster than an index
+        if end > self.capacity:  # the rows wrap around
+            index %= self.capacity
+            where = index.to(self.storage.device)
         for key, value in rows.items(include_nested=True, leaves_only=True):  # leaf by leaf: one copy each
             self.storage.get(key)[where] = value.to(self.storage.device)
         self.cursor, self._len = (self.cursor + k) % self.capacity, min(self._len + k, self.capacity)
