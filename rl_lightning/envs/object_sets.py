@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import importlib.resources
 import operator
 import warnings
 from collections.abc import Mapping, Sequence
@@ -17,6 +18,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 import torch
+import yaml
 
 from rl_lightning.envs.wrappers import WrapperSpec, apply_wrappers
 
@@ -73,77 +75,11 @@ ObjSets = dict[str, list[Variation]]
 #: Object sets as a user gives them (``None``: the shipped ones).
 UserObjSets = Mapping[str, Sequence[Variation | Mapping[str, Any]]] | None
 
-# Shipped train / held-out test sets. Train sets vary the physics mildly around the default;
-# test sets go beyond that range, so the test return measures out-of-distribution behaviour.
-TRAIN_SEEDS, TEST_SEEDS = (0, 100_000), (100_000, 200_000)  # held-out sets use unseen seeds too
-_CHEETAH_BODIES = ("torso", "bthigh", "bshin", "bfoot", "fthigh", "fshin", "ffoot")
-_CHEETAH_GEAR = (120.0, 90.0, 60.0, 120.0, 60.0, 30.0)  # HalfCheetah-v5's motors (its half_cheetah.xml)
-_HOPPER_BODIES = ("torso", "thigh", "leg", "foot")
-_WALKER_BODIES = (*_HOPPER_BODIES, "thigh_left", "leg_left", "foot_left")
-
-
-def _sets(train: dict[str, dict[str, Any]], test: dict[str, dict[str, Any]]) -> dict[str, list]:
-    """One env's shipped sets from ``{name: attrs}``: train on the train seeds, test on the held-out ones."""
-    return {
-        "train": [{"name": name, "attrs": attrs, "seeds": TRAIN_SEEDS} for name, attrs in train.items()],
-        "test": [{"name": name, "attrs": attrs, "seeds": TEST_SEEDS} for name, attrs in test.items()],
-    }
-
-
-# fmt: off
-SHIPPED_OBJ_SETS: dict[str, dict[str, list[dict[str, Any]]]] = {
-    "CartPole-v1": _sets(
-        train={"default": {"length": 0.5, "masspole": 0.1}, "short": {"length": 0.4, "masspole": 0.08},
-               "long": {"length": 0.6, "masspole": 0.12}},
-        test={"very_short_light": {"length": 0.25, "masspole": 0.05},
-              "very_long_heavy": {"length": 1.0, "masspole": 0.2}, "heavy_cart": {"masscart": 5.0}},
-    ),
-    # Mass changes alone barely move a trained policy here; a weak motor (gear 100 -> 8) and
-    # strong gravity (11 g) are where it breaks, so the test set measures a real gap.
-    "InvertedPendulum-v5": _sets(
-        train={name: {BODY_MASS_SCALE: {"pole": k}} for name, k in
-               [("default", 1.0), ("light_pole", 0.8), ("heavy_pole", 1.2)]},
-        test={"very_heavy_pole": {BODY_MASS_SCALE: {"pole": 2.0}},
-              "weak_motor": {"model.actuator_gear": [[8.0, 0, 0, 0, 0, 0]]},
-              "strong_gravity": {"model.opt.gravity": [0.0, 0.0, -107.91]}},
-    ),
-    # Pendulum's step reads g, m and l directly (no derived quantities). Train: +-10% on mass
-    # and length; test: a bob 60% heavier (max_torque stays 2), a 40% longer rod, 1.4 g.
-    "Pendulum-v1": _sets(
-        train={"default": {"m": 1.0, "l": 1.0}, "light_short": {"m": 0.9, "l": 0.9},
-               "heavy_long": {"m": 1.1, "l": 1.1}},
-        test={"heavy_bob": {"m": 1.6}, "long_rod": {"l": 1.4}, "strong_gravity": {"g": 14.0}},
-    ),
-    # HalfCheetah: train scales every body's mass by 0.9-1.1; test doubles the torso, makes
-    # the ground slippery (friction 0.4 -> 0.1) and weakens every motor to 60 %.
-    "HalfCheetah-v5": _sets(
-        train={name: {BODY_MASS_SCALE: dict.fromkeys(_CHEETAH_BODIES, k)} for name, k in
-               [("default", 1.0), ("light", 0.9), ("heavy", 1.1)]},
-        test={"heavy_torso": {BODY_MASS_SCALE: {"torso": 2.0}}, "slippery": {"model.geom_friction": [0.1, 0.1, 0.1]},
-              "weak_motors": {"model.actuator_gear": [[0.6 * gear, 0, 0, 0, 0, 0] for gear in _CHEETAH_GEAR]}},
-    ),
-    # Hopper (hopper.xml: floor friction 1.0, body friction 0.9, three motors of gear 200): train
-    # scales every body's mass by 0.9-1.1; test makes the torso 1.5x as heavy, the floor and feet
-    # slippery (sliding friction 0.3) and every motor 60 % as strong.
-    "Hopper-v5": _sets(
-        train={name: {BODY_MASS_SCALE: dict.fromkeys(_HOPPER_BODIES, k)} for name, k in
-               [("default", 1.0), ("light", 0.9), ("heavy", 1.1)]},
-        test={"heavy_torso": {BODY_MASS_SCALE: {"torso": 1.5}},
-              "slippery": {"model.geom_friction": [0.3, 0.005, 0.0001]},
-              "weak_motors": {"model.actuator_gear": [[120.0, 0, 0, 0, 0, 0]] * 3}},
-    ),
-    # Walker2d (walker2d.xml: friction 0.7-0.9, joint damping 0.1, six motors of gear 100): train
-    # scales every body's mass by 0.9-1.1; test makes the torso 1.5x as heavy, the ground
-    # slippery (sliding friction 0.3) and the six leg joints stiff (damping 0.1 -> 2.0).
-    "Walker2d-v5": _sets(
-        train={name: {BODY_MASS_SCALE: dict.fromkeys(_WALKER_BODIES, k)} for name, k in
-               [("default", 1.0), ("light", 0.9), ("heavy", 1.1)]},
-        test={"heavy_torso": {BODY_MASS_SCALE: {"torso": 1.5}},
-              "slippery": {"model.geom_friction": [0.3, 0.1, 0.1]},
-              "stiff_joints": {"model.dof_damping": [0.0, 0.0, 0.0] + [2.0] * 6}},
-    ),
-}
-# fmt: on
+#: The object sets shipped for some env ids (``obj_sets=None`` takes them), ``{env_id: {"train": [...], "test":
+#: [...]}}``: data, written in ``obj_sets.yaml`` as a user writes theirs.
+SHIPPED_OBJ_SETS: dict[str, dict[str, list[dict[str, Any]]]] = yaml.safe_load(
+    importlib.resources.files(__package__).joinpath("obj_sets.yaml").read_text()
+)
 
 
 class NoObjectSetsWarning(UserWarning):
