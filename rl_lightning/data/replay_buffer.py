@@ -84,13 +84,13 @@ class ReplayBuffer:
         if k > self.capacity:
             self.cursor = (self.cursor + k - self.capacity) % self.capacity
             rows, k = rows[k - self.capacity :], self.capacity
-        end = self.cursor + k
+        end, device = self.cursor + k, self.storage.device
         index, where = torch.arange(self.cursor, end), slice(self.cursor, end)  # a slice writes faster than an index
         if end > self.capacity:  # the rows wrap around
             index %= self.capacity
-            where = index.to(self.storage.device)
+            where = index.to(device)
         for key, value in rows.items(include_nested=True, leaves_only=True):  # leaf by leaf: one copy each
-            self.storage.get(key)[where] = value.to(self.storage.device)
+            self.storage.get(key)[where] = value.to(device)
         self.cursor, self._len = (self.cursor + k) % self.capacity, min(self._len + k, self.capacity)
         return index
 
