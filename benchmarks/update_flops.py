@@ -68,7 +68,7 @@ def sb3(algo: str) -> int:
         model = SB3SAC("MlpPolicy", gym.make("Pendulum-v1"), batch_size=256, ent_coef="auto", **kwargs)
     else:
         model = SB3DQN("MlpPolicy", gym.make("CartPole-v1"), batch_size=64, max_grad_norm=10.0, **kwargs)
-    model.learn(300)  # fills the buffer past a batch
+    model.learn(8)  # a few transitions to sample from (a batch draws with replacement)
     return flops(lambda: model.train(gradient_steps=1, batch_size=model.batch_size))
 
 
