@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import gymnasium as gym
 import numpy as np
 import pytest
@@ -9,6 +11,14 @@ import torch
 from torch import nn
 
 SCRIPTED_ID = "Scripted-v0"
+
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    # `pytest -n 2` (the README's command) runs one test process per core: each takes one torch thread, and the
+    # training runs its tests launch (train.py, the CLI, DDP ranks) inherit one OpenMP thread. Two threads per
+    # process on two shared cores make each wait on the other (benchmarks/rsl_rl_ppo.py measured 0.3 s rollouts
+    # taking 4 to 9 s that way).
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    torch.set_num_threads(1)
 
 
 class ScriptedEnv(gym.Env):
