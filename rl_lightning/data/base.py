@@ -1,7 +1,7 @@
 """``EnvDataModule``: what every data module shares: envs per object set, evaluation, counters, RNG state.
 
-Subclasses add the training stream: :class:`~rl_lightning.data.datamodule.RolloutDataModule`
-(on-policy rollouts) and, later, replay-backed data for off-policy algorithms.
+Subclasses add the training stream: :class:`~rl_lightning.data.datamodule.RolloutDataModule` (on-policy
+rollouts) and :class:`~rl_lightning.data.replay_datamodule.ReplayDataModule` (replay, off-policy).
 """
 
 from __future__ import annotations
@@ -271,16 +271,11 @@ class EnvDataModule(pl.LightningDataModule):
         share = hp.eval_episodes // self.world_size + (self.rank < hp.eval_episodes % self.world_size)
         loaders = []
         for obj_set, envs in self.eval_envs.items():
+            # The final test draws other episodes than validation (which may have picked best.ckpt): its figures are
+            # not the ones a selection was made on.
+            seed, prefix = envs.seed if gated else envs.seed + TEST_SEED_OFFSET, eval_prefix(obj_set, hp.train_obj_set)
             dataset = EvaluationDataset(
-                envs,
-                self._policy,
-                share,
-                eval_prefix(obj_set, hp.train_obj_set),
-                deterministic=hp.eval_deterministic,
-                # The final test draws other episodes than validation (which may have picked
-                # best.ckpt): its figures are not the ones a selection was made on.
-                seed=envs.seed if gated else envs.seed + TEST_SEED_OFFSET,
-                should_run=should_run,
+                envs, self._policy, share, prefix, deterministic=hp.eval_deterministic, seed=seed, should_run=should_run
             )
             loaders.append(DataLoader(dataset, batch_size=None, collate_fn=identity_collate))
         return loaders
@@ -307,15 +302,17 @@ class EnvDataModule(pl.LightningDataModule):
 
     # ---------------------------------------------------------------- checkpointing
     def state_dict(self) -> dict[str, Any]:
-        """Global counters, and every rank's own state (RNG states; subclasses add theirs).
+        """Global counters, and every rank's own state (RNG states, a GPU's too; subclasses add theirs).
 
         Under DDP each rank steps its own envs with its own RNG streams (and, off-policy,
         fills its own replay buffer shard), so the checkpoint keeps one entry per rank:
         ``ranks[r]``, gathered on rank zero, which writes the file. Lightning calls this on
         every rank when a checkpoint is saved, so the gather is collective.
         """
+        cuda = torch.cuda.is_available() and torch.cuda.is_initialized()  # the rank's GPU generator: its device's
         local = {
             "torch_rng": torch.get_rng_state(),
+            **({"cuda_rng": torch.cuda.get_rng_state()} if cuda else {}),  # actions sampled on a GPU draw from it
             "numpy_rng": _numpy_state_to_plain(np.random.get_state()),
             "python_rng": random.getstate(),
             **self.rank_state_dict(),
@@ -373,6 +370,8 @@ class EnvDataModule(pl.LightningDataModule):
         kind, keys, pos, has_gauss, gauss = mine["numpy_rng"]
         np.random.set_state((kind, np.asarray(keys, dtype=np.uint32), pos, has_gauss, gauss))
         random.setstate(mine["python_rng"])
+        if "cuda_rng" in mine and torch.cuda.is_available():  # a GPU run resumed on a CPU has no generator to restore
+            torch.cuda.set_rng_state(mine["cuda_rng"])
         self.load_rank_state_dict(mine)
 
     def rank_state_dict(self) -> dict[str, Any]:

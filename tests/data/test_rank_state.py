@@ -47,3 +47,24 @@ def test_replay_shards_refuse_another_world_size():
     data = tiny_replay_data("CartPole-v1")
     with pytest.warns(UserWarning, match="written by 2 rank"):
         data.load_state_dict(_two_rank_state(data))
+
+
+def test_the_gpu_generator_is_saved_and_restored_where_cuda_is_in_use(monkeypatch):
+    """Test that a rank's CUDA generator state goes into its checkpoint entry and comes back on resume (CUDA faked:
+    CI has no GPU), and that an entry written on a GPU loads on a machine without one."""
+    data = tiny_rollout_data()
+    assert "cuda_rng" not in data.state_dict()["ranks"][0]  # CUDA unused here: nothing to save
+    generator = {"state": torch.arange(16, dtype=torch.uint8)}
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_rng_state", lambda: generator["state"].clone())
+    monkeypatch.setattr(torch.cuda, "set_rng_state", lambda state: generator.update(state=state.clone()))
+    state = data.state_dict()
+    assert torch.equal(state["ranks"][0]["cuda_rng"], torch.arange(16, dtype=torch.uint8))
+    generator["state"] = torch.zeros(16, dtype=torch.uint8)  # the generator moves on after the save
+    data.load_state_dict(state)
+    assert torch.equal(generator["state"], torch.arange(16, dtype=torch.uint8))
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    generator["state"] = torch.zeros(16, dtype=torch.uint8)
+    data.load_state_dict(state)  # resumed without a GPU: the CPU streams restore, the GPU's is left alone
+    assert torch.equal(generator["state"], torch.zeros(16, dtype=torch.uint8))
