@@ -346,13 +346,15 @@ class GymnasiumVectorEnv(gym.vector.VectorEnv):
         if not self.is_async:
             return SyncVectorEnv(self.env_fns, autoreset_mode=AutoresetMode.SAME_STEP)
         # gymnasium's AsyncVectorEnv waits for its new workers without a time limit; workers that do not answer
-        # within worker_timeout are terminated (the wait then ends with EOFError) and the run stops, naming why.
+        # within worker_timeout are killed (the wait then ends with EOFError) and the run stops, naming why.
         before, expired = set(multiprocessing.active_children()), threading.Event()
 
         def stop_new_workers() -> None:
             expired.set()
             for process in set(multiprocessing.active_children()) - before:
-                process.terminate()
+                # SIGKILL: a forked worker inherits the parent's Python SIGTERM handler (a fit's, when workers are
+                # rebuilt mid-run), which a hung worker never runs to its end.
+                process.kill()
 
         timer = threading.Timer(self.worker_timeout, stop_new_workers)
         timer.daemon = True

@@ -389,21 +389,28 @@ def test_a_batched_env_failing_past_the_limit_raises_env_fault_naming_the_env_th
 
 
 # ---------------------------------------------------------------- async workers that stop answering
-@pytest.mark.parametrize("hang", ["start", "step"])
-def test_async_workers_that_stop_answering_raise_env_fault_within_the_time_limit(hang):
+@pytest.mark.parametrize(("hang", "sigterm_handled"), [("start", False), ("step", False), ("start", True)])
+def test_async_workers_that_stop_answering_raise_env_fault_within_the_time_limit(hang, sigterm_handled):
     """Test that async workers hanging while they start or in a step end, within worker_timeout, in EnvFault naming the
-    env, the call and the settings to change, and leave no worker process behind."""
+    env, the call and the settings to change, and leave no worker process behind; also where the process has a Python
+    SIGTERM handler that returns (Lightning's during a fit), which forked workers inherit."""
+    import signal
     import time
 
     from tests.envs.hanging_env import HANGING_ID
 
     sets = {"train": [{"make_kwargs": {"hang": hang}}], "test": [{}]}
+    previous = signal.signal(signal.SIGTERM, lambda signum, frame: None) if sigterm_handled else None
     start = time.perf_counter()
-    with pytest.raises(EnvFault) as info:
-        group = EnvGroup(HANGING_ID, 2, obj_sets=sets, vectorization="async", worker_timeout=3)
-        group.reset()
-        for _ in range(5):
-            group.step(np.zeros(2, dtype=np.int64))
+    try:
+        with pytest.raises(EnvFault) as info:
+            group = EnvGroup(HANGING_ID, 2, obj_sets=sets, vectorization="async", worker_timeout=3)
+            group.reset()
+            for _ in range(5):
+                group.step(np.zeros(2, dtype=np.int64))
+    finally:
+        if sigterm_handled:
+            signal.signal(signal.SIGTERM, previous)
     assert time.perf_counter() - start < 60
     message = str(info.value)
     call = "start" if hang == "start" else "step"
