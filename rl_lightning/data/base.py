@@ -273,7 +273,8 @@ class EnvDataModule(pl.LightningDataModule):
         for obj_set, envs in self.eval_envs.items():
             # The final test draws other episodes than validation (which may have picked best.ckpt): its figures are
             # not the ones a selection was made on.
-            seed, prefix = envs.seed if gated else envs.seed + TEST_SEED_OFFSET, eval_prefix(obj_set, hp.train_obj_set)
+            seed = envs.seed if gated else envs.seed + TEST_SEED_OFFSET
+            prefix = eval_prefix(obj_set, hp.train_obj_set)
             dataset = EvaluationDataset(
                 envs, self._policy, share, prefix, deterministic=hp.eval_deterministic, seed=seed, should_run=should_run
             )
@@ -309,14 +310,14 @@ class EnvDataModule(pl.LightningDataModule):
         ``ranks[r]``, gathered on rank zero, which writes the file. Lightning calls this on
         every rank when a checkpoint is saved, so the gather is collective.
         """
-        cuda = torch.cuda.is_available() and torch.cuda.is_initialized()  # the rank's GPU generator: its device's
         local = {
             "torch_rng": torch.get_rng_state(),
-            **({"cuda_rng": torch.cuda.get_rng_state()} if cuda else {}),  # actions sampled on a GPU draw from it
             "numpy_rng": _numpy_state_to_plain(np.random.get_state()),
             "python_rng": random.getstate(),
             **self.rank_state_dict(),
         }
+        if torch.cuda.is_available() and torch.cuda.is_initialized():  # GPU-sampled actions draw from its generator
+            local["cuda_rng"] = torch.cuda.get_rng_state()  # the rank's device, which Lightning makes current
         ranks = [local]
         if self.world_size > 1 and dist.is_available() and dist.is_initialized():
             gathered = [None] * self.world_size if self.rank == 0 else None

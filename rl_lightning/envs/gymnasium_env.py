@@ -352,8 +352,8 @@ class GymnasiumVectorEnv(gym.vector.VectorEnv):
         def stop_new_workers() -> None:
             expired.set()
             for process in set(multiprocessing.active_children()) - before:
-                # SIGKILL: a forked worker inherits the parent's Python SIGTERM handler (a fit's, when workers are
-                # rebuilt mid-run), which a hung worker never runs to its end.
+                # SIGKILL: a forked worker inherits the parent's Python SIGTERM handler (a user's, Lightning's), and a
+                # handler that returns leaves a hung worker hanging.
                 process.kill()
 
         timer = threading.Timer(self.worker_timeout, stop_new_workers)
