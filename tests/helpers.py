@@ -115,3 +115,10 @@ def count_envs(num_envs: int, terminate_at: int = 0) -> EnvGroup:
         return TorchVectorEnv(CountDynamics(terminate_at), n, device=device, seed=seed)
 
     return EnvGroup("Count-v0", num_envs, obj_sets={"train": [{}]}, backend="torch", env_factory=make)
+
+
+def as_rows(fields):
+    """``ReplayDataset.take_step``'s fields as the ``TensorDict`` of rows a ``ReplayBuffer`` writes."""
+    from tensordict import TensorDict
+
+    return TensorDict(fields, batch_size=fields["reward"].shape)

@@ -248,8 +248,9 @@ class ReplayDataset(IterableDataset):
                     pending.append(transitions)
                 self.epoch_steps += 1
         finally:
-            if pending:
-                self.buffer.extend(pending[0] if len(pending) == 1 else torch.cat(pending))
+            if pending:  # the chunk's columns stacked once, as the rollout loop does
+                rows = pending[0] if len(pending) == 1 else {k: torch.cat([s[k] for s in pending]) for k in pending[0]}
+                self.buffer.extend(TensorDict(rows, batch_size=rows["reward"].shape))
 
     def _close_epoch(self, taken: int) -> None:
         """The epoch's counters and collection metrics (over its env steps, not the gradient steps between chunks)."""
@@ -262,9 +263,9 @@ class ReplayDataset(IterableDataset):
         )  # fmt: skip
 
     @torch.no_grad()
-    def take_step(self) -> TensorDict | None:
-        """One step of every env: act (uniformly at random before ``learning_starts``); the transitions to store,
-        or ``None`` (none valid, or the compact buffer, which must see every step, stored them itself)."""
+    def take_step(self) -> dict[str, torch.Tensor | TensorDict] | None:
+        """One step of every env: act (uniformly at random before ``learning_starts``); the transitions to store (fields
+        ``[k, ...]``), or ``None`` (none valid, or the compact buffer, which must see each step, stored them itself)."""
         interrupt_request.check()  # a signal stops collection between env steps (callbacks/interrupt.py)
         envs = self.envs
         compact = isinstance(self.buffer, CompactReplayBuffer)
@@ -285,15 +286,14 @@ class ReplayDataset(IterableDataset):
         fields = {"obs": obs, "action": action.to(envs.device), "reward": step.reward, "terminated": step.terminated}
         if not compact:  # the compact buffer reads next_obs from the env's next row
             fields["next_obs"] = step.final_obs
-        transitions = TensorDict(fields, batch_size=[envs.num_envs], device=envs.device)
         self.counters.env_steps += envs.num_envs * self.world_size
         # An episode cut short by an env fault or a skipped non-finite value has no true transition for this step
         # (its reward and next observation are stand-ins): not stored.
         valid = None if step.cut is None else ~step.cut
         if compact:
             finals = {int(i): step.final_obs[i] for i in step.done.nonzero().flatten().tolist()}
-            self.buffer.extend(transitions, finals, valid)  # cut rows are kept, marked never to be sampled
+            self.buffer.extend(TensorDict(fields, [envs.num_envs]), finals, valid)  # cut rows: kept, never sampled
             return None
         if valid is not None:
-            transitions = transitions[valid]
-        return transitions if transitions.shape[0] else None
+            fields = {key: value[valid] for key, value in fields.items()}
+        return fields if fields["reward"].shape[0] else None

@@ -14,7 +14,7 @@ from rl_lightning.algos.dqn_loss import dqn_loss
 from rl_lightning.data.chunks import ReplayEpoch
 from rl_lightning.faults import TrainingInterrupted, interrupt_request
 from tests.data.test_replay import schedule, take_epoch
-from tests.helpers import quiet_trainer
+from tests.helpers import as_rows, quiet_trainer
 
 
 class _GradientSteps(pl.Callback):
@@ -123,7 +123,7 @@ def _plain_loop(make_model, data_kwargs, start: _StartState, update, train_freq:
     torch.set_rng_state(start.rng)
     state = {"steps": 0}
     for vector_step in range(1, data_kwargs["steps_per_epoch"] // data_kwargs.get("num_envs", 1) + 1):
-        data.buffer.extend(stream.take_step())
+        data.buffer.extend(as_rows(stream.take_step()))
         if vector_step % train_freq == 0 and stream.learning:
             # The chunk's batches in one draw, as the library samples them (the buffer is the same for all of them);
             # SB3 draws one per step: the same rows for DQN, the same distribution for SAC, whose actor draws noise

@@ -17,7 +17,7 @@ from rl_lightning.faults import NumericalFault
 from rl_lightning.launch.app import build_data
 from tests.conftest import ObsValuePolicy
 from tests.envs.faulty_env import EPISODE_LEN, FAULTY_ID, faulty_sets
-from tests.helpers import quiet_trainer, tiny_ppo, tiny_replay_data, tiny_rollout_data
+from tests.helpers import as_rows, quiet_trainer, tiny_ppo, tiny_replay_data, tiny_rollout_data
 
 ROLLOUT = 2 * 16  # tiny_rollout_data: num_envs x rollout_steps
 
@@ -144,7 +144,7 @@ def test_replay_does_not_store_the_transitions_of_cut_episodes():
         for _ in range(20):
             transitions = dataset.take_step()
             if transitions is not None:
-                buffer.extend(transitions)
+                buffer.extend(as_rows(transitions))
         restarts = envs.pop_stats().env_restarts
     finally:
         envs.close()

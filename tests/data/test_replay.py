@@ -17,6 +17,7 @@ from rl_lightning.data.chunks import chunk_schedule
 from rl_lightning.data.replay import BATCHES_PER_DRAW, random_action_space
 from rl_lightning.envs import EnvGroup
 from tests.conftest import SCRIPTED_ID, SCRIPTED_SETS
+from tests.helpers import as_rows
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore")
@@ -167,7 +168,7 @@ def test_a_chunk_is_stored_in_one_write_with_the_rows_of_step_by_step_writes():
     assert writes == [16, 16]  # 2 chunks of 8 vector steps of 2 envs
     stepwise, _ = _dataset(num_envs=2, steps_per_epoch=32, learning_starts=100)
     for _ in range(16):
-        stepwise.buffer.extend(stepwise.take_step())
+        stepwise.buffer.extend(as_rows(stepwise.take_step()))
     for key in ("obs", "action", "reward", "next_obs", "terminated"):
         assert torch.equal(chunked.buffer.storage[:32][key], stepwise.buffer.storage[:32][key]), key
 
