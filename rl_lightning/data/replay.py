@@ -240,10 +240,10 @@ class ReplayDataset(IterableDataset):
         that cuts the chunk still stores what it took, so a checkpoint written then holds every
         counted env step.
         """
-        pending = []
+        pending, device = [], next(self.policy.parameters()).device  # where the policy acts: read once a chunk
         try:
             for _ in range(vector_steps):
-                transitions = self.take_step()
+                transitions = self.take_step(device)
                 if transitions is not None:
                     pending.append(transitions)
                 self.epoch_steps += 1
@@ -263,11 +263,11 @@ class ReplayDataset(IterableDataset):
         )  # fmt: skip
 
     @torch.no_grad()
-    def take_step(self) -> dict[str, torch.Tensor | TensorDict] | None:
-        """One step of every env: act (uniformly at random before ``learning_starts``); the transitions to store (fields
-        ``[k, ...]``), or ``None`` (none valid, or the compact buffer, which must see each step, stored them itself)."""
+    def take_step(self, device: torch.device | None = None) -> dict[str, torch.Tensor | TensorDict] | None:
+        """One step of every env: act (at random before ``learning_starts``, then the policy on ``device``, its own
+        by default); the fields ``[k, ...]`` to store, or ``None`` (none valid, or the compact buffer stored them)."""
         interrupt_request.check()  # a signal stops collection between env steps (callbacks/interrupt.py)
-        envs = self.envs
+        envs, device = self.envs, device or next(self.policy.parameters()).device
         compact = isinstance(self.buffer, CompactReplayBuffer)
         if envs.obs is None:
             envs.reset(seed=self.reset_seed)
@@ -278,7 +278,7 @@ class ReplayDataset(IterableDataset):
         if self.counters.env_steps < self.learning_starts:
             action = torch.as_tensor(self.random_actions.sample(), device=envs.device)
         else:
-            action = self.policy.explore(obs.to(next(self.policy.parameters()).device), self.counters.env_steps)
+            action = self.policy.explore(obs.to(device), self.counters.env_steps)
         t1 = time.perf_counter()
         step = envs.step(action)
         self._seconds["inference"] += t1 - t0

@@ -182,10 +182,10 @@ def test_a_chunk_is_stored_in_one_write_with_the_rows_of_step_by_step_writes():
     cut, _ = _dataset(num_envs=2, steps_per_epoch=32, learning_starts=100, train_freq=8, gradient_steps=1)
     take_step = cut.take_step
 
-    def stop_after_five():
+    def stop_after_five(device=None):
         if cut.counters.env_steps == 10:
             interrupt_request.request("SIGTERM")
-        return take_step()
+        return take_step(device)
 
     cut.take_step = stop_after_five
     try:
