@@ -41,8 +41,9 @@ def compute_gae(rollout: TensorDict, gamma: float, gae_lambda: float) -> tuple[t
     delta = reward + gamma * next_value * (~terminated) - value  # the TD error of each step
     carry = gamma * gae_lambda * ~(terminated | truncated)  # where an episode goes on into the next step
     advantage, last = [], torch.zeros_like(value[0])
-    for t in reversed(range(reward.shape[0])):
-        last = delta[t] + carry[t] * last
+    # unbind and addcmul (delta + carry * last): one op per step, where indexing and the product take four.
+    for delta_t, carry_t in zip(delta.unbind(0)[::-1], carry.unbind(0)[::-1], strict=True):
+        last = torch.addcmul(delta_t, carry_t, last)
         advantage.append(last)
     advantage = torch.stack(advantage[::-1])
     return advantage, advantage + value
