@@ -171,6 +171,8 @@ class PPO(RLModule):
         # One rollout per epoch: the learning rate steps down once per rollout (CleanRL's detail 4).
         if self.hparams.anneal_lr:
             self.anneal_lr(self.hparams.lr)
+        if self.acting_copy is not None:  # the rollout acts with the weights it trains, whatever sync_interval
+            self.acting_copy.sync()
 
     def loss(self, mb: dict[str, Any]) -> PPOLossTerms:
         """The clipped loss on a minibatch of ``B`` sequences of ``L`` steps (``[L, B]`` tensors, a recurrent policy's

@@ -14,13 +14,14 @@ class ActorSync(pl.Callback):
     Rollouts, replay collection and evaluation then act with the copy (the data modules
     ask the algorithm for its ``acting_policy``); the optimizer keeps updating the learner.
     Each optimizer step marks the copy stale; the next act after ``sync_interval`` of them
-    pulls the weights in (timed as ``time/sync_seconds``). For PPO that is once per rollout,
-    at its first step; for SAC and DQN every ``sync_interval`` gradient steps.
+    pulls the weights in (timed as ``time/sync_seconds``): for SAC and DQN every ``sync_interval``
+    gradient steps. PPO syncs the copy before every rollout (``PPO.on_train_epoch_start``), whatever
+    the interval: its ratio needs the log-probabilities of the weights it trains.
 
     Args:
         device: Where the copy acts; ``None`` keeps the learner's device (a dtype-only copy).
         dtype: The copy's dtype: ``"float32"``, ``"bfloat16"`` or ``"float16"``.
-        sync_interval: Optimizer steps between syncs (off-policy; PPO syncs once per rollout
+        sync_interval: Optimizer steps between syncs (off-policy; PPO syncs before every rollout
             whatever its value).
         verify: Check the weight fingerprint after every sync (``WeightSyncError`` on a mismatch).
     """

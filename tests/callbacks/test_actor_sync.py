@@ -91,6 +91,29 @@ def test_bfloat16_actor_copy_trains(monkeypatch):
     assert torch.isfinite(trainer.callback_metrics["train/policy_loss"])
 
 
+def test_ppo_rollouts_act_with_the_learners_weights_whatever_the_sync_interval(monkeypatch):
+    """Test PPO with sync_interval=100 (more than a rollout's optimizer steps) and evaluation off: every rollout's
+    stored log-probabilities are the learner's, so the copy was synced before each rollout."""
+    from rl_lightning.data.rollout import RolloutDataset
+
+    gaps, original = [], RolloutDataset.collect
+
+    def collect(dataset):
+        rollout = original(dataset)
+        with torch.no_grad():
+            log_prob, _, _ = model.policy.evaluate_actions(rollout["obs"][None].flatten(1, 2),
+                                                           rollout["action"][None].flatten(1, 2))  # fmt: skip
+        gaps.append(float((log_prob.flatten() - rollout["log_prob"].flatten()).abs().max()))
+        return rollout
+
+    monkeypatch.setattr(RolloutDataset, "collect", collect)
+    pl.seed_everything(0)
+    model = tiny_ppo(total_timesteps=10_000, lr=1e-2)
+    trainer = quiet_trainer(callbacks=[ActorSync(device="cpu", sync_interval=100)], max_epochs=4, limit_val_batches=0)
+    trainer.fit(model, _ppo_data(eval_interval=100))
+    assert len(gaps) == 4 and max(gaps) < 1e-5, gaps  # without the sync before each rollout: 0.58
+
+
 def test_off_policy_copy_syncs_every_interval_gradient_steps(monkeypatch):
     """Test DQN with sync_interval=4: about one sync per 4 gradient steps, each exact."""
     recorder = _SyncRecorder(monkeypatch)
