@@ -53,6 +53,15 @@ def check_positive_int(none: str | None = None, **values: Any) -> None:
             raise ValueError(f"{name} must be {allowed}, got {value!r}.")
 
 
+def check_finite(none: str | None = None, **values: Any) -> None:
+    """Raise a ``ValueError`` naming the first argument that is not a finite number (``none``: what ``None`` means,
+    where it is allowed)."""
+    for name, value in values.items():
+        if not (value is None and none is not None) and not (_is_number(value) and math.isfinite(value)):
+            allowed = f"a finite number or {none}" if none is not None else "a finite number"
+            raise ValueError(f"{name} must be {allowed}, got {value!r}.")
+
+
 def check_unit_interval(open_low: bool = False, **values: Any) -> None:
     """Raise a ``ValueError`` naming the first argument that is not a number in [0, 1] (``open_low``: (0, 1])."""
     for name, value in values.items():

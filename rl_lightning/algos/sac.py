@@ -25,7 +25,7 @@ from torch import nn
 from rl_lightning.algos.base import RLModule
 from rl_lightning.algos.sac_loss import SACLossTerms, sac_loss
 from rl_lightning.algos.update import adam
-from rl_lightning.checks import check_hidden_sizes, check_positive, check_unit_interval
+from rl_lightning.checks import check_finite, check_hidden_sizes, check_positive, check_unit_interval
 from rl_lightning.data import ReplayDataModule
 from rl_lightning.data.chunks import ReplayEpoch
 from rl_lightning.nets.encoders import build_encoder, check_encoder_argument
@@ -91,6 +91,7 @@ class SAC(RLModule):
         check_unit_interval(gamma=gamma, tau=tau, open_low=True)
         if max_grad_norm is not None:
             check_positive(max_grad_norm=max_grad_norm)
+        check_finite(none="None (minus the action size, Stable-Baselines3's 'auto')", target_entropy=target_entropy)
         check_hidden_sizes(hidden_sizes)
         encoder, own_encoder = check_encoder_argument(encoder)  # checked now, before any env is made
         self.save_hyperparameters(ignore=["encoder"] if own_encoder else None)

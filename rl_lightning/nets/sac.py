@@ -39,8 +39,12 @@ def check_continuous_spaces(observation_space: gym.Space, action_space: gym.Spac
         )
     if not isinstance(action_space, gym.spaces.Box) or len(action_space.shape) != 1:
         raise TypeError(f"SAC acts in a 1-D Box action space, got {action_space}. For discrete actions use PPO.")
-    if not (np.isfinite(action_space.low).all() and np.isfinite(action_space.high).all()):
-        raise ValueError(f"SAC squashes actions into the bounds, which must be finite; got {action_space}.")
+    low, high = action_space.low, action_space.high
+    if not (np.isfinite(low).all() and np.isfinite(high).all() and (high > low).all()):
+        raise ValueError(
+            f"SAC squashes actions into the bounds, which must be finite with high > low in every dimension; got "
+            f"{action_space}. Fix the env's action space (a fixed dimension: drop it with a gymnasium.ActionWrapper)."
+        )
 
 
 #: ``log(sqrt(2 pi))``, the Gaussian log-density's constant.

@@ -184,8 +184,10 @@ def test_sac_refuses_discrete_actions():
 
 @pytest.mark.parametrize(
     ("kwargs", "match"),
-    [({"tau": 0}, "tau"), ({"gamma": 1.5}, "gamma"), ({"actor_lr": -1}, "actor_lr"), ({"hidden_sizes": 64}, "hidden")],
-)
+    [({"tau": 0}, "tau"), ({"gamma": 1.5}, "gamma"), ({"actor_lr": -1}, "actor_lr"), ({"hidden_sizes": 64}, "hidden"),
+     ({"target_entropy": "auto"}, "target_entropy must be a finite number or None .minus the action size"),
+     ({"target_entropy": float("nan")}, "target_entropy")],
+)  # fmt: skip
 def test_impossible_hyperparameters_are_refused(kwargs, match):
     """Test that impossible SAC hyperparameters raise a ValueError naming them."""
     with pytest.raises(ValueError, match=match):

@@ -2,10 +2,12 @@
 
 import gymnasium as gym
 import numpy as np
+import pytest
 import torch
 
 from rl_lightning import SAC
 from rl_lightning.algos.sac_loss import sac_loss
+from rl_lightning.nets.sac import check_continuous_spaces
 
 DICT = gym.spaces.Dict(
     {"image": gym.spaces.Box(0, 255, (3, 36, 36), np.uint8), "state": gym.spaces.Box(-1, 1, (3,), np.float32)}
@@ -70,3 +72,13 @@ def test_actions_stay_in_bounds_for_dict_observations():
     obs = _batch(64)["obs"]
     for action in (model.policy.explore(obs), model.policy.act(obs)[0]):
         assert action.shape == (64, 2) and action.abs().max() <= 1.0
+
+
+def test_action_bounds_must_be_finite_with_room_in_every_dimension():
+    """Test that an action space with infinite bounds, or a dimension with high == low (its log-probability would be
+    +inf), is refused naming the space and the fix."""
+    obs = gym.spaces.Box(-1, 1, (3,), np.float32)
+    for action in (gym.spaces.Box(np.array([-1.0, 0.5]), np.array([1.0, 0.5])), gym.spaces.Box(-np.inf, np.inf, (2,))):
+        with pytest.raises(ValueError, match="finite with high > low in every dimension.*ActionWrapper"):
+            check_continuous_spaces(obs, action)
+    check_continuous_spaces(obs, ACTION)  # a proper Box passes
