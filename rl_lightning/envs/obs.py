@@ -100,4 +100,12 @@ def single_to_batch(obs: Obs, space: gym.Space) -> tuple[Obs, bool]:
         single = np.ndim(obs) == len(space.shape)
     if single:
         obs = map_obs(lambda x: np.asarray(x)[None], obs)
+    for key, sub in space.spaces.items() if isinstance(space, gym.spaces.Dict) else [(None, space)]:
+        shape = np.shape(obs if key is None else obs[key])
+        if sub.shape is not None and tuple(shape[1:]) != tuple(sub.shape):  # (a nested Dict has no shape)
+            what = "observations" if key is None else f"'{key}' observations"
+            raise ValueError(
+                f"This policy reads {what} of shape {tuple(sub.shape)} (one) or (B, *{tuple(sub.shape)}) (a batch); "
+                f"got {tuple(shape[1:]) if single else shape}."
+            )
     return obs, single
