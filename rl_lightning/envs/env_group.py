@@ -254,6 +254,7 @@ class EnvGroup:
         self.generator = torch.Generator(device=self.device).manual_seed(seed)
         self.variation = torch.zeros(num_envs, dtype=torch.int64, device=self.device)
         space, self._bounds = self.action_space, None
+        self._action_shape = torch.Size((num_envs, *space.shape)) if space.shape is not None else None
         if isinstance(space, gym.spaces.Box):
             self._bounds = [torch.as_tensor(b, device=self.device) for b in (space.low, space.high)]
         start = getattr(space, "start", None)
@@ -267,6 +268,12 @@ class EnvGroup:
         """Policy actions as the env takes them, on its device: ``Box`` actions clipped to the bounds, indices of
         ``Discrete`` and ``MultiDiscrete`` shifted by ``start`` (the policy's count from 0)."""
         action = torch.as_tensor(action, device=self.device)  # a tensor on any device, or an array
+        shape = self._action_shape
+        if (shape is not None and action.shape != shape) or (self._bounds is None and action.is_floating_point()):
+            # A caller's mistake: refused before the env sees it (EnvPool aborts the process on a short batch).
+            raise ValueError(f"{self.label} takes {'' if self._bounds is not None else 'integer '}actions of shape "
+                             f"{tuple(shape or ())} (num_envs, *action shape); got {action.dtype} "
+                             f"{tuple(action.shape)}.")  # fmt: skip
         if self._bounds is not None:
             return torch.clamp(action, *self._bounds)
         return action if self._start is None else action + self._start
@@ -290,11 +297,12 @@ class EnvGroup:
         self.variation = drawn if where is None else torch.where(where, drawn, self.variation)
         self.env.set_params(**{name: values[self.variation] for name, values in self._table.items()})
 
-    def _check(self, obs: Obs, reward: torch.Tensor | None = None) -> None:
-        if not self._checked:
-            for value in [*leaves(obs), reward]:
+    def _check(self, obs: Obs, reward: torch.Tensor | None = None, final_obs: Obs = None) -> None:
+        if not self._checked:  # final observations too: a NaN an episode ended on is bootstrapped from
+            finals = [] if final_obs is None or final_obs is obs else leaves(final_obs)
+            for value in [*leaves(obs), reward, *finals]:
                 if value is not None and value.is_floating_point():
-                    self._checksum += value.sum()
+                    self._checksum += value.sum(dtype=torch.float64)  # float16 sums overflow at 65504
 
     def _add_faults(self, info: Mapping[str, Any]) -> None:
         for key, count in (info.get("faults") or {}).items():
@@ -317,14 +325,15 @@ class EnvGroup:
 
     def step(self, action: torch.Tensor) -> Step:
         """Step every env with the policy's ``action`` ``[num_envs, ...]``; ended episodes restart within the step."""
+        action = self.env_action(action)  # a malformed action raises here, not taken for an env fault
         try:
-            obs, reward, terminated, truncated, info = self.env.step(self.env_action(action))
+            obs, reward, terminated, truncated, info = self.env.step(action)
         except Exception as err:
             return self._restarted_step(err)
         obs, done, reward = _batch(obs, self.num_envs, self.device), terminated | truncated, reward.float()
         final_obs = _batch(info.get("final_obs", obs), self.num_envs, self.device)
         cut = info.get("cut")
-        self._check(obs, reward)
+        self._check(obs, reward, final_obs)
         self._add_faults(info)
         success = info.get("success")
         success = None if success is None else torch.as_tensor(success, device=self.device).float()
@@ -351,6 +360,7 @@ class EnvGroup:
                 self.generator.manual_seed(seed)
                 self._draw_variations(None)
                 obs, _ = self.env.reset(seed=seed)
+                self.stats.env_restarts += 1
                 return obs
             except Exception as again:  # a rebuild that fails is one more failure in a row
                 err, call = again, "rebuild"
@@ -362,7 +372,7 @@ class EnvGroup:
             raise err
         last, n = self.obs, self.num_envs
         obs = _batch(self._rebuilt(err, "step"), n, self.device)
-        self.stats.env_restarts += 1
+        self._check(obs)
         reward = torch.zeros(n, device=self.device)
         ended = torch.ones(n, dtype=torch.bool, device=self.device)
         going_on = torch.zeros_like(ended)

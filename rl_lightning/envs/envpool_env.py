@@ -89,8 +89,9 @@ class EnvPoolVectorEnv(gym.vector.VectorEnv):
         self._pool = _import_envpool().make_gymnasium(task, num_envs=self.num_envs, seed=seed, **self._options)
 
     def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple[torch.Tensor, dict]:
-        """Start every env's episode (with ``seed``: from a pool built with that seed)."""
-        if seed is not None and seed != self._seed:
+        """Start every env's episode (with ``seed``: from a pool built anew with that seed, so a seed repeats its
+        episodes, as evaluation needs; EnvPool's reset takes none)."""
+        if seed is not None:
             self._pool.close()
             self._build(seed)
         return torch.from_numpy(self._pool.reset()[0]), {}

@@ -144,3 +144,44 @@ def make_broken_count_envs(env_id, num_envs, device, seed, max_episode_steps):
     """``env.env_factory``: every env built raises at its second step."""
     BUILT.append(FlakyCountEnv(num_envs, device=device, fail_at=2))
     return BUILT[-1]
+
+
+class FaultVectorEnv(gym.vector.VectorEnv):
+    """A batched env of the contract whose observations are ones (of ``dtype``) and whose every episode ends at every
+    step, with faults chosen per build: a NaN final observation (``nan_final``), NaN first observations
+    (``nan_reset``), a ``reset`` or ``step`` that raises (``fail_reset``, ``fail_step``)."""
+
+    metadata = {"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP}
+
+    def __init__(self, num_envs: int, dtype=torch.float32, nan_final=False, nan_reset=False, fail_reset=False,
+                 fail_step=False):  # fmt: skip
+        self.num_envs, self.device, self.dtype = num_envs, torch.device("cpu"), dtype
+        self.nan_final, self.nan_reset, self.fail_reset, self.fail_step = nan_final, nan_reset, fail_reset, fail_step
+        self.single_observation_space = gym.spaces.Box(-np.inf, np.inf, (2,), np.float32)
+        self.single_action_space = gym.spaces.Discrete(2)
+        self.observation_space = gym.vector.utils.batch_space(self.single_observation_space, num_envs)
+        self.action_space = gym.vector.utils.batch_space(self.single_action_space, num_envs)
+
+    def reset(self, *, seed=None, options=None):
+        if self.fail_reset:
+            raise RuntimeError("reset lost its context")
+        obs = torch.ones(self.num_envs, 2, dtype=self.dtype)
+        return obs * float("nan") if self.nan_reset else obs, {}
+
+    def step(self, actions):
+        if self.fail_step:
+            raise RuntimeError("step lost its context")
+        n = self.num_envs
+        obs, ended = torch.ones(n, 2, dtype=self.dtype), torch.ones(n, dtype=torch.bool)
+        final_obs = obs * float("nan") if self.nan_final else obs.clone()
+        return obs, torch.ones(n), ended, torch.zeros_like(ended), {"final_obs": final_obs}
+
+
+#: The faults of the ``FaultVectorEnv`` builds to come, in order (keyword arguments; none left: a working env).
+FAULTS: list[dict] = []
+
+
+def make_fault_envs(env_id, num_envs, device, seed, max_episode_steps):
+    """``env.env_factory``: a ``FaultVectorEnv`` with the next faults of ``FAULTS``."""
+    BUILT.append(FaultVectorEnv(num_envs, **(FAULTS.pop(0) if FAULTS else {})))
+    return BUILT[-1]

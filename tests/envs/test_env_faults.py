@@ -427,3 +427,63 @@ def test_bad_worker_options_are_refused_naming_the_setting():
         EnvGroup("CartPole-v1", 2, vectorization="async", worker_start_method="clone")
     with pytest.raises(ValueError, match="worker_timeout must be a positive number"):
         EnvGroup("CartPole-v1", 2, vectorization="async", worker_timeout=0)
+
+
+# ---------------------------------------------------------------- what a batched env's values and a caller's actions
+def _fault_group(*faults: dict, num_envs: int = 2) -> EnvGroup:
+    from tests.envs import batched_factory
+
+    batched_factory.BUILT.clear()
+    batched_factory.FAULTS[:] = list(faults)
+    return EnvGroup("Fault-v0", num_envs, obj_sets={"train": [{}]}, backend="torch", max_env_restarts=1,
+                    env_factory="tests.envs.batched_factory.make_fault_envs")  # fmt: skip
+
+
+def test_a_batched_env_ending_episodes_on_a_nan_observation_stops_at_the_collection_end():
+    """Test that a NaN final observation (what a truncated episode is bootstrapped from) is caught on the tensor path,
+    though the next episodes' first observations are finite."""
+    group = _fault_group({"nan_final": True})
+    group.reset()
+    step = group.step(torch.zeros(2, dtype=torch.long))
+    assert step.obs.isfinite().all() and step.final_obs.isnan().all()
+    with pytest.raises(NumericalFault, match="non-finite observation or reward"):
+        group.pop_stats()
+
+
+def test_the_first_observations_of_a_rebuilt_batched_env_are_checked():
+    """Test that a batched env rebuilt after raising in step, whose fresh start is NaN, stops the run as a NaN reset
+    would, and that a rebuild after a raising reset is counted as one after a raising step is."""
+    group = _fault_group({"fail_step": True}, {"nan_reset": True})
+    group.reset()
+    group.step(torch.zeros(2, dtype=torch.long))  # raises inside: rebuilt, its first observations NaN
+    with pytest.raises(NumericalFault):
+        group.pop_stats()
+    group = _fault_group({"fail_reset": True})
+    assert group.reset().isfinite().all()  # the first build's reset raised: rebuilt
+    assert group.pop_stats().env_restarts == 1
+
+
+def test_finite_float16_observations_of_many_envs_are_not_taken_for_nan():
+    """Test that the non-finite check sums float16 observations without overflowing (65,504 is float16's largest)."""
+    group = _fault_group({"dtype": torch.float16}, num_envs=40_000)
+    group.reset()
+    group.step(torch.zeros(40_000, dtype=torch.long))
+    assert len(group.pop_stats()) == 40_000  # every episode ended, no NumericalFault
+
+
+@pytest.mark.parametrize(
+    ("env_id", "backend", "action", "expected"),
+    [("CartPole-v1", "torch", torch.zeros(3, dtype=torch.long), r"integer actions of shape \(2,\)"),
+     ("Pendulum-v1", "torch", torch.zeros(2), r"actions of shape \(2, 1\) .* got torch.float32 \(2,\)"),
+     ("CartPole-v1", "gymnasium", torch.tensor([0.7, 1.2]), r"integer actions .* got torch.float32 \(2,\)"),
+     ("CartPole-v1", "envpool", torch.zeros(1, dtype=torch.long), r"\(2,\) \(num_envs, \*action shape\)")],
+)  # fmt: skip
+def test_malformed_actions_are_refused_before_any_env_steps(env_id, backend, action, expected):
+    """Test that actions of the wrong batch, shape or kind raise a ValueError naming the shape expected, and are not
+    taken for an env fault (no rebuild, no restart; EnvPool would abort the process)."""
+    group = EnvGroup(env_id, 2, backend=backend, obj_sets={"train": [{}]}, seed=0)
+    group.reset()
+    with pytest.raises(ValueError, match=expected):
+        group.step(action)
+    assert group.pop_stats().env_restarts == 0
+    group.close()

@@ -108,6 +108,7 @@ def test_a_task_that_reports_success_gives_success_rates_on_the_envpool_backend(
     episode's final step (success_rate) and any of its steps (success_once). CartPole reports none, so the pool's
     step is wrapped to report CartPole's pole angle leaning right as success, as a task of its own would."""
     group = EnvGroup("CartPole-v1", 4, backend="envpool", obj_sets={"train": [{}]}, obj_set="train", seed=0)
+    group.reset()  # a seeded reset builds the pool anew: wrap the one that steps
     pool = group.env._pool
     step = pool.step
 
@@ -116,7 +117,6 @@ def test_a_task_that_reports_success_gives_success_rates_on_the_envpool_backend(
         return obs, reward, terminated, truncated, {**info, "success": obs[:, 2] > 0}
 
     pool.step = reporting_step
-    group.reset()
     for _ in range(200):
         group.step(torch.randint(0, 2, (4,)))
     stats = group.pop_stats()
@@ -124,3 +124,14 @@ def test_a_task_that_reports_success_gives_success_rates_on_the_envpool_backend(
     assert set(stats.successes) <= {0.0, 1.0} and set(stats.successes_once) <= {0.0, 1.0}
     assert all(once >= end for once, end in zip(stats.successes_once, stats.successes, strict=True))
     assert 0 < sum(stats.successes) < len(stats) and sum(stats.successes_once) > sum(stats.successes)
+
+
+def test_a_seeded_reset_repeats_its_episodes():
+    """Test that reset(seed=s) starts the same episodes each time, also with the pool's current seed (evaluation
+    resets its envs with their own seed before every evaluation, and compares like with like)."""
+    group = EnvGroup("CartPole-v1", 2, backend="envpool", obj_sets={"train": [{}]}, seed=7)
+    first = group.reset(seed=7).clone()
+    for _ in range(3):
+        group.step(torch.zeros(2, dtype=torch.long))
+    assert torch.equal(group.reset(seed=7), first)
+    group.close()
