@@ -62,6 +62,25 @@ def check_finite(none: str | None = None, **values: Any) -> None:
             raise ValueError(f"{name} must be {allowed}, got {value!r}.")
 
 
+def check_replay_sizes(buffer_size: Any, batch_size: Any, num_envs: int = 0) -> None:
+    """Raise a ``ValueError`` naming the settings unless a replay buffer of ``buffer_size`` transitions can fill a batch
+    of ``batch_size`` (else no gradient step is ever taken); ``num_envs``: ``optimize_memory_usage``'s buffer, which
+    never draws the newest vector step and must hold two."""
+    check_positive_int(buffer_size=buffer_size, batch_size=batch_size)
+    if num_envs and buffer_size < 2 * num_envs:
+        raise ValueError(
+            f"buffer_size={buffer_size} is too small for optimize_memory_usage with {num_envs} envs: it must hold at "
+            f"least two vector steps ({2 * num_envs} transitions)."
+        )
+    if batch_size > buffer_size - num_envs:
+        unsampled = f" (optimize_memory_usage never draws the newest {num_envs})" if num_envs else ""
+        raise ValueError(
+            f"batch_size={batch_size} is more than the {buffer_size - num_envs} transitions a buffer_size="
+            f"{buffer_size} buffer draws from{unsampled}: no gradient step would ever be taken. Raise buffer_size or "
+            "lower batch_size."
+        )
+
+
 def check_unit_interval(open_low: bool = False, **values: Any) -> None:
     """Raise a ``ValueError`` naming the first argument that is not a number in [0, 1] (``open_low``: (0, 1])."""
     for name, value in values.items():

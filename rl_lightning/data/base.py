@@ -323,13 +323,7 @@ class EnvDataModule(pl.LightningDataModule):
             gathered = [None] * self.world_size if self.rank == 0 else None
             dist.gather_object(local, gathered, dst=0, group=self._host_group())
             ranks = gathered if self.rank == 0 else [local]
-        return {
-            "env_steps": self.counters.env_steps,
-            "iterations": self.counters.iterations,
-            "evaluated": self.counters.evaluated,
-            "world_size": self.world_size,
-            "ranks": ranks,
-        }
+        return {**dataclasses.asdict(self.counters), "world_size": self.world_size, "ranks": ranks}
 
     def _host_group(self):
         """A gloo process group for gathering state: over NCCL, ``gather_object`` would stage every
@@ -347,9 +341,8 @@ class EnvDataModule(pl.LightningDataModule):
             ValueError: The checkpoint was written by another number of ranks and holds
                 per-rank data that cannot be split or merged (a replay buffer per rank).
         """
-        self.counters.env_steps = int(state["env_steps"])
-        self.counters.iterations = int(state["iterations"])
-        self.counters.evaluated = int(state["evaluated"])
+        for field in dataclasses.fields(self.counters):  # in place: the data streams hold these counters
+            setattr(self.counters, field.name, int(state[field.name]))
         self.resumed_from = self.counters.env_steps
         ranks, saved_world = state["ranks"], int(state["world_size"])
         if saved_world != self.world_size:

@@ -23,6 +23,9 @@ from typing import Any
 import torch
 from tensordict import TensorDict
 
+#: The largest denominator ``utd_ratio`` is read with (``1/1024`` exactly; ``0.1`` as ``1/10``).
+UTD_DENOMINATOR = 10**6
+
 
 def chunk_schedule(
     utd_ratio: float, num_envs: int, train_freq: int | None = None, gradient_steps: int | None = None
@@ -37,7 +40,7 @@ def chunk_schedule(
     """
     if train_freq is not None and gradient_steps is not None:
         return int(train_freq), int(gradient_steps)
-    per_vector_step = Fraction(utd_ratio).limit_denominator(1000) * num_envs
+    per_vector_step = Fraction(utd_ratio).limit_denominator(UTD_DENOMINATOR) * num_envs
     return per_vector_step.denominator, per_vector_step.numerator
 
 

@@ -30,6 +30,7 @@ from typing import Any
 import torch
 from tensordict import TensorDict
 
+from rl_lightning.checks import check_replay_sizes
 from rl_lightning.data.replay_buffer import ReplayBuffer
 from rl_lightning.envs.obs import Obs, write_obs
 
@@ -53,11 +54,7 @@ class CompactReplayBuffer:
         self.rows = rows
         self.num_envs = num_envs
         capacity = rows.capacity
-        if capacity < 2 * num_envs:
-            raise ValueError(
-                f"buffer_size={capacity} is too small for optimize_memory_usage with {num_envs} envs: it must hold at "
-                f"least two vector steps ({2 * num_envs} transitions)."
-            )
+        check_replay_sizes(capacity, rows.batch_size, num_envs)
         #: Rows whose next observation is known: what ``sample`` draws from.
         self.sampleable = torch.zeros(capacity, dtype=torch.bool)
         self.final_obs: dict[int, Obs] = {}

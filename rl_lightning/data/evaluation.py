@@ -18,6 +18,7 @@ import numpy as np
 import torch
 from torch.utils.data import IterableDataset
 
+from rl_lightning.checks import check_positive_int
 from rl_lightning.data.protocol import RolloutPolicy
 from rl_lightning.envs import EnvGroup, EpisodeStats
 from rl_lightning.envs.obs import clip_floats, map_obs, to_tensor
@@ -60,6 +61,7 @@ def evaluate(
     Returns:
         Statistics of exactly ``episodes`` episodes.
     """
+    check_positive_int(episodes=episodes)
     device = next(policy.parameters()).device
     quota_list = episodes_per_env(episodes, envs.num_envs)
     quota = torch.as_tensor(quota_list, device=envs.device)

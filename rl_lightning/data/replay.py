@@ -207,7 +207,7 @@ class ReplayDataset(IterableDataset):
             self._collect(self.train_freq - self.epoch_steps % self.train_freq)
             self._seconds["rollout"] += time.perf_counter() - start
             self.gradient_credit = self.gradient_steps if self.learning else 0
-            last = self.epoch_steps == vector_steps
+            last = self.epoch_steps >= vector_steps  # >=: a train_freq that does not divide the epoch still ends it
             if last:  # the collection is complete: counted before its gradient steps
                 self._close_epoch(self.epoch_steps - first)
             yield from self._gradient_steps(device)
@@ -291,7 +291,7 @@ class ReplayDataset(IterableDataset):
         # (its reward and next observation are stand-ins): not stored.
         valid = None if step.cut is None else ~step.cut
         if compact:
-            finals = {int(i): step.final_obs[i] for i in step.done.nonzero().flatten().tolist()}
+            finals = {int(i): step.final_obs[i].clone() for i in step.done.nonzero().flatten().tolist()}  # not views
             self.buffer.extend(TensorDict(fields, [envs.num_envs]), finals, valid)  # cut rows: kept, never sampled
             return None
         if valid is not None:

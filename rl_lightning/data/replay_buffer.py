@@ -18,6 +18,8 @@ from typing import Any
 import torch
 from tensordict import TensorDict
 
+from rl_lightning.checks import check_replay_sizes
+
 STORAGES = ("memory", "memmap")
 
 
@@ -43,6 +45,7 @@ class ReplayBuffer:
     ):  # fmt: skip
         if storage not in STORAGES:
             raise ValueError(f"storage must be one of {STORAGES}, got {storage!r}.")
+        check_replay_sizes(capacity, batch_size)
         self.capacity, self.batch_size = capacity, batch_size
         self.memmap, self.scratch_dir = storage == "memmap", scratch_dir
         self.device = None if device == "auto" or self.memmap else torch.device(device)

@@ -14,7 +14,7 @@ from torch.utils.data import DataLoader
 
 from rl_lightning.checks import check_positive_int
 from rl_lightning.data.base import EnvDataModule, identity_collate
-from rl_lightning.data.chunks import chunk_schedule
+from rl_lightning.data.chunks import UTD_DENOMINATOR, chunk_schedule
 from rl_lightning.data.replay import ReplayDataset, make_replay_buffer, transition_bytes
 from rl_lightning.data.replay_buffer import STORAGES
 from rl_lightning.envs.gymnasium_env import WORKER_TIMEOUT
@@ -168,14 +168,14 @@ class ReplayDataModule(EnvDataModule):
             check_positive_int(**{name: locals()[name]})
         if not isinstance(learning_starts, int) or isinstance(learning_starts, bool) or learning_starts < 0:
             raise ValueError(f"learning_starts must be a non-negative integer, got {learning_starts!r}.")
-        if not isinstance(utd_ratio, (int, float)) or isinstance(utd_ratio, bool) or utd_ratio <= 0:
-            raise ValueError(f"utd_ratio must be a positive number, got {utd_ratio!r}.")
+        if not isinstance(utd_ratio, (int, float)) or isinstance(utd_ratio, bool) or utd_ratio < 1 / UTD_DENOMINATOR:
+            raise ValueError(f"utd_ratio must be a number of at least 1e-6, got {utd_ratio!r}.")
         if isinstance(num_envs, int) and num_envs > 0 and steps_per_epoch % num_envs:
             raise ValueError(
                 f"steps_per_epoch={steps_per_epoch} is not a multiple of num_envs={num_envs}: every env steps "
                 "together, so choose a multiple."
             )
-        if (Fraction(utd_ratio).limit_denominator(1000) * steps_per_epoch).denominator != 1:
+        if (Fraction(utd_ratio).limit_denominator(UTD_DENOMINATOR) * steps_per_epoch).denominator != 1:
             raise ValueError(
                 f"steps_per_epoch x utd_ratio = {steps_per_epoch} x {utd_ratio} is not a whole number of gradient "
                 "steps; every epoch (and every DDP rank) must take the same count. Adjust either."
@@ -191,14 +191,10 @@ class ReplayDataModule(EnvDataModule):
         )  # fmt: skip
         if not isinstance(optimize_memory_usage, bool):
             raise TypeError(f"optimize_memory_usage must be true or false, got {optimize_memory_usage!r}.")
+        # A batched env's rows stay on its device.
+        device = "auto" if backend == "torch" else "cpu"
         self.buffer = make_replay_buffer(
-            buffer_size,
-            batch_size,
-            storage,
-            scratch_dir,
-            optimize_memory_usage,
-            num_envs,
-            device="auto" if backend == "torch" else "cpu",  # a batched env's rows stay on its device
+            buffer_size, batch_size, storage, scratch_dir, optimize_memory_usage, num_envs, device
         )
         #: ``(train_freq, gradient_steps)``: vector steps per chunk and the gradient steps after each.
         self.schedule = chunk_schedule(utd_ratio, num_envs, train_freq, gradient_steps)

@@ -28,6 +28,7 @@ import torch
 from tensordict import TensorDict
 from torch.utils.data import IterableDataset
 
+from rl_lightning.checks import check_positive_int
 from rl_lightning.data.collection import CollectionMetrics, DataCounters
 from rl_lightning.data.protocol import RolloutPolicy
 from rl_lightning.envs import EnvGroup
@@ -72,6 +73,7 @@ class RolloutDataset(IterableDataset):
         world_size: int = 1,
     ):
         super().__init__()
+        check_positive_int(rollout_steps=rollout_steps)
         self.envs, self.policy, self.rollout_steps = envs, policy, rollout_steps
         self.counters, self.reset_seed, self.world_size = counters, reset_seed, world_size
         self.last_collection: CollectionMetrics | None = None

@@ -182,3 +182,15 @@ def test_an_in_memory_buffer_larger_than_the_machine_is_refused_before_any_step(
     memmap._policy = lambda: RandomExplorer()
     memmap.check_buffer_memory()  # files on disk: no refusal
     memmap.close()
+
+
+def test_stored_final_observations_are_their_own_not_views_of_the_steps_batch():
+    """Test that each episode end keeps one observation, not the whole ``[num_envs, ...]`` batch it was cut from."""
+    envs = EnvGroup(PIXEL_ID, 4, obj_sets=PIXEL_SETS, max_episode_steps=3)
+    buffer = make_replay_buffer(64, 16, optimize_memory_usage=True, num_envs=4)
+    take_epoch(ReplayDataset(envs, RandomExplorer(), buffer, 40, 10**9, DataCounters(), reset_seed=0))
+    finals = list(buffer.final_obs.values())
+    assert finals
+    for final in finals:
+        for leaf in final.values(include_nested=True, leaves_only=True):
+            assert leaf.untyped_storage().nbytes() == leaf.numel() * leaf.element_size()

@@ -1,6 +1,7 @@
 """Tests for evaluation episodes."""
 
 import numpy as np
+import pytest
 
 from rl_lightning.data import episodes_per_env, evaluate
 from rl_lightning.envs import EnvGroup
@@ -84,3 +85,10 @@ class _ConstantAction(ObsValuePolicy):
         import torch
 
         return torch.full((obs.shape[0], 1), self.torque), None, None, None
+
+
+def test_an_evaluation_of_no_episodes_is_refused():
+    """Test that a count of episodes below one is refused (it returned no episodes, silently)."""
+    group = EnvGroup(SCRIPTED_ID, 2, obj_sets=SCRIPTED_SETS)
+    with pytest.raises(ValueError, match="episodes must be a positive integer, got -3"):
+        evaluate(ObsValuePolicy(), group, episodes=-3)

@@ -99,12 +99,27 @@ def test_env_and_gradient_steps_per_epoch(num_envs, utd_ratio, expected_first, e
 
 @pytest.mark.parametrize(
     ("utd_ratio", "num_envs", "expected"),
-    [(1.0, 1, (1, 1)), (0.25, 1, (4, 1)), (0.5, 2, (1, 1)), (1 / 32, 32, (1, 1)), (2.0, 3, (1, 6)), (1.5, 1, (2, 3))],
-)
+    [(1.0, 1, (1, 1)), (0.25, 1, (4, 1)), (0.5, 2, (1, 1)), (1 / 32, 32, (1, 1)), (2.0, 3, (1, 6)), (1.5, 1, (2, 3)),
+     (0.0004, 1, (2500, 1)), (1 / 1024, 1, (1024, 1))],
+)  # fmt: skip
 def test_utd_ratio_takes_the_smallest_whole_chunks(utd_ratio, num_envs, expected):
     """Test that utd_ratio becomes chunks of b vector steps and a gradient steps, where utd_ratio x num_envs = a/b."""
     assert chunk_schedule(utd_ratio, num_envs) == expected
     assert chunk_schedule(utd_ratio, num_envs, train_freq=256, gradient_steps=128) == (256, 128)
+
+
+def test_small_utd_ratios_keep_their_gradient_steps():
+    """Test that ratios below 1/1000 are read exactly (rounded to 1/1000 they were 0 gradient steps, or refused)."""
+    ReplayDataModule(env_id=SCRIPTED_ID, obj_sets=SCRIPTED_SETS, utd_ratio=1 / 1024, steps_per_epoch=1024, num_envs=1)
+    dataset, _ = _dataset(num_envs=1, steps_per_epoch=2500, learning_starts=0, utd_ratio=0.0004)
+    assert len(gradient_batches(dataset)) == 1
+
+
+def test_an_epoch_that_train_freq_does_not_divide_still_ends():
+    """Test a ReplayDataset built directly (the data module refuses this) with chunks that overshoot the epoch."""
+    dataset, _ = _dataset(num_envs=2, steps_per_epoch=10, train_freq=2, gradient_steps=1)  # 5 vector steps, chunks of 2
+    gradient_batches(dataset)
+    assert dataset.counters.iterations == 1 and dataset.epoch_steps == 0
 
 
 def test_train_freq_and_gradient_steps_take_sb3s_chunks():
@@ -283,8 +298,12 @@ def test_without_saved_buffer_resume_warns_and_waits_for_a_batch():
         ({"train_freq": 0, "gradient_steps": 1}, "train_freq must be a positive integer"),
         ({"train_freq": 4, "gradient_steps": 2, "utd_ratio": 0.5}, "keep one"),
         ({"train_freq": 3, "gradient_steps": 2, "steps_per_epoch": 10}, "whole number of train_freq=3 chunks"),
+        ({"utd_ratio": 1e-7}, "at least 1e-6"),
+        ({"buffer_size": 8, "batch_size": 16}, r"batch_size=16 is more than the 8 transitions a buffer_size=8 buffer"),
+        ({"buffer_size": 16, "batch_size": 16, "num_envs": 2, "steps_per_epoch": 2, "optimize_memory_usage": True},
+         r"the 14 transitions .* never draws the newest 2"),
     ],
-)
+)  # fmt: skip
 def test_impossible_settings_are_refused_with_the_key(kwargs, match):
     """Test that impossible replay settings raise a ValueError naming the setting."""
     with pytest.raises(ValueError, match=match):

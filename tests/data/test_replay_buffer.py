@@ -7,6 +7,7 @@ import pytest
 import torch
 from tensordict import TensorDict
 
+from rl_lightning.data.replay import make_replay_buffer
 from rl_lightning.data.replay_buffer import ReplayBuffer
 
 
@@ -115,3 +116,11 @@ def test_a_restored_buffer_moves_to_where_the_writes_come_from_and_close_empties
     assert memmap.storage.is_memmap() and memmap.storage["n"][:6].tolist() == [0, 1, 2, 3, 4, 5]
     memmap.close()
     assert memmap.storage is None and len(memmap) == 0 and not any(tmp_path.iterdir())
+
+
+def test_a_buffer_that_cannot_fill_a_batch_is_refused_naming_both_sizes():
+    """Test that a capacity of 0, or one smaller than a batch (no gradient step would ever be taken), is refused."""
+    with pytest.raises(ValueError, match="buffer_size must be a positive integer, got 0"):
+        make_replay_buffer(0, 4)
+    with pytest.raises(ValueError, match="batch_size=16 is more than the 8 transitions a buffer_size=8 buffer"):
+        make_replay_buffer(8, 16)

@@ -226,3 +226,10 @@ def test_a_synchronized_phase_timer_switches_the_rollout_to_synchronized_timing(
     quiet_trainer(callbacks=[timer], max_epochs=1).fit(tiny_ppo(total_timesteps=64), data)
     assert data._train_dataset.synchronize_timing is True
     assert timer.totals["env"] > 0 and timer.totals["optimization"] > 0
+
+
+def test_a_rollout_of_no_steps_is_refused_naming_the_setting():
+    """Test that rollout_steps=0 is refused when the dataset is built, not with an error from an empty stack."""
+    envs = EnvGroup(SCRIPTED_ID, 2, obj_sets=SCRIPTED_SETS)
+    with pytest.raises(ValueError, match="rollout_steps must be a positive integer, got 0"):
+        RolloutDataset(envs, ObsValuePolicy(), 0, DataCounters(), reset_seed=0)
