@@ -68,6 +68,22 @@ def action_kind(action_space: gym.Space) -> str:
     )
 
 
+def _check_head(name: str, net: nn.Module | None, width: int, out: int) -> None:
+    """Raise a ``ValueError`` unless ``net`` (a user's ``actor`` or ``critic``; ``None``: the default) maps a batch
+    ``[B, width]`` to ``[B, out]``, naming the widths expected and what it did."""
+    if net is None:
+        return
+    like = next(net.parameters(), torch.empty(0))  # on its device, in its dtype
+    try:
+        with torch.no_grad():
+            shape = tuple(net(torch.zeros(2, width, dtype=like.dtype, device=like.device)).shape)
+    except Exception as err:
+        shape = f"an error ({type(err).__name__}: {err})"
+    if shape != (2, out) and not (out == 1 and shape == (2,)):  # a critic's values may come as [B]
+        raise ValueError(f"The {name} network must map [B, {width}] inputs (normalized observations or encoder "
+                         f"features) to [B, {out}]; on [2, {width}] it gave {shape}.")  # fmt: skip
+
+
 class ActorCritic(nn.Module):
     """Policy and value networks over a shared observation normalizer.
 
@@ -130,6 +146,8 @@ class ActorCritic(nn.Module):
         self.normalizer = RunningNormalizer((self.obs_dim,)) if own_normalizer else nn.Identity()
         self.actor = actor if actor is not None else mlp(self.obs_dim, hidden_sizes, act_dim, out_gain=0.01)
         self.critic = critic if critic is not None else mlp(self.critic_dim, hidden_sizes, 1, out_gain=1.0)
+        for name, net, width, out in (("actor", actor, self.obs_dim, act_dim), ("critic", critic, self.critic_dim, 1)):
+            _check_head(name, net, width, out)  # a user's network: its widths checked now, not by a failing rollout
         gaussian = self.action_kind == "gaussian"
         self.log_std = nn.Parameter(torch.full((act_dim,), float(init_log_std))) if gaussian else None
         self.normalize_obs = own_normalizer

@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 import torch
 from tensordict import TensorDict
+from torch import nn
 
 from rl_lightning.nets import ActorCritic
 
@@ -244,3 +245,19 @@ def test_observation_groups_are_checked_naming_the_fix():
         RecurrentActorCritic(GROUPED, gym.spaces.Discrete(4), encoder=GROUPS, shared_core=True)
     symmetric = ActorCritic(GROUPED, gym.spaces.Discrete(4), encoder={"actor_keys": ["cue"]})
     assert symmetric.critic_encoder is None and [v.key for v in symmetric.encoder.vectors] == ["cue"]
+
+
+@pytest.mark.parametrize(
+    ("actor", "critic", "match"),
+    [(nn.Linear(4, 3), None, r"actor network must map \[B, 4\] .* to \[B, 2\]; on \[2, 4\] it gave \(2, 3\)"),
+     (None, nn.Linear(4, 2), r"critic network must map \[B, 4\] .* to \[B, 1\]; on \[2, 4\] it gave \(2, 2\)"),
+     (nn.Linear(5, 2), None, r"actor network .* it gave an error \(RuntimeError: mat1 and mat2")],
+)  # fmt: skip
+def test_a_users_networks_of_the_wrong_widths_are_refused_at_construction(actor, critic, match):
+    """Test that a user's actor or critic that does not map [B, obs_dim] to the action's (or the value's) width is
+    refused naming both (an actor of 3 logits for 2 actions sampled action 2, which was blamed on the env)."""
+    with pytest.raises(ValueError, match=match):
+        ActorCritic(gym.spaces.Box(-1, 1, (4,), np.float32), gym.spaces.Discrete(2), actor=actor, critic=critic,
+                    normalize_obs=False)  # fmt: skip
+    squeezed = nn.Sequential(nn.Linear(4, 1), nn.Flatten(0))  # values as [B] are taken too
+    assert ActorCritic(gym.spaces.Box(-1, 1, (4,), np.float32), gym.spaces.Discrete(2), critic=squeezed).critic
