@@ -81,6 +81,12 @@ def check_replay_sizes(buffer_size: Any, batch_size: Any, num_envs: int = 0) -> 
         )
 
 
+def check_seed(seed: Any) -> None:
+    """Raise a ``ValueError`` unless ``seed`` is an integer >= 0 (what gymnasium's and numpy's seeding take)."""
+    if not (_is_int(seed) and seed >= 0):
+        raise ValueError(f"seed must be an integer >= 0, got {seed!r}.")
+
+
 def check_unit_interval(open_low: bool = False, **values: Any) -> None:
     """Raise a ``ValueError`` naming the first argument that is not a number in [0, 1] (``open_low``: (0, 1])."""
     for name, value in values.items():

@@ -20,7 +20,7 @@ import torch.distributed as dist
 from lightning.pytorch.trainer.states import TrainerFn
 from torch.utils.data import DataLoader
 
-from rl_lightning.checks import check_positive_int
+from rl_lightning.checks import check_positive_int, check_seed
 from rl_lightning.data.collection import CollectionMetrics, DataCounters
 from rl_lightning.data.evaluation import EvaluationDataset
 from rl_lightning.envs import EnvGroup, make_env, resolve_obj_sets
@@ -141,6 +141,7 @@ class EnvDataModule(pl.LightningDataModule):
                                       max_env_restarts, obs_bound, obs_bound_mode, on_nonfinite, wrappers,
                                       worker_start_method, worker_timeout)  # fmt: skip
         check_positive_int(eval_interval=eval_interval, eval_episodes=eval_episodes)
+        check_seed(seed)
         check_positive_int(none="None", eval_max_episode_steps=eval_max_episode_steps, eval_num_envs=eval_num_envs)
         if isinstance(eval_obj_sets, str):
             eval_obj_sets = [eval_obj_sets]

@@ -60,11 +60,14 @@ class Variation:
                 f"Unknown key(s) {sorted(unknown)} in object-set variation {dict(value)!r}; "
                 "allowed keys are env_id, make_kwargs, attrs, seeds, name."
             )
-        seeds = value.get("seeds")
+        seeds = given = value.get("seeds")
         if seeds is not None:
-            seeds = tuple(int(s) for s in seeds)
+            try:  # a string ("0,100") or a number is no range
+                seeds = tuple(int(s) for s in seeds) if not isinstance(seeds, str) else ()
+            except (TypeError, ValueError):
+                seeds = ()
             if len(seeds) != 2 or seeds[0] >= seeds[1]:
-                raise ValueError(f"Variation seeds must be a range [low, high) with low < high, got {seeds}.")
+                raise ValueError(f"Variation seeds must be a range [low, high) of integers, low < high; got {given!r}.")
         return cls(
             env_id=value.get("env_id"), make_kwargs=dict(value.get("make_kwargs") or {}),
             attrs=dict(value.get("attrs") or {}), seeds=seeds, name=str(value.get("name", "")),

@@ -102,6 +102,8 @@ def test_unregistered_sets_warn_and_fall_back():
         ({"train": []}, "non-empty list"),
         ({"train": [{"atrs": {}}]}, "Unknown key"),
         ({"train": [{"seeds": [5, 1]}]}, "low < high"),
+        ({"train": [{"seeds": "0,100"}]}, r"range \[low, high\) of integers, low < high; got '0,100'"),
+        ({"train": [{"seeds": 7}]}, "got 7"),
         ({"train": ["length"]}, "mapping or a Variation"),
     ],
 )
