@@ -17,11 +17,9 @@ import gymnasium as gym
 import lightning.pytorch as pl
 import torch
 
+from rl_lightning.callbacks.checkpoint import CHECKPOINT_KEY
 from rl_lightning.data.base import EnvDataModule
 from rl_lightning.spaces import space_from_dict, space_to_dict
-
-#: The checkpoint entry holding the algorithm's name, the data module's class and the spaces.
-CHECKPOINT_KEY = "rl_lightning"
 
 
 def attached_trainer(module: Any) -> pl.Trainer | None:

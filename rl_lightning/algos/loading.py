@@ -6,8 +6,6 @@ import copy
 import os
 from typing import Any
 
-import torch
-
 from rl_lightning.algos import compat
 from rl_lightning.algos.base import CHECKPOINT_KEY, RLModule
 from rl_lightning.algos.dqn import DQN
@@ -30,22 +28,8 @@ def read_checkpoint(path: str | os.PathLike) -> dict[str, Any]:
             readable by ``torch.load``, or not written by rl_lightning.
     """
     path = os.fspath(path)
-    check_checkpoint_file(path)  # missing, or not a complete archive (a torn write, another file)
-    try:
-        # Memory-mapped: only the metadata is read here, not the weights (or a saved replay buffer).
-        checkpoint = torch.load(path, weights_only=True, map_location="cpu", mmap=True)
-    except Exception as err:  # a zip archive that torch cannot read, or one holding arbitrary objects
-        raise ValueError(
-            f"Cannot read checkpoint '{path}': {str(err).strip().splitlines()[0]} Pass a .ckpt file written "
-            "by an rl_lightning run (its checkpoints/ directory)."
-        ) from None
-    meta = checkpoint.get(CHECKPOINT_KEY) if isinstance(checkpoint, dict) else None
-    if meta is None:
-        raise ValueError(
-            f"Checkpoint '{path}' was not written by rl_lightning (it has no '{CHECKPOINT_KEY}' entry), so "
-            "its algorithm and env cannot be rebuilt from it. Pass a .ckpt file from an rl_lightning run's "
-            "checkpoints/ directory."
-        )
+    checkpoint = check_checkpoint_file(path)  # missing, torn, unreadable, or not rl_lightning's: refused
+    meta = checkpoint[CHECKPOINT_KEY]
     if meta.get("algorithm") not in ALGORITHMS:
         raise ValueError(
             f"Checkpoint '{path}' holds a {meta.get('algorithm')!r} model, which this version of rl_lightning "

@@ -34,6 +34,8 @@ def run_checkpoint_dir(trainer: pl.Trainer) -> str:
 
 
 #: ``epoch=E-env_steps=S.ckpt``, the names ``IntervalCheckpoint`` writes (``-vN`` when a name repeats).
+#: The checkpoint entry holding the algorithm's name, the data module's class and the spaces (``algos/compat.py``).
+CHECKPOINT_KEY = "rl_lightning"
 _NUMBERED = re.compile(r"epoch=(\d+)-env_steps=(\d+)(?:-v\d+)?\.ckpt")
 
 
@@ -193,16 +195,19 @@ def _fsync_directory(directory: str) -> None:
         os.close(fd)
 
 
-def check_checkpoint_file(path: _PATH) -> None:
-    """Raise a clear error unless ``path`` is an existing, complete checkpoint archive (local paths only).
+def check_checkpoint_file(path: _PATH) -> dict[str, Any] | None:
+    """Raise a clear error unless ``path`` is an existing, complete checkpoint archive written by rl_lightning (local
+    paths only); the checkpoint, memory-mapped (only its metadata is read: not the weights or a replay buffer).
 
     Raises:
         FileNotFoundError: The file does not exist.
-        ValueError: It is not a zip archive (``torch.save``'s format): a torn write or another kind of file.
+        ValueError: It is not a zip archive (``torch.save``'s format): a torn write or another kind of file; torch
+            cannot read it; or it has no :data:`CHECKPOINT_KEY` entry (a plain ``torch.save`` of weights, another
+            library's checkpoint), which Lightning would fail on with a ``KeyError``.
     """
     path = os.fspath(path)
     if "://" in path:
-        return
+        return None
     if not os.path.isfile(path):
         raise FileNotFoundError(
             f"Checkpoint '{path}' does not exist. Pass the path of a .ckpt file from a run's checkpoints/ directory."
@@ -212,6 +217,20 @@ def check_checkpoint_file(path: _PATH) -> None:
             f"Cannot read checkpoint '{path}': it is not a complete checkpoint archive (a write may have "
             "been interrupted, or it is another kind of file). Use an earlier checkpoint from the same directory."
         )
+    try:
+        checkpoint = torch.load(path, weights_only=True, map_location="cpu", mmap=True)
+    except Exception as err:  # a zip archive that torch cannot read, or one holding arbitrary objects
+        raise ValueError(
+            f"Cannot read checkpoint '{path}': {str(err).strip().splitlines()[0]} Pass a .ckpt file written "
+            "by an rl_lightning run (its checkpoints/ directory)."
+        ) from None
+    if not isinstance(checkpoint, dict) or CHECKPOINT_KEY not in checkpoint:
+        raise ValueError(
+            f"Checkpoint '{path}' was not written by rl_lightning (it has no '{CHECKPOINT_KEY}' entry), so "
+            "its algorithm and env cannot be rebuilt from it. Load it with the class that wrote it, or pass a .ckpt "
+            "file from an rl_lightning run's checkpoints/ directory."
+        )
+    return checkpoint
 
 
 def install_atomic_checkpoint_io(trainer: pl.Trainer) -> None:

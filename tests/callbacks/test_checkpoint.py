@@ -129,3 +129,17 @@ def test_resuming_from_a_corrupt_or_missing_checkpoint_names_the_file_before_any
     assert str(path) in str(info.value) and data.env_steps == 0
     if content is not None:
         assert path.read_bytes() == content
+
+
+def test_a_plain_torch_save_file_is_refused_by_load_and_by_a_resume_naming_it(tmp_path):
+    """Test that a file of weights saved with ``torch.save`` (a zip archive, but no rl_lightning checkpoint) is refused
+    with the fix by ``load_from_checkpoint`` and by ``fit(ckpt_path=...)`` (Lightning raised ``KeyError``)."""
+    from rl_lightning import PPO
+    from tests.helpers import quiet_trainer, tiny_ppo, tiny_rollout_data
+
+    path = str(tmp_path / "policy_weights.pt")
+    torch.save({"actor.0.weight": torch.zeros(2, 2)}, path)
+    with pytest.raises(ValueError, match="policy_weights.pt' was not written by rl_lightning .* checkpoints/"):
+        PPO.load_from_checkpoint(path)
+    with pytest.raises(ValueError, match="policy_weights.pt' was not written by rl_lightning"):
+        quiet_trainer(max_epochs=1).fit(tiny_ppo(total_timesteps=64), tiny_rollout_data(), ckpt_path=path)
