@@ -97,6 +97,9 @@ class Interruption(pl.Callback):
                 continue  # SLURM auto-requeue (or the user) already owns it
             self._previous[signum] = current
             signal.signal(signum, self._handle)
+        # A SIGTERM that Lightning's handler caught before ours was installed (the sanity check): stopped as ours would.
+        if getattr(trainer, "received_sigterm", False):
+            interrupt_request.request("SIGTERM")
 
     def _handle(self, signum: int, frame: Any) -> None:
         if os.getpid() != self._pid:

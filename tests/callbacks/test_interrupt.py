@@ -186,3 +186,22 @@ def test_a_forked_env_worker_ignores_ctrl_c_and_dies_on_sigterm():
     finally:
         callback.on_train_end(FakeTrainer(), None)
     assert interrupt_request.signal_name is None
+
+
+def test_a_sigterm_before_training_starts_stops_with_a_checkpoint_to_resume_from(tmp_path):
+    """Test a SIGTERM during the sanity check, caught by Lightning's handler before ours is installed: the run stops
+    as at any safe point (``TrainingInterrupted``, ``last.ckpt``), not with Lightning's bare exception one epoch on."""
+    import lightning.pytorch as pl
+
+    from tests.helpers import tiny_ppo, tiny_rollout_data
+
+    class SignalDuringSanityCheck(pl.Callback):
+        def on_sanity_check_start(self, trainer, pl_module):
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    data = tiny_rollout_data()
+    trainer = pl.Trainer(max_epochs=-1, default_root_dir=str(tmp_path), logger=False, enable_progress_bar=False,
+                         enable_model_summary=False, callbacks=[SignalDuringSanityCheck()])  # fmt: skip
+    with pytest.raises(TrainingInterrupted) as info:
+        trainer.fit(tiny_ppo(total_timesteps=256, save_interval=1), data)
+    assert info.value.checkpoint and os.path.isfile(info.value.checkpoint) and data.env_steps == 0
