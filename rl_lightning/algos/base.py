@@ -405,9 +405,6 @@ class RLModule(pl.LightningModule):
 
     def on_validation_epoch_end(self) -> None:
         self._end_evaluation()
-        # Interval checkpoints are named from callback_metrics["step"] at validation end, which
-        # comes before this epoch's on_train_epoch_end logging: keep it the current env-step count.
-        self.trainer.callback_metrics["step"] = torch.tensor(float(self.env_steps))
 
     def on_test_epoch_end(self) -> None:
         self._end_evaluation()

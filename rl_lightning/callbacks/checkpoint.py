@@ -75,7 +75,16 @@ class IntervalCheckpoint(ModelCheckpoint):
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         if self.dirpath is None:
             self.dirpath = run_checkpoint_dir(trainer)
+        self.module = pl_module  # its env steps name the checkpoints
         super().setup(trainer, pl_module, stage)
+
+    def format_checkpoint_name(self, metrics: dict, filename: str | None = None, ver: int | None = None,
+                               prefix: str | None = None) -> str:  # fmt: skip
+        """The file name, ``env_steps`` the module's count at saving: Lightning's own ``step`` is ``global_step``
+        where no evaluation set it (a resume that reruns an epoch's end), which ``keep_last`` would prune by."""
+        if getattr(self, "module", None) is not None and hasattr(self.module, "env_steps"):
+            metrics = {**metrics, "step": torch.tensor(self.module.env_steps)}
+        return super().format_checkpoint_name(metrics, filename, ver, prefix)
 
     def _save_none_monitor_checkpoint(self, trainer: pl.Trainer, monitor_candidates: dict) -> None:
         super()._save_none_monitor_checkpoint(trainer, monitor_candidates)

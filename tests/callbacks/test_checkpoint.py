@@ -143,3 +143,16 @@ def test_a_plain_torch_save_file_is_refused_by_load_and_by_a_resume_naming_it(tm
         PPO.load_from_checkpoint(path)
     with pytest.raises(ValueError, match="policy_weights.pt' was not written by rl_lightning"):
         quiet_trainer(max_epochs=1).fit(tiny_ppo(total_timesteps=64), tiny_rollout_data(), ckpt_path=path)
+
+
+def test_interval_checkpoints_are_named_with_the_modules_env_steps_whatever_lightnings_step(tmp_path):
+    """Test that the name's env_steps is the module's count, not Lightning's ``step`` (its ``global_step`` where no
+    evaluation logged the env steps, as when a resume reruns an epoch's end), so ``keep_last`` prunes the right ones."""
+    from types import SimpleNamespace
+
+    from rl_lightning.callbacks import IntervalCheckpoint
+
+    callback = IntervalCheckpoint(dirpath=str(tmp_path))
+    callback.module = SimpleNamespace(env_steps=240)
+    name = callback.format_checkpoint_name({"epoch": torch.tensor(3), "step": torch.tensor(980)})
+    assert os.path.basename(name) == "epoch=3-env_steps=240.ckpt"
