@@ -82,9 +82,10 @@ def check_replay_sizes(buffer_size: Any, batch_size: Any, num_envs: int = 0) -> 
 
 
 def check_seed(seed: Any) -> None:
-    """Raise a ``ValueError`` unless ``seed`` is an integer >= 0 (what gymnasium's and numpy's seeding take)."""
-    if not (_is_int(seed) and seed >= 0):
-        raise ValueError(f"seed must be an integer >= 0, got {seed!r}.")
+    """Raise a ``ValueError`` unless ``seed`` is an integer in ``[0, 2**32)`` (what numpy's and gymnasium's seeding
+    take, and Lightning's ``seed_everything``)."""
+    if not (_is_int(seed) and 0 <= seed < 2**32):
+        raise ValueError(f"seed must be an integer in [0, 2**32), got {seed!r}.")
 
 
 def check_unit_interval(open_low: bool = False, **values: Any) -> None:

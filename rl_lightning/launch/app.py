@@ -23,6 +23,7 @@ from omegaconf import DictConfig, OmegaConf
 from rl_lightning.algos.loading import check_resume
 from rl_lightning.callbacks import ActorSync, BestCheckpoint, Interruption
 from rl_lightning.callbacks.checkpoint import check_checkpoint_file, run_checkpoint_dir
+from rl_lightning.checks import check_seed
 from rl_lightning.data import ReplayDataModule
 from rl_lightning.data.chunks import chunk_schedule
 from rl_lightning.envs import NoObjectSetsWarning
@@ -261,6 +262,10 @@ def train(cfg: DictConfig) -> RunSummary | None:
         raise ConfigError(
             f"test_ckpt must be one of {TEST_CHECKPOINTS}, got {test_ckpt!r}. Write test_ckpt=best or last."
         )
+    try:
+        check_seed(cfg.seed)  # before seed_everything, whose own refusal is a traceback
+    except ValueError as err:
+        raise ConfigError(f"{err} Write seed=0 (or another such integer).") from None
     os.makedirs(cfg.run_dir, exist_ok=True)
     if cfg.get("debug"):
         pl.seed_everything(cfg.seed, verbose=False)

@@ -22,9 +22,18 @@ import numpy as np
 import torch
 
 from rl_lightning.algos import load_with_data_settings
+from rl_lightning.checks import check_seed
 from rl_lightning.data.evaluation import Episode, play_episode
 from rl_lightning.envs import make_env, resolve_obj_sets
 from rl_lightning.video import VideoWriter
+
+
+def _seed(text: str) -> int:
+    try:
+        check_seed(int(text))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer in [0, 2**32), got {text!r}") from None
+    return int(text)
 
 
 def _positive_int(text: str) -> int:
@@ -51,7 +60,7 @@ def main(args: Sequence[str] | None = None) -> list[Episode]:
     parser.add_argument("--obj-set", default=None, help="object set to play on (default: the run's training set)")
     parser.add_argument("--episodes", type=_positive_int, default=5, help="episodes to play (default: 5)")
     parser.add_argument("--video", default=None, metavar="FILE", help="film the episodes into this mp4 file")
-    parser.add_argument("--seed", type=int, default=0, help="reset seed of the first episode (default: 0)")
+    parser.add_argument("--seed", type=_seed, default=0, help="reset seed of the first episode (default: 0)")
     parser.add_argument("--stochastic", action="store_true", help="sample actions instead of taking the mode")
     ns = parser.parse_args(args)
 

@@ -112,7 +112,7 @@ def test_data_modules_pass_fault_options_to_every_env_group(make):
         ({"obs_bound": -2.0}, "obs_bound must be a positive finite number"),
         ({"obs_bound_mode": "squash"}, "obs_bound_mode must be one of"),
         ({"on_nonfinite": "ignore"}, "on_nonfinite must be one of"),
-        ({"seed": None}, r"seed must be an integer >= 0, got None"),
+        ({"seed": None}, r"seed must be an integer in \[0, 2\*\*32\), got None"),
         ({"seed": "3"}, "seed must be an integer"),
         ({"seed": 1.5}, "seed must be an integer"),
     ],

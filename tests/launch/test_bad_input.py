@@ -190,6 +190,7 @@ ROWS = [
         ["'env.num_envs'", "positive integer", "env.num_envs=..."],
     ),
     ("hydra", "negative-lr", ["algo.lr=-1"], ["'algo.lr'", "positive number", "algo.lr=..."]),
+    ("hydra", "negative-seed", ["seed=-1"], ["seed must be an integer in [0, 2**32), got -1", "seed=0"]),
     (
         "hydra",
         "empty-object-set",

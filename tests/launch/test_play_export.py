@@ -77,6 +77,7 @@ def test_play_console_script_on_the_training_set(ppo_checkpoint, tmp_path):
     [
         (["--obj-set", "tset"], "--obj-set tset: CartPole-v1 has no such object set in this run; available: ['test',"),
         (["--episodes", "0"], "--episodes: expected a positive integer, got '0'"),
+        (["--seed", "-1"], "--seed: expected an integer in [0, 2**32), got '-1'"),
         (["--video", "out.gif"], "--video out.gif: videos are written as mp4; name a file ending in .mp4."),
     ],
 )
