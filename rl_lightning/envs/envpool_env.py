@@ -85,7 +85,7 @@ class EnvPoolVectorEnv(gym.vector.VectorEnv):
         self._all = np.arange(num_envs, dtype=np.int32)
 
     def _build(self, seed: int) -> None:
-        self._seed, task = seed, envpool_task(self.env_id)
+        task = envpool_task(self.env_id)
         self._pool = _import_envpool().make_gymnasium(task, num_envs=self.num_envs, seed=seed, **self._options)
 
     def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple[torch.Tensor, dict]:
