@@ -1,4 +1,4 @@
-"""Argument checks shared by the algorithms, the data modules and the envs.
+"""Argument checks shared by the algorithms, the data modules, the envs and the front doors.
 
 Each takes the arguments by name (``check_positive(lr=lr)``), so its message names the
 argument, the value and what is allowed; a bad value is refused at construction, before
@@ -7,10 +7,12 @@ any env is built or step taken.
 
 from __future__ import annotations
 
+import glob
 import importlib
 import math
 import multiprocessing
 import numbers
+import os
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -86,6 +88,20 @@ def check_seed(seed: Any) -> None:
     take, and Lightning's ``seed_everything``)."""
     if not (_is_int(seed) and 0 <= seed < 2**32):
         raise ValueError(f"seed must be an integer in [0, 2**32), got {seed!r}.")
+
+
+def check_new_run_dir(run_dir: str, fix: str) -> None:
+    """Refuse to start a fresh run in a directory holding an earlier run's checkpoints or metrics.
+
+    A fresh fit would write over them (``last.ckpt``, ``metrics.csv``). ``fix`` names how
+    this front door resumes the earlier run or picks another directory.
+    """
+    kept = [os.path.join("**", "*.ckpt"), os.path.join("**", "metrics.csv")]
+    found = sorted(
+        f for pattern in kept for f in glob.glob(os.path.join(glob.escape(run_dir), pattern), recursive=True)
+    )
+    if found:
+        raise ValueError(f"{run_dir} holds an earlier run ({found[0]}), which a fresh run would write over. {fix}")
 
 
 def check_unit_interval(open_low: bool = False, **values: Any) -> None:

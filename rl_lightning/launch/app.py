@@ -11,6 +11,7 @@ import contextlib
 import os
 import shlex
 import time
+import typing
 import warnings
 from typing import Any
 
@@ -23,7 +24,7 @@ from omegaconf import DictConfig, OmegaConf
 from rl_lightning.algos.loading import check_resume
 from rl_lightning.callbacks import ActorSync, BestCheckpoint, Interruption
 from rl_lightning.callbacks.checkpoint import check_checkpoint_file, run_checkpoint_dir
-from rl_lightning.checks import check_seed
+from rl_lightning.checks import check_new_run_dir, check_seed
 from rl_lightning.data import ReplayDataModule
 from rl_lightning.data.chunks import chunk_schedule
 from rl_lightning.envs import NoObjectSetsWarning
@@ -70,7 +71,18 @@ def build_callbacks(cfg: DictConfig) -> list[pl.Callback]:
 
 
 def build_trainer(cfg: DictConfig, loggers: list, callbacks: list) -> pl.Trainer:
-    """The ``Trainer`` with its root, logs and checkpoints in ``run_dir``."""
+    """The ``Trainer`` with its root, logs and checkpoints in ``run_dir``.
+
+    Raises:
+        ConfigError: A number or switch given as text (``trainer.max_epochs=abc``), which the
+            ``Trainer`` takes and fails on mid-fit.
+    """
+    hints = typing.get_type_hints(pl.Trainer.__init__)
+    for key, value in cfg.trainer.items():
+        kinds = {int, float, bool} & set(typing.get_args(hints.get(key)) or [hints.get(key)])
+        if isinstance(value, str) and kinds and str not in typing.get_args(hints.get(key)):
+            raise ConfigError(f"trainer.{key} must be {' or '.join(sorted(k.__name__ for k in kinds))}, got "
+                              f"{value!r}. Fix it: trainer.{key}=...")  # fmt: skip
     return instantiate(
         cfg.trainer, default_root_dir=cfg.run_dir, logger=loggers or False, callbacks=callbacks, _convert_="all"
     )
@@ -204,6 +216,15 @@ def _checked_checkpoint(ckpt_path: str, checkpoint_dir: str) -> str:
     return path
 
 
+def _check_new_run_dir(run_dir: str) -> None:
+    try:
+        check_new_run_dir(
+            run_dir, f"Resume it with hydra.run.dir={run_dir} ckpt_path=last, or pass another hydra.run.dir."
+        )
+    except ValueError as err:
+        raise ConfigError(str(err)) from None
+
+
 def check_resume_before_hydra(config_dir: str, config_name: str, overrides: list[str]) -> None:
     """Refuse a resume that cannot run before Hydra starts the job and writes into the run directory.
 
@@ -218,6 +239,7 @@ def check_resume_before_hydra(config_dir: str, config_name: str, overrides: list
     with initialize_config_dir(config_dir=config_dir, version_base="1.3"):
         cfg = compose(config_name, overrides=overrides, return_hydra_config=True)
     if not cfg.get("ckpt_path"):
+        _check_new_run_dir(cfg.hydra.run.dir)
         return
     # The shipped loggers and checkpoints live in the run directory itself (name "", version "").
     path = _checked_checkpoint(cfg.ckpt_path, os.path.join(cfg.hydra.run.dir, "checkpoints"))
@@ -262,6 +284,8 @@ def train(cfg: DictConfig) -> RunSummary | None:
         raise ConfigError(
             f"test_ckpt must be one of {TEST_CHECKPOINTS}, got {test_ckpt!r}. Write test_ckpt=best or last."
         )
+    if not isinstance(cfg.get("debug", False), bool):  # debug=no would read as true
+        raise ConfigError(f"debug must be true or false, got {cfg.debug!r}. Write debug=true or debug=false.")
     try:
         check_seed(cfg.seed)  # before seed_everything, whose own refusal is a traceback
     except ValueError as err:
@@ -276,6 +300,8 @@ def train(cfg: DictConfig) -> RunSummary | None:
         loggers, callbacks = build_loggers(cfg), build_callbacks(cfg)
         trainer = build_trainer(cfg, loggers, callbacks)
     ckpt_path = _checked_checkpoint(cfg.ckpt_path, run_checkpoint_dir(trainer)) if cfg.get("ckpt_path") else None
+    if ckpt_path is None and trainer.is_global_zero:
+        _check_new_run_dir(cfg.run_dir)
     if ckpt_path is not None:
         # Before config.yaml, the loggers and the checkpoint writers touch the run directory: a refused
         # resume leaves it as it was (Lightning's CSV logger would replace metrics.csv).

@@ -36,6 +36,7 @@ import time
 from collections.abc import Sequence
 from typing import Any, NoReturn
 
+import lightning.pytorch as pl
 import yaml
 from jsonargparse import Namespace
 from lightning.fabric.utilities.exceptions import MisconfigurationException
@@ -45,6 +46,7 @@ from rl_lightning.algos import RLModule, read_checkpoint
 from rl_lightning.algos.base import CHECKPOINT_KEY
 from rl_lightning.algos.loading import check_resume
 from rl_lightning.callbacks import EnvStepProgressBar, PhaseTimer
+from rl_lightning.checks import check_new_run_dir
 from rl_lightning.data.base import EnvDataModule
 from rl_lightning.faults import EnvFault, NumericalFault, TrainingInterrupted
 from rl_lightning.loggers import continue_loggers
@@ -142,14 +144,14 @@ def explain_parse_error(message: str, parser: Any) -> str:
             "logger by its import path (lightning.pytorch.loggers.MLFlowLogger, or your own: mypkg.MyLogger), "
             "or false for none."
         )
-    if path and section in ("model", "data"):
+    nested = re.search(r"class_path '([\w.]+)':\s*(?:Parser key \"([^\"]+)\":\s*)?(.*)", message, flags=re.S)
+    if path and section in ("model", "data") and not (nested and nested.group(2)):  # not one of the class's arguments
         options = _classes(section)
         given = path.group(1).rpartition(".")[2]
         return (
             f"Unknown {flag} class '{path.group(1)}'.{_did_you_mean(given, options)} Choose one of: "
             f"{', '.join(options)} (e.g. {flag} {options[0]})."
         )
-    nested = re.search(r"class_path '([\w.]+)':\s*(?:Parser key \"([^\"]+)\":\s*)?(.*)", message, flags=re.S)
     if nested:
         class_path, arg, why = nested.groups()
         name = class_path.rpartition(".")[2]
@@ -167,7 +169,7 @@ def explain_parse_error(message: str, parser: Any) -> str:
                 f"{_did_you_mean(option.group(1), args)} Its arguments: {', '.join(args)}."
             )
         if arg:  # the argument's own error comes before the other union alternatives ("- Expected ...")
-            union = re.match(r"\s*Does not validate against any of the Union subtypes.*?Given value: [^\n]*", why, re.S)
+            union = re.search(r"Does not validate against any of the Union subtypes.*?Given value: [^\n]*", why, re.S)
             # An argument of a union type (int | None): its own block of alternatives, up to its given value.
             why = union.group(0) if union else re.split(r"\n\s*- ", why, maxsplit=1)[0]
             return f"Invalid value for {flag}.{arg}: {_expected(why)} Fix {flag}.{arg}; {hint}"
@@ -182,10 +184,8 @@ def explain_parse_error(message: str, parser: Any) -> str:
 
 def _expected(text: str) -> str:
     """``Expected a <class 'int'>. Got value: abc`` (or a union's list of them) as ``expected int, got 'abc'``."""
-    errors = "\n".join(
-        line for line in text.splitlines() if not line.strip().startswith(("Given value type", "Subtypes"))
-    )
-    types = list(dict.fromkeys(t.replace("NoneType", "null") for t in re.findall(r"<class '(\w+)'>", errors)))
+    errors = "\n".join(line for line in text.splitlines() if not line.strip().startswith("Given value type"))
+    types = list(dict.fromkeys(t.replace("NoneType", "null") for t in re.findall(r"<class '(?:\w+\.)*(\w+)'>", errors)))
     given = re.search(r"(?:Got value|Given value): (.*)", text)
     if not types:
         return " ".join(text.split()[:40])
@@ -210,6 +210,7 @@ class RLCLI(LightningCLI):
 
     def __init__(self, args: Sequence[str] | None = None, run: bool = True):
         from_argv = args is None
+        subcommand = next((a for a in (sys.argv[1:] if from_argv else args) if a in SUBCOMMANDS), None)
         self._given_args = list(sys.argv[1:] if from_argv else args)  # for the resume command
         args = _with_checkpoint_config(_with_library_loggers(list(self._given_args)))
         if from_argv:  # LightningCLI warns when given args while sys.argv holds some too
@@ -230,8 +231,11 @@ class RLCLI(LightningCLI):
             args=None if from_argv else args,
             run=run,
             parser_class=_Parser,
-            # A resumed run goes on in its own directory, over its config.yaml.
-            save_config_kwargs={"overwrite": True} if _ckpt_path(self._given_args) else None,
+            # A fit goes on over its run's config.yaml (a resume; or one a refused run left: before_fit refuses a
+            # directory holding a run's results); validate and test write their own beside it.
+            save_config_kwargs={"overwrite": True, "config_filename": f"{subcommand or 'fit'}_config.yaml"}
+            if subcommand not in (None, "fit")
+            else {"overwrite": True},
         )
 
     def _subcommand_config(self) -> Namespace:
@@ -251,7 +255,8 @@ class RLCLI(LightningCLI):
         from rl_lightning.launch.errors import culprit_key, library_error
 
         config = self._subcommand_config()
-        if isinstance(err, MisconfigurationException):
+        trainer_refused = isinstance(err, (TypeError, ValueError)) and _section_that_raised(err) == "trainer"
+        if isinstance(err, MisconfigurationException) or trainer_refused:
             trainer = config.trainer
             settings = ", ".join(
                 f"--trainer.{key} {trainer.get(key)}" for key in ("accelerator", "devices", "strategy", "num_nodes")
@@ -313,7 +318,7 @@ class RLCLI(LightningCLI):
         return "rl-lightning " + " ".join(shlex.quote(a) for a in [*args, *extra])
 
     def before_fit(self) -> None:
-        """A resume is checked before the run directory is touched, and its W&B run goes on under its id.
+        """Check a resume before the run directory is touched (its W&B run goes on), or a fresh fit's directory.
 
         Lightning checks a checkpoint only once its loggers have started and the config is
         saved; a refused resume must leave the run as it was (``algos.loading.check_resume``).
@@ -321,6 +326,13 @@ class RLCLI(LightningCLI):
         ckpt_path = self.config[self.subcommand].get("ckpt_path")
         if ckpt_path and isinstance(self.datamodule, EnvDataModule):
             continue_loggers(self.trainer.loggers, check_resume(self.model, self.datamodule, ckpt_path))
+        elif not ckpt_path and self.trainer.is_global_zero:
+            root = self.trainer.default_root_dir
+            fix = f"Resume it with --ckpt_path <its checkpoint> --trainer.default_root_dir {root}, or pass another"
+            try:
+                check_new_run_dir(root, f"{fix} --trainer.default_root_dir.")
+            except ValueError as err:
+                _fail(str(err))
 
     def _parse_ckpt_path(self) -> None:
         """Nothing to do: ``__init__`` already put the checkpoint's settings before the user's arguments.
@@ -343,17 +355,27 @@ class RLCLI(LightningCLI):
         parser.link_arguments("seed_everything", "data.init_args.seed")
 
     def before_instantiate_classes(self) -> None:
-        """Give the run its own directory and put the W&B run in it."""
+        """Give the run its own directory and put the library loggers' files in it (as ``conf/logger/`` does).
+
+        Their files (and the checkpoints, which Lightning puts under the first logger's
+        directory) then stay in the run directory, and a resume appends to them there
+        rather than starting a ``version_1`` beside them.
+        """
         trainer = self._subcommand_config().trainer
         if trainer.default_root_dir is None:
             trainer.default_root_dir = os.path.join("runs", time.strftime("%Y-%m-%d_%H-%M-%S"))
         for logger in trainer.logger if isinstance(trainer.logger, list) else [trainer.logger]:
-            if getattr(logger, "class_path", None) == WANDB_LOGGER and logger.init_args.get("save_dir") in (None, "."):
+            if not str(getattr(logger, "class_path", "")).startswith("rl_lightning.loggers."):
+                continue
+            if logger.init_args.get("save_dir") in (None, "."):
                 logger.init_args.save_dir = trainer.default_root_dir
+            for key in ("name", "version"):  # CSV and TensorBoard: no lightning_logs/version_N under it
+                if key in logger.init_args and logger.init_args[key] is None and logger.class_path != WANDB_LOGGER:
+                    logger.init_args[key] = ""
 
 
 def _section_that_raised(err: BaseException) -> str | None:
-    """``"model"`` or ``"data"``: whose constructor raised ``err`` (the innermost one in its traceback)."""
+    """``"model"``, ``"data"`` or ``"trainer"``: whose constructor raised ``err`` (the innermost in its traceback)."""
     section, tb = None, err.__traceback__
     while tb is not None:
         owner = tb.tb_frame.f_locals.get("self")
@@ -361,6 +383,8 @@ def _section_that_raised(err: BaseException) -> str | None:
             section = "model"
         elif isinstance(owner, EnvDataModule):
             section = "data"
+        elif isinstance(owner, pl.Trainer):
+            section = "trainer"
         tb = tb.tb_next
     return section
 

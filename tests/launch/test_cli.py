@@ -153,6 +153,42 @@ def test_cli_default_logger_is_offline_wandb_inside_the_run_dir(tmp_path, monkey
     assert logger.save_dir == cli.trainer.default_root_dir and cli.trainer.default_root_dir.startswith("runs/")
 
 
+@pytest.mark.parametrize("name", ["CSVLogger", "TensorBoardLogger"])
+def test_cli_library_loggers_write_in_the_run_dir(name, tmp_path, monkeypatch):
+    """Test that `--trainer.logger CSVLogger` (or TensorBoardLogger) alone writes in the run directory, as the
+    Hydra app's loggers do, not in ./version_0 (where a resume started a version_1 beside it)."""
+    monkeypatch.chdir(tmp_path)
+    args = ["--model", "PPO", "--trainer.logger", name, "--trainer.default_root_dir", "run"]
+    cli = RLCLI(args=args, run=False)
+    assert os.path.normpath(cli.trainer.logger.log_dir) == "run"
+    given = RLCLI(args=[*args, "--trainer.logger.version", "v2"], run=False)  # a version the user names is kept
+    assert os.path.normpath(given.trainer.logger.log_dir) == os.path.join("run", "v2")
+
+
+def test_cli_fit_keeps_an_earlier_runs_results_and_test_keeps_its_config(tmp_path, monkeypatch, capsys):
+    """Test that a fit into a directory a refused fit left (only its config.yaml) runs, that a fresh fit into a
+    directory holding a run's results is refused leaving them as they were, and that `test` into the run's
+    directory writes test_config.yaml beside the fit's config.yaml."""
+    monkeypatch.chdir(tmp_path)
+    root = ["--trainer.default_root_dir", "run", "--trainer.logger", "CSVLogger"]
+    with pytest.raises(SystemExit):  # SAC refuses CartPole's discrete actions once the envs are built
+        main(["fit", "--model", "SAC", "--data", "ReplayDataModule", "--data.env_id", "CartPole-v1", *root])
+    assert os.listdir("run") == ["config.yaml"]
+    fit = ["fit", "--model", "PPO", "--data.num_envs", "2", "--data.rollout_steps", "16", *root]
+    main([*fit, "--model.total_timesteps", "32", "--model.save_interval", "1", "--data.eval_episodes", "1"])
+    saved = {name: (tmp_path / "run" / name).read_bytes() for name in ("config.yaml", "metrics.csv")}
+    assert b"PPO" in saved["config.yaml"]
+    capsys.readouterr()
+    with pytest.raises(SystemExit):
+        main(fit)
+    err = capsys.readouterr().err
+    assert "run holds an earlier run" in err and "Resume it with --ckpt_path" in err
+    assert {name: (tmp_path / "run" / name).read_bytes() for name in saved} == saved
+    main(["test", "--ckpt_path", "run/checkpoints/last.ckpt", *root])
+    assert (tmp_path / "run" / "config.yaml").read_bytes() == saved["config.yaml"]
+    assert b"ckpt_path: run/checkpoints/last.ckpt" in (tmp_path / "run" / "test_config.yaml").read_bytes()
+
+
 def test_console_script_fits_dqn_on_replay_data_and_exits_zero(tmp_path):
     """Test that the installed `rl-lightning` fits DQN with --data ReplayDataModule and exits with status 0."""
     script = os.path.join(os.path.dirname(sys.executable), "rl-lightning")
