@@ -115,6 +115,12 @@ def explain_build_error(err: Exception, cfg: DictConfig) -> str | None:
     if isinstance(err, InstantiationException):
         found = re.search(r"full_key: ([\w.]+)", str(err))
         group = found.group(1).split(".")[0] if found else None
+        target = re.search(r"Error locating target '([^']+)'", str(err))
+        if target and found:
+            return (
+                f"Config key '{found.group(1)}._target_' names '{target.group(1)}', which cannot be imported. Give "
+                "the import path of a class Python can import (installed, or on PYTHONPATH)."
+            )
         err = err.__cause__ or err
     if isinstance(err, MissingMandatoryValue):
         key = _config_key(err.full_key or "?", cfg)
@@ -127,7 +133,8 @@ def explain_build_error(err: Exception, cfg: DictConfig) -> str | None:
     config_type_error = isinstance(err, TypeError) and (
         re.search(r"unexpected keyword|missing \d+ required", str(err)) or raised_by_library(err)
     )
-    if isinstance(err, MisconfigurationException) and group == "trainer":
+    if group == "trainer" and (isinstance(err, (MisconfigurationException, ValueError)) or (
+        isinstance(err, TypeError) and not config_type_error)):  # fmt: skip
         return (
             f"The trainer settings cannot run here: {str(err).strip()} Pick settings this machine supports "
             "(e.g. trainer=default, or trainer.accelerator=cpu trainer.devices=1)."
@@ -194,7 +201,8 @@ def culprit_key(text: str, groups: Sequence[tuple[str, Mapping[str, Any]]]) -> s
 
     In order: the argument the message starts with (``lr must be ...``, ``num_minibatches=3 ...``,
     ``obj_sets.train: ...`` for an entry of one),
-    the first quoted value that one of the arguments holds (``Unknown object set 'tset'``), any
+    the first quoted value that one of the arguments holds (``Unknown object set 'tset'``; the value after
+    ``got`` first, then the others), any
     argument named among its first words.
 
     Args:
@@ -206,15 +214,26 @@ def culprit_key(text: str, groups: Sequence[tuple[str, Mapping[str, Any]]]) -> s
         for group, args in groups:
             if lead.group(1) in args:
                 return f"{group}.{lead.group(1)}{lead.group(2)}"
-    for quoted in re.findall(r"'([^']+)'", text):
+    for quoted in [*re.findall(r"got '([^']+)'", text), *re.findall(r"'([^']+)'", text)]:  # the given value first
         for group, args in groups:
-            for key, value in args.items():
-                if value == quoted or (isinstance(value, (list, tuple)) and quoted in value):
-                    return f"{group}.{key}"
+            key = _key_holding(args, quoted)
+            if key:
+                return f"{group}.{key}"
     for word in re.findall(r"[A-Za-z_]\w*", text)[:12]:
         for group, args in groups:
             if word in args:
                 return f"{group}.{word}"
+    return None
+
+
+def _key_holding(args: Mapping[str, Any], quoted: str) -> str | None:
+    """The (dotted) key of ``args`` whose value is ``quoted`` or a list holding it (``wandb.mode``)."""
+    for key, value in args.items():
+        if value == quoted or (isinstance(value, (list, tuple)) and quoted in value):
+            return key
+        inner = _key_holding(value, quoted) if isinstance(value, Mapping) else None
+        if inner:
+            return f"{key}.{inner}"
     return None
 
 

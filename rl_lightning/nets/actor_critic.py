@@ -73,6 +73,8 @@ def _check_head(name: str, net: nn.Module | None, width: int, out: int) -> None:
     ``[B, width]`` to ``[B, out]``, naming the widths expected and what it did."""
     if net is None:
         return
+    if not isinstance(net, nn.Module):
+        raise TypeError(f"{name} must be a torch.nn.Module (or None for the default network), got {net!r}.")
     like = next(net.parameters(), torch.empty(0))  # on its device, in its dtype
     try:
         with torch.no_grad():

@@ -181,6 +181,17 @@ ROWS = [
         ["+experiment=ppo_contnuous"],
         ["Unknown experiment 'ppo_contnuous'", "Did you mean 'ppo_continuous'", "+experiment="],
     ),
+    ("hydra", "debug-not-a-switch", ["debug=no"], ["debug must be true or false, got 'no'", "debug=false"]),
+    ("hydra", "trainer-devices-not-a-number", ["trainer.devices=abc"], ["trainer settings cannot run", "`devices`"]),
+    ("hydra", "max-epochs-not-a-number", ["trainer.max_epochs=abc"], ["trainer.max_epochs must be int, got 'abc'"]),
+    ("hydra", "data-target-unimportable", ["data._target_=foo.Bar"], ["'data._target_' names 'foo.Bar'", "import"]),
+    ("hydra", "actor-not-a-module", ["algo.actor=5"], ["actor must be a torch.nn.Module", "got 5"]),
+    (
+        "hydra",
+        "wandb-mode-misspelt",
+        ["logger=wandb", "logger.wandb.mode=on"],
+        ["Invalid config value in 'logger.wandb.mode'", "got 'on'"],
+    ),
     ("hydra", "unknown-logger", ["logger=tensorbord"], ["Unknown logger 'tensorbord'", "'tensorboard'", "logger="]),
     ("hydra", "unparsable-override", ["algo.lr=[1,"], ["Cannot parse", "algo.lr=[1,", "key=value"]),
     (
@@ -337,6 +348,18 @@ ROWS = [
         "logger-that-does-not-import",
         ["fit", "--model", "PPO", "--trainer.logger", "mypkg.MyLogger"],
         ["--trainer.logger mypkg.MyLogger cannot be built: No module named 'mypkg'", "PYTHONPATH"],
+    ),
+    (
+        "cli",
+        "devices-not-a-number",
+        ["fit", "--model", "PPO", "--trainer.devices", "abc"],
+        ["trainer settings cannot run here", "--trainer.devices abc"],
+    ),
+    (
+        "cli",
+        "actor-not-a-module",
+        ["fit", "--model", "PPO", "--model.actor", "5"],
+        ["Invalid value for --model.actor: expected Module or null, got '5'"],
     ),
     (
         "cli",

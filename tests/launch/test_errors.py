@@ -73,3 +73,15 @@ def test_a_trainer_the_machine_cannot_run_is_explained():
         build_trainer(cfg, [], [])
     message = explain_build_error(info.value, cfg)
     assert message is not None and "trainer=default" in message and "gpu" in message
+
+
+def test_a_refused_logger_setting_is_named_by_its_value_not_by_an_allowed_one():
+    """Test that logger.wandb.mode=on is blamed on that key: the message also quotes 'auto', which
+    trainer.accelerator holds, and was blamed on it."""
+    from rl_lightning.launch.app import build_loggers
+
+    cfg = _cfg("logger=wandb", "logger.wandb.mode=on")
+    with pytest.raises(Exception) as info:
+        build_loggers(cfg)
+    message = explain_build_error(info.value, cfg)
+    assert message.startswith("Invalid config value in 'logger.wandb.mode'") and "logger.wandb.mode=..." in message
