@@ -6,7 +6,7 @@ observation and its action: the observation normalizer's statistics (PPO), the n
 the deterministic action (argmax, Gaussian mean, squashed mean, greedy Q) and the clipping
 to a ``Box`` action space's bounds that ``env.step`` would otherwise need (and the run's
 ``obs_bound`` clipping of observations, when it had one). Its actions are
-those of ``RLModule.predict`` (``tests/test_export.py`` compares them).
+those of ``RLModule.predict`` given the same ``obs_bound`` (``tests/test_export.py`` compares them).
 
 Contract (also stored in the file as the JSON metadata ``rl_lightning``):
 

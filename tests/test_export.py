@@ -211,6 +211,7 @@ def test_obs_bound_clipping_travels_with_the_actor(checkpoints, tmp_path):
     np.testing.assert_allclose(
         run_exported(path, "onnx", obs), model.predict(np.clip(obs, -2.0, 2.0)), rtol=1e-5, atol=1e-5
     )
+    np.testing.assert_array_equal(model.predict(obs, obs_bound=2.0), model.predict(np.clip(obs, -2.0, 2.0)))
     assert not np.allclose(run_exported(path, "onnx", obs), model.predict(obs), atol=1e-3)
 
 

@@ -29,7 +29,7 @@ from rl_lightning.callbacks.checkpoint import check_checkpoint_file, install_ato
 from rl_lightning.callbacks.interrupt import stop_if_requested
 from rl_lightning.checks import check_positive_int
 from rl_lightning.data.base import EnvDataModule, collected_since, last_collection
-from rl_lightning.envs.obs import Obs, map_obs, single_to_batch, to_tensor
+from rl_lightning.envs.obs import Obs, clip_floats, map_obs, single_to_batch, to_tensor
 from rl_lightning.loggers import CHECKPOINT_KEY as LOGGERS_KEY
 from rl_lightning.loggers import logger_state, rewind_loggers
 from rl_lightning.nets.actor_copy import ActorCopy
@@ -140,7 +140,7 @@ class RLModule(pl.LightningModule):
         if compat.attached_trainer(self) is not None:
             install_atomic_checkpoint_io(self.trainer)
         datamodule = self.trainer.datamodule
-        if datamodule is None or not hasattr(datamodule, "observation_space"):
+        if datamodule is None or not hasattr(datamodule, "env_spaces"):
             if self.policy is None:
                 raise RuntimeError(
                     f"{type(self).__name__} builds its networks from the env of a RolloutDataModule: "
@@ -154,7 +154,7 @@ class RLModule(pl.LightningModule):
                 f"Pass {expected.__name__}(env_id=...) (with Hydra: the data group that goes with algo="
                 f"{type(self).__name__.lower()}, as its experiments set)."
             )
-        self._ensure_policy(datamodule.observation_space, datamodule.action_space)
+        self._ensure_policy(*datamodule.env_spaces())
 
     @property
     def acting_policy(self) -> nn.Module | ActorCopy:
@@ -172,6 +172,7 @@ class RLModule(pl.LightningModule):
         deterministic: bool = True,
         state: np.ndarray | torch.Tensor | None = None,
         episode_start: np.ndarray | torch.Tensor | None = None,
+        obs_bound: float | None = None,
     ) -> np.ndarray | tuple[np.ndarray, np.ndarray]:
         """Act on raw observations, batched ``[B, *obs_shape]`` or single; returns env actions.
 
@@ -186,12 +187,16 @@ class RLModule(pl.LightningModule):
         (``[B]`` bools) marks the envs whose episode begins with this observation: their state is
         zeroed first. Without it, no env begins one, unless ``state`` is ``None``.
 
+        ``obs_bound`` clips the float observations to ``[-obs_bound, obs_bound]`` first, as the env of
+        a run with ``obs_bound`` in ``clip`` mode did (``play`` and the exported actor clip them too).
+
         Raises:
             TypeError: ``state`` or ``episode_start`` given to a policy without a recurrent state.
             ValueError: A ``state`` of the wrong shape (naming the one expected).
         """
         obs_space, action_space = self.actor_observation_space, self.spaces[1]
         obs, single = single_to_batch(map_obs(lambda x: x.cpu().numpy() if torch.is_tensor(x) else x, obs), obs_space)
+        obs = obs if obs_bound is None else clip_floats(obs, obs_bound)
         obs_t = to_tensor(obs, self.device, batch_dims=1)
         batch = obs_t.shape[0]
         initial = self.policy.initial_state(batch, self.device)
@@ -329,7 +334,10 @@ class RLModule(pl.LightningModule):
                 values, means[batch["prefix"]] = metrics.evaluation_metrics(self, batch)
                 logged.update(values)
         if logged:
-            metrics.log_epoch(self, metrics.with_generalization_gap(logged, means), {})
+            logged = metrics.with_generalization_gap(logged, means)
+            metrics.log_epoch(self, logged, {})
+            for key in logged:  # loggers only: best.ckpt would pair these scores with the next epoch's weights
+                self.trainer.callback_metrics.pop(key, None)
         datamodule.mark_evaluated()
 
     def on_validation_start(self) -> None:

@@ -132,6 +132,8 @@ def _spaces_mismatch(module: pl.LightningModule, where: str, checkpoint: dict[st
     env = datamodule.env_id if isinstance(datamodule, EnvDataModule) else "the data module's env"
     saved = f"{_describe_space(spaces[0])} observations, {_describe_space(spaces[1])} actions"
     own = f"{_describe_space(module.spaces[0])} observations, {_describe_space(module.spaces[1])} actions"
+    if own == saved:  # the same shapes: the bounds differ
+        saved, own = (f"{space[0]} observations, {space[1]} actions" for space in (spaces, module.spaces))
     return (
         f"{where} was trained on {saved_env or 'another env'} ({saved}), but this {type(module).__name__} was "
         f"built for {env} ({own}). Give the data module the env the "

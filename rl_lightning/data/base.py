@@ -207,11 +207,15 @@ class EnvDataModule(pl.LightningDataModule):
         return self.hparams.env_id
 
     def env_spaces(self) -> tuple[gym.Space, gym.Space]:
-        """The observation and action spaces of one training env, without building the data module's envs
-        (what a check before ``fit`` needs: a resume's checkpoint against this env)."""
-        if self.train_envs is not None or self.eval_envs:
-            return self.observation_space, self.action_space
+        """The observation and action spaces of one training env: what a policy is built for.
+
+        Without training envs (a check before ``fit``; ``test``) a gymnasium env is built to read them: an
+        evaluation env's may differ in bounds (a ``TimeAwareObservation`` under ``eval_max_episode_steps``).
+        """
         hp = self.hparams
+        envs = self.train_envs or (next(iter(self.eval_envs.values()), None) if hp.backend != "gymnasium" else None)
+        if envs is not None:
+            return envs.observation_space, envs.action_space
         if hp.backend != "gymnasium":
             group = self._env_group(hp.train_obj_set, hp.num_envs, hp.seed, hp.max_episode_steps)
             spaces = group.observation_space, group.action_space
@@ -225,19 +229,13 @@ class EnvDataModule(pl.LightningDataModule):
 
     @property
     def observation_space(self) -> gym.Space:
-        """Observation space of one env (after ``setup``)."""
-        return self._any_envs().observation_space
+        """Observation space of one training env (see :meth:`env_spaces`)."""
+        return self.env_spaces()[0]
 
     @property
     def action_space(self) -> gym.Space:
-        """Action space of one env (after ``setup``)."""
-        return self._any_envs().action_space
-
-    def _any_envs(self) -> EnvGroup:
-        envs = self.train_envs or next(iter(self.eval_envs.values()), None)
-        if envs is None:
-            raise RuntimeError("The data module has no envs yet: call setup() first (the Trainer does).")
-        return envs
+        """Action space of one training env (see :meth:`env_spaces`)."""
+        return self.env_spaces()[1]
 
     @property
     def env_steps(self) -> int:

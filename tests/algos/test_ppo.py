@@ -114,6 +114,41 @@ def test_loaded_checkpoint_evaluates_on_both_object_sets(tmp_path):
     assert results == reference  # same weights, same evaluation seeds
 
 
+def test_a_checkpoint_tests_on_eval_envs_whose_time_bound_differs(tmp_path):
+    """Test that `test` from a checkpoint of a run whose TimeAwareObservation bound differs between training and
+    evaluation envs (eval_max_episode_steps) evaluates: the policy is the training env's, where the evaluation
+    env's bounds were compared with the checkpoint's and refused."""
+    wrappers = ["gymnasium.wrappers.TimeAwareObservation"]
+    fit(tmp_path=tmp_path, model_kwargs={"save_interval": 1}, data_kwargs={"wrappers": wrappers}, max_epochs=1)
+    data = small_data(wrappers=wrappers)  # eval_max_episode_steps=30 against CartPole's registered 500
+    assert data.env_spaces()[0].high[-1] == 500
+    results = trainer().test(PPO(), data, ckpt_path=os.path.join(tmp_path, "checkpoints", "last.ckpt"), verbose=False)
+    assert results[0]["eval/length_mean"] <= 30 and results[0]["time/env_steps"] == ROLLOUT
+
+
+def test_the_evaluation_a_resume_reruns_reaches_the_loggers_but_not_best_ckpt(tmp_path):
+    """Test that the evaluation an interruption cut off, run when the fit resumes, is logged at the checkpoint's
+    env step but kept out of the trainer's callback_metrics: BestCheckpoint reads those at the next epoch's end
+    and would save that epoch's unevaluated weights under this score."""
+    from lightning.pytorch.loggers import CSVLogger
+
+    model, data = tiny_ppo(total_timesteps=10_000), small_data()
+    t = trainer(max_epochs=1, logger=CSVLogger(tmp_path, name="", version=""))
+    t.fit(model, data)
+    t.callback_metrics.clear()
+    data.counters.evaluated = 0  # the epoch's evaluation undone, as an interruption leaves it
+    assert data.evaluation_due
+    model._evaluate_cut(data)
+    t.logger.save()
+    assert not any(key.startswith("eval") for key in t.callback_metrics)
+    rows = (tmp_path / "metrics.csv").read_text().splitlines()
+    header = rows[0].split(",")
+    logged = [dict(zip(header, row.split(","), strict=True)) for row in rows[1:]]
+    evaluated = [row for row in logged if row["eval/return_mean"]]
+    assert len(evaluated) == 2  # the epoch's, then the rerun's
+    assert float(evaluated[-1]["step"]) == data.env_steps and float(evaluated[-1]["eval_ood/return_mean"]) > 0
+
+
 def test_interval_checkpoints_and_final_last(tmp_path):
     """Test that checkpoints are written every save_interval epochs and last.ckpt holds the end."""
     fit(tmp_path=tmp_path, max_epochs=5, model_kwargs={"save_interval": 2})
