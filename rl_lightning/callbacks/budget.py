@@ -28,6 +28,12 @@ class EnvStepBudget(pl.Callback):
             trainer.should_stop = True
             return
         steps_per_epoch = pl_module.steps_per_epoch
+        if steps_per_epoch and self.total_timesteps % steps_per_epoch:  # an epoch is not cut short
+            epochs = -(-self.total_timesteps // steps_per_epoch)
+            rank_zero_warn(
+                f"total_timesteps={self.total_timesteps} is not a multiple of the {steps_per_epoch} env steps an "
+                f"epoch takes: the run ends after {epochs} epochs, {epochs * steps_per_epoch} env steps."
+            )
         max_epochs = trainer.max_epochs
         if max_epochs is not None and max_epochs >= 0 and steps_per_epoch:
             reachable = max_epochs * steps_per_epoch

@@ -210,9 +210,10 @@ def check_checkpoint_file(path: _PATH) -> dict[str, Any] | None:
 
     Raises:
         FileNotFoundError: The file does not exist.
-        ValueError: It is not a zip archive (``torch.save``'s format): a torn write or another kind of file; torch
-            cannot read it; or it has no :data:`CHECKPOINT_KEY` entry (a plain ``torch.save`` of weights, another
-            library's checkpoint), which Lightning would fail on with a ``KeyError``.
+        ValueError: It is not a zip archive (``torch.save``'s format) whose entries match their checksums (a torn
+            or corrupted write, another kind of file); torch cannot read it; or it has no :data:`CHECKPOINT_KEY`
+            entry (a plain ``torch.save`` of weights, another library's checkpoint), which Lightning would fail on
+            with a ``KeyError``.
     """
     path = os.fspath(path)
     if "://" in path:
@@ -221,10 +222,16 @@ def check_checkpoint_file(path: _PATH) -> dict[str, Any] | None:
         raise FileNotFoundError(
             f"Checkpoint '{path}' does not exist. Pass the path of a .ckpt file from a run's checkpoints/ directory."
         )
-    if not zipfile.is_zipfile(path):
+    try:
+        with zipfile.ZipFile(path) as archive:
+            damaged = archive.testzip()  # every entry read against its CRC-32: torch.load does not check them
+    except (zipfile.BadZipFile, OSError, EOFError):
+        damaged = "its end"
+    if damaged:
         raise ValueError(
-            f"Cannot read checkpoint '{path}': it is not a complete checkpoint archive (a write may have "
-            "been interrupted, or it is another kind of file). Use an earlier checkpoint from the same directory."
+            f"Cannot read checkpoint '{path}': it is not a complete checkpoint archive ({damaged} is damaged: a "
+            "write may have been interrupted, the disk corrupted it, or it is another kind of file). Use an earlier "
+            "checkpoint from the same directory."
         )
     try:
         checkpoint = torch.load(path, weights_only=True, map_location="cpu", mmap=True)

@@ -130,6 +130,11 @@ def main(args: Sequence[str] | None = None) -> None:
     parser.add_argument("--title", default=None)
     ns = parser.parse_args(args)
     out = ns.out or os.path.join(ns.paths[0], "curves.png")
+    from matplotlib.backend_bases import FigureCanvasBase
+
+    formats = FigureCanvasBase.get_supported_filetypes()
+    if os.path.splitext(out)[1][1:].lower() not in ("", *formats):
+        parser.error(f"--out {out}: matplotlib writes no such format. End the name with one of {', '.join(formats)}.")
     try:
         seeds = plot_runs(ns.paths, out, ns.title)
     except FileNotFoundError as err:

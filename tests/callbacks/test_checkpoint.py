@@ -156,3 +156,27 @@ def test_interval_checkpoints_are_named_with_the_modules_env_steps_whatever_ligh
     callback.module = SimpleNamespace(env_steps=240)
     name = callback.format_checkpoint_name({"epoch": torch.tensor(3), "step": torch.tensor(980)})
     assert os.path.basename(name) == "epoch=3-env_steps=240.ckpt"
+
+
+def test_a_checkpoint_whose_weights_were_zeroed_on_disk_is_refused_naming_the_entry(tmp_path):
+    """Test that bytes zeroed inside a checkpoint's weights (a disk that corrupted it: torch.load reads them
+    silently) are refused by load_from_checkpoint, naming the file and the damaged entry."""
+    import struct
+    import zipfile
+
+    from rl_lightning import PPO
+    from tests.helpers import quiet_trainer, tiny_ppo, tiny_rollout_data
+
+    quiet_trainer(tmp_path, max_epochs=1).fit(tiny_ppo(total_timesteps=64, save_interval=1), tiny_rollout_data())
+    path = tmp_path / "checkpoints" / "last.ckpt"
+    PPO.load_from_checkpoint(path)  # whole, it loads
+    with zipfile.ZipFile(path) as archive:
+        entry = max(archive.infolist(), key=lambda info: info.file_size)  # the largest tensor's bytes
+    data = bytearray(path.read_bytes())
+    name_len, extra_len = struct.unpack("<HH", data[entry.header_offset + 26 : entry.header_offset + 30])
+    start = entry.header_offset + 30 + name_len + extra_len
+    data[start : start + 64] = bytes(64)
+    path.write_bytes(bytes(data))
+    with pytest.raises(ValueError, match=f"{entry.filename} is damaged") as info:
+        PPO.load_from_checkpoint(path)
+    assert str(path) in str(info.value) and "earlier checkpoint" in str(info.value)

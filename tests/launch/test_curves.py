@@ -56,3 +56,16 @@ def test_plot_counts_seeds_per_path_and_refuses_paths_without_metrics(tmp_path):
     (tmp_path / "empty").mkdir()
     with pytest.raises(FileNotFoundError, match="logger=\\[wandb,csv\\]"):
         plot_runs([str(tmp_path / "empty")], str(tmp_path / "none.png"))
+
+
+def test_plot_refuses_an_output_format_matplotlib_does_not_write(tmp_path, capsys):
+    """Test that `plot --out curves.xyz` ends with the usage line naming the formats, before any directory is made."""
+    from rl_lightning.launch.curves import main
+
+    _write_csv(tmp_path / "run", [{"step": 100, "eval/return_mean": 1, "eval_ood/return_mean": 1}])
+    with pytest.raises(SystemExit) as info:
+        main([str(tmp_path / "run"), "--out", str(tmp_path / "reporting" / "curves.xyz")])
+    assert info.value.code == 2 and "no such format" in capsys.readouterr().err
+    assert not (tmp_path / "reporting").exists()
+    main([str(tmp_path / "run"), "--out", str(tmp_path / "reporting" / "curves.svg")])
+    assert (tmp_path / "reporting" / "curves.svg").stat().st_size > 1000
