@@ -21,7 +21,6 @@ from tensordict import TensorDict
 
 from benchmarks.timing import alternate, print_table
 from rl_lightning.algos.dqn_loss import dqn_loss
-from rl_lightning.data.replay import to_torchrl_batch
 from rl_lightning.nets import QValueNetwork
 
 with warnings.catch_warnings():
@@ -29,6 +28,29 @@ with warnings.catch_warnings():
     from torchrl.data import Categorical
     from torchrl.modules import QValueActor
     from torchrl.objectives import DQNLoss, ValueEstimators
+
+
+def to_torchrl_batch(batch: TensorDict) -> TensorDict:
+    """A replay batch (``obs``, ``next_obs``, ...) in the keys torchrl's losses read (SAC, DQN): the references
+    these benchmarks and ``tests/algos/test_*_loss.py`` compare the library's losses with.
+
+    ``done`` is ``terminated``: a truncated transition keeps bootstrapping from its stored
+    true final observation (TD(0) only stops at ``terminated`` anyway).
+    """
+    terminated = batch["terminated"].unsqueeze(-1)
+    return TensorDict(
+        {
+            "observation": batch["obs"],
+            "action": batch["action"],
+            "next": {
+                "observation": batch["next_obs"],
+                "reward": batch["reward"].unsqueeze(-1),
+                "terminated": terminated,
+                "done": terminated,
+            },
+        },
+        batch_size=batch.batch_size,
+    )
 
 
 def make_batch(n: int) -> TensorDict:

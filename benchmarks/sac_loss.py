@@ -26,10 +26,11 @@ import torch
 from tensordict import TensorDict
 from tensordict.nn import TensorDictModule
 
+from benchmarks.dqn_loss import to_torchrl_batch
 from benchmarks.timing import alternate, print_table
 from rl_lightning.algos.sac_loss import sac_loss
 from rl_lightning.algos.update import adam
-from rl_lightning.data.replay import make_replay_buffer, to_torchrl_batch
+from rl_lightning.data.replay import make_replay_buffer
 from rl_lightning.nets.sac import QEnsemble, QNetwork, SquashedGaussianActor, squashed_gaussian_sample
 
 with warnings.catch_warnings():

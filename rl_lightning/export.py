@@ -39,7 +39,6 @@ import json
 import logging
 import math
 import os
-import tempfile
 import warnings
 from collections.abc import Mapping
 from typing import Any
@@ -49,7 +48,7 @@ import torch
 from torch import nn
 
 from rl_lightning.algos.base import RLModule
-from rl_lightning.callbacks.checkpoint import plain_file_mode
+from rl_lightning.callbacks.checkpoint import atomic_file
 from rl_lightning.envs.obs import storage_dtype
 from rl_lightning.nets.actor_critic import ActorCritic
 from rl_lightning.nets.dqn import QValueNetwork
@@ -289,16 +288,6 @@ def export_policy(
         raise ValueError(f"Unknown export format {format!r}; choose one of {', '.join(EXPORT_FORMATS)}.")
     actor = DeployedActor(model, obs_bound)
     actor.metadata.update(metadata or {})
-    path = os.fspath(path)
-    directory = os.path.dirname(os.path.abspath(path))
-    os.makedirs(directory, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{os.path.basename(path)}.", suffix=".tmp")
-    os.close(fd)
-    try:
+    with atomic_file(os.fspath(path)) as tmp:
         (_torchscript if format == "torchscript" else _onnx)(actor, tmp)
-        os.chmod(tmp, plain_file_mode())  # mkstemp made it private
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
     return actor.metadata

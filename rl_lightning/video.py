@@ -99,19 +99,6 @@ class VideoWriter:
         self.close()
 
 
-def count_frames(path: str | os.PathLike) -> int:
-    """The number of frames in a video file (decoded by ffmpeg, not read from its header)."""
-    return int(_ffmpeg().count_frames_and_secs(os.fspath(path))[0])
-
-
-def read_frames(path: str | os.PathLike) -> list[np.ndarray]:
-    """Every frame of a (short) video as ``[height, width, 3]`` uint8 arrays."""
-    reader = _ffmpeg().read_frames(os.fspath(path))
-    meta = next(reader)
-    width, height = meta["size"]
-    return [np.frombuffer(raw, np.uint8).reshape(height, width, 3) for raw in reader]
-
-
 def gif_bytes(path: str | os.PathLike, max_width: int = 320) -> bytes:
     """An animated GIF of an mp4 file, at most ``max_width`` pixels wide (for TensorBoard).
 

@@ -1,8 +1,11 @@
-"""Small builders the tests share: tiny data modules and a quiet Trainer."""
+"""Small builders the tests share: tiny data modules, a quiet Trainer, and readers of recorded videos."""
 
 from __future__ import annotations
 
+import os
+
 import gymnasium as gym
+import imageio_ffmpeg
 import lightning.pytorch as pl
 import numpy as np
 import torch
@@ -122,3 +125,15 @@ def as_rows(fields):
     from tensordict import TensorDict
 
     return TensorDict(fields, batch_size=fields["reward"].shape)
+
+
+def count_frames(path: str | os.PathLike) -> int:
+    """The number of frames in a video file (decoded by ffmpeg, not read from its header)."""
+    return int(imageio_ffmpeg.count_frames_and_secs(os.fspath(path))[0])
+
+
+def read_frames(path: str | os.PathLike) -> list[np.ndarray]:
+    """Every frame of a (short) video as ``[height, width, 3]`` uint8 arrays."""
+    reader = imageio_ffmpeg.read_frames(os.fspath(path))
+    width, height = next(reader)["size"]
+    return [np.frombuffer(raw, np.uint8).reshape(height, width, 3) for raw in reader]

@@ -7,7 +7,8 @@ import tracemalloc
 import numpy as np
 import pytest
 
-from rl_lightning.video import VideoWriter, count_frames, gif_bytes, read_frames
+from rl_lightning.video import VideoWriter, gif_bytes
+from tests.helpers import count_frames, read_frames
 
 
 def frames(n: int, height: int = 64, width: int = 96) -> list[np.ndarray]:

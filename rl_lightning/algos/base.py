@@ -25,17 +25,15 @@ from rl_lightning.algos import compat, metrics
 from rl_lightning.algos.checks import check_clipping_strategy
 from rl_lightning.algos.update import UpdateGuard
 from rl_lightning.callbacks import BestCheckpoint, EnvStepBudget, FlushDenormals, Interruption, IntervalCheckpoint
-from rl_lightning.callbacks.checkpoint import check_checkpoint_file, install_atomic_checkpoint_io
+from rl_lightning.callbacks.checkpoint import CHECKPOINT_KEY, check_checkpoint_file, install_atomic_checkpoint_io
 from rl_lightning.callbacks.interrupt import stop_if_requested
-from rl_lightning.checks import check_positive_int
+from rl_lightning.checks import check_positive, check_positive_int
 from rl_lightning.data.base import EnvDataModule, collected_since, last_collection
 from rl_lightning.envs.obs import Obs, clip_floats, map_obs, single_to_batch, to_tensor
 from rl_lightning.loggers import CHECKPOINT_KEY as LOGGERS_KEY
 from rl_lightning.loggers import logger_state, rewind_loggers
 from rl_lightning.nets.actor_copy import ActorCopy
 from rl_lightning.nets.encoders import actor_space
-
-CHECKPOINT_KEY = compat.CHECKPOINT_KEY
 
 
 class RLModule(pl.LightningModule):
@@ -86,10 +84,10 @@ class RLModule(pl.LightningModule):
         check_positive_int(total_timesteps=total_timesteps)
         check_positive_int(save_interval=save_interval, none="None")
         check_positive_int(keep_last=keep_last, none="None (keep all)")
+        check_positive(max_grad_norm=max_grad_norm)
         self.total_timesteps = total_timesteps
         self.save_interval = save_interval
         self.keep_last = keep_last
-        self.on_nonfinite = on_nonfinite
         self.flush_denormal = flush_denormal
         self.torch_compile = compile
         #: What the update calls for its losses: :meth:`loss`, or its ``torch.compile`` during a fit with ``compile``.
@@ -137,8 +135,7 @@ class RLModule(pl.LightningModule):
         #: Whether a loop (training, validation, test) has started: the front doors explain the
         #: library's refusals, which all come before, and keep the traceback of anything later.
         self.loops_started = False
-        if compat.attached_trainer(self) is not None:
-            install_atomic_checkpoint_io(self.trainer)
+        install_atomic_checkpoint_io(self.trainer)
         datamodule = self.trainer.datamodule
         if datamodule is None or not hasattr(datamodule, "env_spaces"):
             if self.policy is None:
@@ -243,16 +240,14 @@ class RLModule(pl.LightningModule):
         return {**means, **self.guard.pop_skipped()}
 
     def anneal_lr(self, base_lr: float) -> None:
-        """Set every optimizer's learning rate to ``base_lr`` times the unspent env-step budget fraction.
+        """Set the optimizer's learning rate to ``base_lr`` times the unspent env-step budget fraction.
 
         Linear annealing to 0 over ``total_timesteps`` (CleanRL's PPO detail 4; SB3's linear
         schedules), computed from the env-step counter so a resumed run continues it.
         """
         frac = max(0.0, 1.0 - self.env_steps / self.total_timesteps)
-        optimizers = self.optimizers()
-        for optimizer in optimizers if isinstance(optimizers, list) else [optimizers]:
-            for group in optimizer.param_groups:
-                group["lr"] = frac * base_lr
+        for group in self.optimizers().param_groups:
+            group["lr"] = frac * base_lr
 
     # ---------------------------------------------------------------- progress
     def _data_counter(self, name: str) -> int:
@@ -450,10 +445,7 @@ class RLModule(pl.LightningModule):
             checkpoint[LOGGERS_KEY] = logger_state(self.trainer.loggers)
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        """Rebuild the policy from the stored spaces before the weights are loaded.
-
-        Everything is checked here (``algos/compat.py``), before Lightning loads a tensor or the
-        data module's counters, so a refused checkpoint leaves the run (and the file) as it was.
+        """Check the checkpoint (``algos/compat.py``), then rebuild the policy from its spaces before the weights load.
 
         Raises:
             ValueError: Naming the file and the fix when the checkpoint was not written by

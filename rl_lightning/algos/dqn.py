@@ -26,7 +26,7 @@ from rl_lightning.checks import check_hidden_sizes, check_positive, check_positi
 from rl_lightning.data import ReplayDataModule
 from rl_lightning.data.chunks import ReplayEpoch
 from rl_lightning.nets.dqn import LinearSchedule, QValueNetwork
-from rl_lightning.nets.encoders import build_encoder, check_encoder_argument
+from rl_lightning.nets.encoders import check_encoder_argument
 
 _TRAIN_METRICS = ("loss", "q_value", "td_error")
 
@@ -50,19 +50,14 @@ class DQN(RLModule):
         loss_function: ``"huber"`` (smooth L1) or ``"l2"``.
         max_grad_norm: Global gradient-norm clip before every optimizer step; ``None`` disables it.
             The Trainer's ``gradient_clip_val`` does not apply (DQN optimizes manually): set this instead.
-        total_timesteps: Environment-step budget over all ranks.
-        save_interval: Epochs between checkpoints (``None``: the Trainer decides).
-        keep_last: Interval checkpoints kept on disk (``None``: all).
-        on_nonfinite: ``"stop"`` or ``"skip"`` on a NaN or inf (see :class:`~rl_lightning.algos.RLModule`).
         encoder: How image and ``Dict`` observations become the Q-network's input: settings of
             the default :class:`~rl_lightning.nets.encoders.MultiInputEncoder` (Hydra:
             ``algo.encoder.cnn_keys=[rgb]``; ``None``: chosen from the space), or one's own
             encoder, a module or a callable that builds it from the observation space (not
             saved in the hyperparameters; pass it again to ``load_from_checkpoint``). The
             target network is a copy, encoder included. Vector observations do not use it.
-        flush_denormal: Flush denormal floats to zero during ``fit`` (see :class:`~rl_lightning.algos.RLModule`).
-        compile: ``torch.compile`` the update's loss and acting during ``fit`` (see
-            :class:`~rl_lightning.algos.RLModule`).
+        total_timesteps, save_interval, keep_last, on_nonfinite, flush_denormal, compile:
+            As :class:`~rl_lightning.algos.RLModule`.
     """
 
     datamodule_class = ReplayDataModule
@@ -100,8 +95,6 @@ class DQN(RLModule):
         check_positive_int(target_update_interval=target_update_interval)
         if loss_function not in LOSS_FUNCTIONS:
             raise ValueError(f"loss_function must be one of {sorted(LOSS_FUNCTIONS)}, got {loss_function!r}.")
-        if max_grad_norm is not None:
-            check_positive(max_grad_norm=max_grad_norm)
         check_hidden_sizes(hidden_sizes, allow_empty=True)  # []: one linear layer (on an encoder's features)
         encoder, own_encoder = check_encoder_argument(encoder)  # checked now, before any env is made
         if not own_encoder and (encoder or {}).get("critic_keys") is not None:
@@ -125,11 +118,8 @@ class DQN(RLModule):
 
     def build_policy(self, observation_space: gym.Space, action_space: gym.Space) -> QValueNetwork:
         """The online Q-network (it acts) and its target copy (it is saved in checkpoints too)."""
-        encoder = self._encoder
-        if callable(encoder) and not isinstance(encoder, nn.Module):
-            encoder = build_encoder(encoder, observation_space, normalize_obs=False)
         policy = QValueNetwork(
-            observation_space, action_space, tuple(self.hparams.hidden_sizes), self.epsilon_schedule, encoder
+            observation_space, action_space, tuple(self.hparams.hidden_sizes), self.epsilon_schedule, self._encoder
         )
         self.target_net = copy.deepcopy(policy).requires_grad_(False)
         return policy

@@ -27,7 +27,7 @@ from rl_lightning.algos.update import adam
 from rl_lightning.data import RolloutDataModule
 from rl_lightning.faults import interrupt_request
 from rl_lightning.nets import ActorCritic, RewardScaler
-from rl_lightning.nets.encoders import build_encoder, check_encoder_argument
+from rl_lightning.nets.encoders import check_encoder_argument
 from rl_lightning.nets.recurrent import RecurrentActorCritic, check_recurrent_settings
 
 _TRAIN_METRICS = ("policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction")
@@ -62,11 +62,6 @@ class PPO(RLModule):
             ``ppo_continuous_action.py`` wraps its envs in gym's ``NormalizeReward``). The returns the run
             reports stay raw.
         init_log_std: Initial log standard deviation for continuous actions.
-        total_timesteps: Environment-step budget over all ranks.
-        save_interval: Epochs between checkpoints (``None``: the Trainer decides).
-        keep_last: Interval checkpoints kept on disk (``None``: all).
-        on_nonfinite: ``"stop"`` or ``"skip"`` an update whose loss or gradients hold a NaN or inf
-            (see :class:`~rl_lightning.algos.RLModule`).
         actor: Optional actor network (normalized obs -> logits or means); not saved in
             hyperparameters, so pass it again to ``load_from_checkpoint``.
         critic: Optional critic network (normalized obs -> value ``[B, 1]``); likewise.
@@ -83,9 +78,8 @@ class PPO(RLModule):
         bptt_length: Truncated backpropagation through time (with ``recurrent``): the update replays
             sequences of this many steps, each from the state the rollout acted with at its first
             step; must divide ``rollout_steps``. ``None``: the whole rollout.
-        flush_denormal: Flush denormal floats to zero during ``fit`` (see :class:`RLModule`).
-        compile: ``torch.compile`` the update's loss and acting during ``fit`` (see
-            :class:`~rl_lightning.algos.RLModule`).
+        total_timesteps, save_interval, keep_last, on_nonfinite, flush_denormal, compile:
+            As :class:`~rl_lightning.algos.RLModule`.
     """
 
     datamodule_class = RolloutDataModule
@@ -130,7 +124,7 @@ class PPO(RLModule):
         check_recurrent_settings(recurrent, cell, recurrent_size, bptt_length, actor is not None or critic is not None)
         checks.check_positive_int(update_epochs=update_epochs, num_minibatches=num_minibatches)
         checks.check_unit_interval(gamma=gamma, gae_lambda=gae_lambda)
-        checks.check_positive(lr=lr, clip_coef=clip_coef, max_grad_norm=max_grad_norm)
+        checks.check_positive(lr=lr, clip_coef=clip_coef)
         checks.check_non_negative(ent_coef=ent_coef, vf_coef=vf_coef)
         checks.check_hidden_sizes(hidden_sizes, allow_empty=True)
         self.automatic_optimization = False  # the update phase runs inside training_step
@@ -143,8 +137,6 @@ class PPO(RLModule):
         """An :class:`ActorCritic` (or :class:`RecurrentActorCritic`) for these spaces, with the user's networks."""
         hp = self.hparams
         encoder = self._encoder
-        if callable(encoder) and not isinstance(encoder, nn.Module):
-            encoder = build_encoder(encoder, observation_space, hp.normalize_obs)
         if hp.recurrent:
             return RecurrentActorCritic(observation_space, action_space, tuple(hp.hidden_sizes), hp.normalize_obs,
                                         hp.init_log_std, encoder, hp.cell, hp.recurrent_size,

@@ -47,19 +47,14 @@ class SAC(RLModule):
         init_alpha: Initial entropy temperature.
         target_entropy: Entropy the temperature steers toward; ``None``: ``-action_dim``.
         max_grad_norm: Gradient-norm clip applied to each optimizer's parameters; ``None`` disables.
-        total_timesteps: Environment-step budget over all ranks.
-        save_interval: Epochs between checkpoints (``None``: the Trainer decides).
-        keep_last: Interval checkpoints kept on disk (``None``: all).
-        on_nonfinite: ``"stop"`` or ``"skip"`` on a NaN or inf (see :class:`~rl_lightning.algos.RLModule`).
         encoder: How image and ``Dict`` observations become features: settings of the default
             :class:`~rl_lightning.nets.encoders.MultiInputEncoder` (Hydra: ``algo.encoder.cnn_keys=[rgb]``;
             ``None``: chosen from the space), or one's own encoder, a module or a callable that
             builds it from the observation space (not saved in the hyperparameters). The actor
             and the critics each get their own encoder (per network, as SB3's SAC by default);
             the target critics a copy of the critics'. Vector observations do not use it.
-        flush_denormal: Flush denormal floats to zero during ``fit`` (see :class:`~rl_lightning.algos.RLModule`).
-        compile: ``torch.compile`` the update's loss and acting during ``fit`` (see
-            :class:`~rl_lightning.algos.RLModule`).
+        total_timesteps, save_interval, keep_last, on_nonfinite, flush_denormal, compile:
+            As :class:`~rl_lightning.algos.RLModule`.
     """
 
     datamodule_class = ReplayDataModule
@@ -89,8 +84,6 @@ class SAC(RLModule):
         )
         check_positive(actor_lr=actor_lr, critic_lr=critic_lr, alpha_lr=alpha_lr, init_alpha=init_alpha)
         check_unit_interval(gamma=gamma, tau=tau, open_low=True)
-        if max_grad_norm is not None:
-            check_positive(max_grad_norm=max_grad_norm)
         check_finite(none="None (minus the action size, Stable-Baselines3's 'auto')", target_entropy=target_entropy)
         check_hidden_sizes(hidden_sizes)
         encoder, own_encoder = check_encoder_argument(encoder)  # checked now, before any env is made

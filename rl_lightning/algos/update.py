@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Mapping
 from typing import Any
 
 import torch
@@ -51,11 +50,8 @@ def _named_loss_tensors(losses: Any) -> dict[str, torch.Tensor]:
 def _loss_tensors(losses: Any) -> list[torch.Tensor]:
     """The losses to check on every update: the total ``loss`` when the terms have one (its parts
     are in it), else every scalar term (SAC's three losses)."""
-    total = getattr(losses, "loss", None)
-    if isinstance(total, torch.Tensor):
-        return [total]
-    values = losses.values() if isinstance(losses, Mapping) else (losses or ())
-    return [v for v in values if isinstance(v, torch.Tensor) and v.numel() == 1]
+    terms = _named_loss_tensors(losses)
+    return [terms["loss"]] if "loss" in terms else list(terms.values())
 
 
 class UpdateGuard:
@@ -81,7 +77,6 @@ class UpdateGuard:
         optimizer: torch.optim.Optimizer,
         losses: Any,
         clip_per_group: bool = False,
-        clip: bool = True,
     ) -> bool:
         """Clip the gradients to ``max_grad_norm`` (if set) and tell whether the update may go ahead.
 
@@ -99,13 +94,11 @@ class UpdateGuard:
                 tensors), read only for the message and the single-process check.
             clip_per_group: Clip each parameter group to the norm on its own (SAC's actor,
                 critics and temperature, as separate optimizers would).
-            clip: Clip to ``max_grad_norm``; ``False`` only checks (the Trainer clipped already).
 
         Returns:
             ``True`` when the optimizer should step.
         """
-        max_norm = self.max_grad_norm if clip else None
-        if clip_per_group and max_norm is not None:
+        if clip_per_group and self.max_grad_norm is not None:
             groups = [group["params"] for group in optimizer.param_groups]
         else:  # one norm for the check (and for clipping all groups together)
             groups = [[p for group in optimizer.param_groups for p in group["params"]]]
@@ -124,9 +117,9 @@ class UpdateGuard:
             for loss in _loss_tensors(losses):
                 total = total + loss.detach().reshape(())
         if bool(total.isfinite()):
-            if max_norm is not None:
+            if self.max_grad_norm is not None:
                 for params, norm in zip(grouped, norms, strict=True):
-                    torch.nn.utils.clip_grads_with_norm_(params, max_norm, norm)
+                    torch.nn.utils.clip_grads_with_norm_(params, self.max_grad_norm, norm)
             return True
         if self.on_nonfinite == "stop":
             raise NumericalFault(

@@ -8,6 +8,7 @@ import os
 import re
 import tempfile
 import zipfile
+from collections.abc import Iterator
 from typing import Any
 
 import lightning.pytorch as pl
@@ -25,6 +26,25 @@ def plain_file_mode() -> int:
     umask = os.umask(0)  # reading the umask means setting it: put it back at once
     os.umask(umask)
     return 0o666 & ~umask
+
+
+@contextlib.contextmanager
+def atomic_file(path: str) -> Iterator[str]:
+    """A temporary file beside ``path`` for the block to write, then moved over ``path`` (``os.replace``, atomic on
+    POSIX and Windows) with the permissions a plain ``open`` gives; an error leaves ``path`` as it was."""
+    directory = os.path.dirname(os.path.abspath(path))
+    os.makedirs(directory, exist_ok=True)
+    # Not ending in .ckpt: nothing that globs the directory for checkpoints picks it up.
+    fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp", dir=directory)
+    os.close(fd)
+    try:
+        yield tmp
+        os.chmod(tmp, plain_file_mode())  # mkstemp made it private (0600)
+        os.replace(tmp, path)
+        _fsync_directory(directory)  # the rename itself survives a power loss
+    finally:
+        with contextlib.suppress(OSError):
+            os.remove(tmp)  # gone already after the rename
 
 
 def run_checkpoint_dir(trainer: pl.Trainer) -> str:
@@ -166,23 +186,10 @@ class AtomicCheckpointIO(TorchCheckpointIO):
         if "://" in path or storage_options is not None:
             super().save_checkpoint(checkpoint, path, storage_options)
             return
-        directory = os.path.dirname(os.path.abspath(path))
-        os.makedirs(directory, exist_ok=True)
-        # Not ending in .ckpt: nothing that globs the directory for checkpoints picks it up.
-        fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp", dir=directory)
-        try:
-            with os.fdopen(fd, "wb") as f:
-                torch.save(checkpoint, f)
-                f.flush()
-                os.fsync(f.fileno())
-                # mkstemp creates the file private (0600); give it the permissions a plain open would.
-                os.fchmod(f.fileno(), plain_file_mode())
-            os.replace(tmp, path)
-            _fsync_directory(directory)  # the rename itself survives a power loss
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.remove(tmp)
-            raise
+        with atomic_file(path) as tmp, open(tmp, "wb") as f:
+            torch.save(checkpoint, f)
+            f.flush()
+            os.fsync(f.fileno())
 
     def load_checkpoint(
         self, path: _PATH, map_location: Any = lambda storage, loc: storage, weights_only: bool | None = None

@@ -12,6 +12,7 @@ from lightning.pytorch.loggers import TensorBoardLogger, WandbLogger
 from lightning.pytorch.trainer.states import TrainerFn
 from lightning.pytorch.utilities import rank_zero_warn
 
+from rl_lightning.checks import check_positive_int
 from rl_lightning.data.base import eval_prefix
 from rl_lightning.data.evaluation import play_episode
 from rl_lightning.envs import make_env
@@ -67,10 +68,7 @@ class EvaluationVideo(pl.Callback):
     ):
         if not isinstance(video_interval, int) or isinstance(video_interval, bool) or video_interval < 0:
             raise ValueError(f"video_interval must be an integer >= 0 (0 records no video), got {video_interval!r}.")
-        if max_frames is not None and (
-            not isinstance(max_frames, int) or isinstance(max_frames, bool) or max_frames < 1
-        ):
-            raise ValueError(f"max_frames must be a positive integer or None (whole episodes), got {max_frames!r}.")
+        check_positive_int(max_frames=max_frames, none="None (whole episodes)")
         if isinstance(video_obj_sets, str):
             video_obj_sets = [video_obj_sets]
         self.video_interval = video_interval

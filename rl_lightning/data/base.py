@@ -61,7 +61,7 @@ def eval_prefix(obj_set: str, train_obj_set: str) -> str:
 class EnvDataModule(pl.LightningDataModule):
     """Envs for every object set, evaluation loaders, progress counters and RNG state.
 
-    Subclasses implement ``train_dataloader`` and :attr:`steps_per_epoch`, and extend
+    Subclasses implement ``_train_stream`` (the training stream) and :attr:`steps_per_epoch`, and extend
     :meth:`rank_state_dict` / :meth:`load_rank_state_dict` with their stream's own state.
 
     Args:
@@ -251,6 +251,15 @@ class EnvDataModule(pl.LightningDataModule):
     def _policy(self):
         # The acting copy when the algorithm has one (ActorSync), else the policy itself.
         return self.trainer.lightning_module.acting_policy
+
+    def train_dataloader(self) -> DataLoader:
+        """The training stream, built once by the subclass's ``_train_stream`` (a later fit: with today's policy)."""
+        if self._train_dataset is None:  # a resumed run's episodes restart with fresh seeds (offset by the steps done)
+            hp = self.hparams
+            self._train_dataset = self._train_stream(hp.seed + self.rank * hp.num_envs + self.env_steps)
+        else:
+            self._train_dataset.policy = self._policy()
+        return DataLoader(self._train_dataset, batch_size=None, collate_fn=identity_collate)
 
     def _eval_loaders(self, gated: bool) -> list[DataLoader]:
         hp = self.hparams

@@ -5,10 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from torch.utils.data import DataLoader
-
 from rl_lightning.checks import check_positive_int
-from rl_lightning.data.base import EnvDataModule, identity_collate
+from rl_lightning.data.base import EnvDataModule
 from rl_lightning.data.rollout import RolloutDataset
 from rl_lightning.envs.gymnasium_env import WORKER_TIMEOUT
 from rl_lightning.envs.torchrl_env import EnvFactory
@@ -65,26 +63,14 @@ class RolloutDataModule(EnvDataModule):
             obs_bound, obs_bound_mode, on_nonfinite, wrappers, backend, env_factory, worker_start_method,
             worker_timeout,
         )  # fmt: skip
-        self._train_dataset: RolloutDataset | None = None
 
     @property
     def steps_per_epoch(self) -> int:
         """Environment steps one epoch takes, summed over ranks."""
         return self.hparams.rollout_steps * self.hparams.num_envs * self.world_size
 
-    def train_dataloader(self) -> DataLoader:
+    def _train_stream(self, reset_seed: int) -> RolloutDataset:
         """The rollout stream: one rollout per epoch."""
-        hp = self.hparams
-        if self._train_dataset is None:
-            self._train_dataset = RolloutDataset(
-                self.train_envs,
-                self._policy(),
-                hp.rollout_steps,
-                self.counters,
-                # A resumed run restarts its episodes with fresh seeds (offset by the steps done).
-                reset_seed=hp.seed + self.rank * hp.num_envs + self.counters.env_steps,
-                world_size=self.world_size,
-            )
-        else:  # a later fit with this data module: act as the algorithm acts now
-            self._train_dataset.policy = self._policy()
-        return DataLoader(self._train_dataset, batch_size=None, collate_fn=identity_collate)
+        return RolloutDataset(
+            self.train_envs, self._policy(), self.hparams.rollout_steps, self.counters, reset_seed, self.world_size
+        )

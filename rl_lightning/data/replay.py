@@ -51,16 +51,11 @@ def make_replay_buffer(
     :class:`CompactReplayBuffer` on one).
 
     Args:
-        buffer_size: Capacity in transitions (per rank); the oldest are overwritten.
-        batch_size: Transitions per sampled batch.
-        storage: ``"memory"`` or ``"memmap"`` (memory-mapped files, for buffers larger than RAM).
-        scratch_dir: Where memmap files go (``None``: a temporary directory).
+        buffer_size, batch_size, storage, scratch_dir, device: The ``ReplayBuffer``'s ``capacity`` and the rest.
         optimize_memory_usage: Store each observation once, reading ``next_obs`` from the env's
             next row (:mod:`rl_lightning.data.compact_replay`; SB3's spelling): half the memory of
             image replay.
         num_envs: Envs writing one row each per vector step (``optimize_memory_usage``'s stride).
-        device: Where a ``"memory"`` storage keeps its rows: ``"auto"``, the device of the first batch
-            written (the envs', so a batched env's transitions never leave its device), or a device.
 
     Raises:
         ValueError: Unknown storage.
@@ -84,28 +79,6 @@ def transition_bytes(observation_space: gym.Space, action_space: gym.Space, opti
     action_bytes = action.size * (8 if np.issubdtype(action.dtype, np.integer) else 4)
     rest = action_bytes + 4 + 1
     return obs + rest + 1 if optimize_memory_usage else 2 * obs + rest
-
-
-def to_torchrl_batch(batch: TensorDict) -> TensorDict:
-    """A replay batch (``obs``, ``next_obs``, ...) in the keys torchrl's losses read (SAC, DQN).
-
-    ``done`` is ``terminated``: a truncated transition keeps bootstrapping from its stored
-    true final observation (TD(0) only stops at ``terminated`` anyway).
-    """
-    terminated = batch["terminated"].unsqueeze(-1)
-    return TensorDict(
-        {
-            "observation": batch["obs"],
-            "action": batch["action"],
-            "next": {
-                "observation": batch["next_obs"],
-                "reward": batch["reward"].unsqueeze(-1),
-                "terminated": terminated,
-                "done": terminated,
-            },
-        },
-        batch_size=batch.batch_size,
-    )
 
 
 def random_action_space(space: gym.Space, num_envs: int, seed: int) -> gym.Space:

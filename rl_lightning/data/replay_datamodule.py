@@ -10,13 +10,11 @@ from typing import Any
 
 from lightning.pytorch.trainer.states import TrainerFn
 from lightning.pytorch.utilities import rank_zero_info
-from torch.utils.data import DataLoader
 
 from rl_lightning.checks import check_positive_int
-from rl_lightning.data.base import EnvDataModule, identity_collate
+from rl_lightning.data.base import EnvDataModule
 from rl_lightning.data.chunks import UTD_DENOMINATOR, chunk_schedule
 from rl_lightning.data.replay import ReplayDataset, make_replay_buffer, transition_bytes
-from rl_lightning.data.replay_buffer import STORAGES
 from rl_lightning.envs.gymnasium_env import WORKER_TIMEOUT
 from rl_lightning.envs.torchrl_env import EnvFactory
 
@@ -87,8 +85,6 @@ class ReplayDataModule(EnvDataModule):
     Validation and test are as in :class:`~rl_lightning.data.RolloutDataModule`.
 
     Args:
-        env_id: Gymnasium env id.
-        num_envs: Training envs per rank.
         steps_per_epoch: Env steps per rank per epoch; a multiple of ``num_envs``.
         learning_starts: Env steps (over all ranks) of uniform random actions before learning.
         utd_ratio: Gradient steps per env step; ``steps_per_epoch * utd_ratio`` must be whole. With
@@ -109,19 +105,10 @@ class ReplayDataModule(EnvDataModule):
             read from its env's next stored step, an episode end's from a copy kept aside
             (:mod:`rl_lightning.data.compact_replay`; SB3's spelling). Half the memory of image
             replay.
-        obj_sets: Object sets (name -> list of variations); ``None`` takes the shipped ones.
-        train_obj_set: The set training episodes are drawn from.
-        eval_obj_sets: Sets evaluated at validation and test time.
-        max_episode_steps: Time limit for training envs; ``None`` keeps the registered one.
-        vectorization: ``"sync"`` or ``"async"``.
         seed: Base seed of envs and random actions.
-        eval_interval: Evaluate every this many epochs.
-        eval_episodes: Episodes per object set per evaluation (split over ranks).
-        eval_num_envs: Envs per evaluation group; ``None`` takes ``min(eval_episodes, 8)``.
-        eval_deterministic: Evaluate the mode of the policy rather than samples.
-        eval_max_episode_steps: Time limit for evaluation envs; ``None`` keeps the registered one.
-        max_env_restarts, obs_bound, obs_bound_mode, on_nonfinite, wrappers, backend, env_factory,
-        worker_start_method, worker_timeout:
+        env_id, num_envs, obj_sets, train_obj_set, eval_obj_sets, max_episode_steps, vectorization, eval_interval,
+        eval_episodes, eval_num_envs, eval_deterministic, eval_max_episode_steps, max_env_restarts, obs_bound,
+        obs_bound_mode, on_nonfinite, wrappers, backend, env_factory, worker_start_method, worker_timeout:
             As :class:`~rl_lightning.data.base.EnvDataModule`; on a batched backend (``"torch"``,
             ``"envpool"``) the buffer lives on the env's device, so transitions never leave it.
     """
@@ -164,8 +151,7 @@ class ReplayDataModule(EnvDataModule):
     ):
         if backend != "gymnasium":
             _check_torch_replay(storage, optimize_memory_usage)
-        for name in ("steps_per_epoch", "batch_size", "buffer_size"):
-            check_positive_int(**{name: locals()[name]})
+        check_positive_int(steps_per_epoch=steps_per_epoch, batch_size=batch_size, buffer_size=buffer_size)
         if not isinstance(learning_starts, int) or isinstance(learning_starts, bool) or learning_starts < 0:
             raise ValueError(f"learning_starts must be a non-negative integer, got {learning_starts!r}.")
         if not isinstance(utd_ratio, (int, float)) or isinstance(utd_ratio, bool) or utd_ratio < 1 / UTD_DENOMINATOR:
@@ -181,8 +167,6 @@ class ReplayDataModule(EnvDataModule):
                 "steps; every epoch (and every DDP rank) must take the same count. Adjust either."
             )
         _check_chunks(train_freq, gradient_steps, utd_ratio, steps_per_epoch, num_envs)
-        if storage not in STORAGES:
-            raise ValueError(f"storage must be one of {STORAGES}, got {storage!r}.")
         super().__init__(
             env_id, num_envs, obj_sets, train_obj_set, eval_obj_sets, max_episode_steps, vectorization, seed,
             eval_interval, eval_episodes, eval_num_envs, eval_deterministic, eval_max_episode_steps, max_env_restarts,
@@ -198,7 +182,6 @@ class ReplayDataModule(EnvDataModule):
         )
         #: ``(train_freq, gradient_steps)``: vector steps per chunk and the gradient steps after each.
         self.schedule = chunk_schedule(utd_ratio, num_envs, train_freq, gradient_steps)
-        self._train_dataset: ReplayDataset | None = None
         self._restored: dict[str, Any] = {}
 
     @property
@@ -206,30 +189,26 @@ class ReplayDataModule(EnvDataModule):
         """Environment steps one epoch takes, summed over ranks."""
         return self.hparams.steps_per_epoch * self.world_size
 
-    def train_dataloader(self) -> DataLoader:
+    def _train_stream(self, reset_seed: int) -> ReplayDataset:
         """The replay stream: one Lightning batch per epoch, its chunks collected as the algorithm iterates it."""
         hp = self.hparams
-        if self._train_dataset is None:
-            self.check_buffer_memory()
-            self._train_dataset = ReplayDataset(
-                self.train_envs,
-                self._policy(),
-                self.buffer,
-                hp.steps_per_epoch,
-                hp.learning_starts,
-                self.counters,
-                # A resumed run restarts its episodes with fresh seeds (offset by the steps done).
-                reset_seed=hp.seed + self.rank * hp.num_envs + self.counters.env_steps,
-                world_size=self.world_size,
-                action_seed=hp.seed + 7919 * (self.rank + 1) + self.counters.env_steps,
-                train_freq=self.schedule[0],
-                gradient_steps=self.schedule[1],
-            )
-            self._train_dataset.gradient_credit = self._restored.get("gradient_credit", 0)
-            self._train_dataset.epoch_steps = self._restored.get("epoch_steps", 0)
-        else:  # a later fit with this data module: act with what the algorithm acts with now
-            self._train_dataset.policy = self._policy()
-        return DataLoader(self._train_dataset, batch_size=None, collate_fn=identity_collate)
+        self.check_buffer_memory()
+        stream = ReplayDataset(
+            self.train_envs,
+            self._policy(),
+            self.buffer,
+            hp.steps_per_epoch,
+            hp.learning_starts,
+            self.counters,
+            reset_seed,
+            world_size=self.world_size,
+            action_seed=hp.seed + 7919 * (self.rank + 1) + self.counters.env_steps,
+            train_freq=self.schedule[0],
+            gradient_steps=self.schedule[1],
+        )
+        stream.gradient_credit = self._restored.get("gradient_credit", 0)
+        stream.epoch_steps = self._restored.get("epoch_steps", 0)
+        return stream
 
     @property
     def transition_bytes(self) -> int:

@@ -27,7 +27,7 @@ import numpy as np
 import torch
 from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv
 
-from rl_lightning.checks import check_max_env_restarts, check_worker_options
+from rl_lightning.checks import check_max_env_restarts
 from rl_lightning.envs.object_sets import ObjectSetWrapper, ObjSets
 from rl_lightning.envs.obs import Obs, map_obs, select_envs, to_tensor, write_obs
 from rl_lightning.envs.wrappers import WrapperSpec
@@ -316,7 +316,6 @@ class GymnasiumVectorEnv(gym.vector.VectorEnv):
         wrappers: Sequence[WrapperSpec] = (), worker_start_method: str | None = None,
         worker_timeout: float = WORKER_TIMEOUT,
     ):  # fmt: skip
-        check_worker_options(worker_start_method, worker_timeout)
         self.num_envs, self.label, self.on_nonfinite, self.device = num_envs, label, on_nonfinite, torch.device("cpu")
         self.is_async = vectorization == "async"
         self.start_method, self.worker_timeout = worker_start_method or ASYNC_CONTEXT, float(worker_timeout)

@@ -22,7 +22,7 @@ import numpy as np
 import torch
 
 from rl_lightning.algos import load_with_data_settings
-from rl_lightning.checks import check_seed
+from rl_lightning.checks import check_positive_int, check_seed
 from rl_lightning.data.evaluation import Episode, play_episode
 from rl_lightning.envs import make_env, resolve_obj_sets
 from rl_lightning.video import VideoWriter
@@ -38,12 +38,10 @@ def _seed(text: str) -> int:
 
 def _positive_int(text: str) -> int:
     try:
-        value = int(text)
+        check_positive_int(episodes=int(text))
     except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
-    return value
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    return int(text)
 
 
 def main(args: Sequence[str] | None = None) -> list[Episode]:

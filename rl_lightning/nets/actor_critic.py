@@ -42,10 +42,6 @@ def check_spaces(observation_space: gym.Space, action_space: gym.Space) -> None:
     action_kind(action_space)
 
 
-#: The action distributions of the actor-critic, by action space (see :func:`action_kind`).
-ACTION_KINDS = ("categorical", "multi_categorical", "bernoulli", "gaussian")
-
-
 def action_kind(action_space: gym.Space) -> str:
     """The distribution an action space gets: ``Discrete`` a Categorical, ``MultiDiscrete`` independent
     Categoricals, ``MultiBinary`` independent Bernoullis, a 1-D ``Box`` a diagonal Gaussian.

@@ -2,8 +2,7 @@
 
 ``QValueNetwork`` maps observations to one Q-value per action. ``explore`` is what the
 replay stream calls (epsilon-greedy, epsilon from a linear schedule over env steps);
-``act`` is what evaluation and ``predict`` call (greedy). The loss (torchrl's ``DQNLoss``)
-wraps the same module, so its updates reach the acting network.
+``act`` is what evaluation and ``predict`` call (greedy).
 """
 
 from __future__ import annotations

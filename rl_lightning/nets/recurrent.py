@@ -91,10 +91,7 @@ class RecurrentActorCritic(ActorCritic):
         recurrent_size: int = 128,
         shared_core: bool = True,
     ):
-        if cell not in CELLS:
-            raise ValueError(f"cell must be one of {CELLS}, got {cell!r}.")
-        if isinstance(recurrent_size, bool) or not isinstance(recurrent_size, int) or recurrent_size <= 0:
-            raise ValueError(f"recurrent_size must be a positive integer, got {recurrent_size!r}.")
+        check_recurrent_settings(True, cell, recurrent_size, None, custom_heads=False)
         super().__init__(
             observation_space, action_space, hidden_sizes, None, None, normalize_obs, init_log_std, encoder
         )

@@ -11,7 +11,6 @@ evaluated by one batched matrix product per layer.
 from __future__ import annotations
 
 import math
-import warnings
 from collections.abc import Sequence
 
 import gymnasium as gym
@@ -24,10 +23,6 @@ from torch.nn import functional as F
 from rl_lightning.envs.obs import Obs
 from rl_lightning.nets.encoders import EncoderSettings, build_encoder
 from rl_lightning.nets.mlp import mlp, weight_dtype
-
-with warnings.catch_warnings():
-    warnings.simplefilter("ignore")
-    from torchrl.modules import TanhNormal
 
 
 def check_continuous_spaces(observation_space: gym.Space, action_space: gym.Space) -> None:
@@ -226,11 +221,6 @@ class SquashedGaussianActor(nn.Module):
             x = obs.reshape(obs.shape[0], self.obs_dim).to(weight_dtype(self))
         loc, scale = self.net(x)
         return loc.float(), scale.float()
-
-    def distribution(self, obs: Obs) -> TanhNormal:
-        """The policy's action distribution for observations ``[B, obs_dim]``."""
-        loc, scale = self._loc_scale(obs)
-        return TanhNormal(loc, scale, low=self.low, high=self.high)
 
     def rsample(self, obs: Obs) -> tuple[torch.Tensor, torch.Tensor]:
         """Reparameterized actions ``[B, act_dim]`` and their log-probabilities ``[B]`` (the loss's draws).

@@ -8,8 +8,8 @@ import pytest
 import torch
 from tensordict import TensorDict
 
+from benchmarks.dqn_loss import to_torchrl_batch
 from rl_lightning.algos import dqn_loss
-from rl_lightning.data.replay import to_torchrl_batch
 from rl_lightning.nets import QValueNetwork
 
 with warnings.catch_warnings():

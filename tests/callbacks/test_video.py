@@ -12,8 +12,7 @@ from lightning.pytorch.loggers import TensorBoardLogger
 from rl_lightning.callbacks import EvaluationVideo
 from rl_lightning.data.evaluation import play_episode
 from rl_lightning.envs import make_env
-from rl_lightning.video import count_frames, read_frames
-from tests.helpers import quiet_trainer, tiny_ppo, tiny_rollout_data
+from tests.helpers import count_frames, quiet_trainer, read_frames, tiny_ppo, tiny_rollout_data
 
 STEPS_PER_EPOCH = 32  # tiny_rollout_data: 2 envs x 16 steps
 CONF = os.path.join(os.path.dirname(__file__), os.pardir, os.pardir, "conf")

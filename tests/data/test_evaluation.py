@@ -45,7 +45,8 @@ def test_play_episode_films_the_reset_and_every_step_including_the_last(tmp_path
     """Test that a filmed episode of n steps has n + 1 frames and the statistics of the episode."""
     from rl_lightning.data.evaluation import play_episode
     from rl_lightning.envs import make_env
-    from rl_lightning.video import VideoWriter, count_frames
+    from rl_lightning.video import VideoWriter
+    from tests.helpers import count_frames
 
     env = make_env(SCRIPTED_ID, "test", SCRIPTED_SETS)
     episode = play_episode(ObsValuePolicy(), env, seed=0)
@@ -62,7 +63,8 @@ def test_play_episode_stops_at_max_frames(tmp_path):
     """Test that max_frames cuts a long episode's video and the episode with it."""
     from rl_lightning.data.evaluation import play_episode
     from rl_lightning.envs import make_env
-    from rl_lightning.video import VideoWriter, count_frames
+    from rl_lightning.video import VideoWriter
+    from tests.helpers import count_frames
 
     env = make_env("Pendulum-v1", render_mode="rgb_array")
     with VideoWriter(tmp_path / "cut.mp4", fps=30) as video:

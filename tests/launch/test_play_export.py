@@ -18,8 +18,7 @@ from rl_lightning.algos import load_checkpoint
 from rl_lightning.envs import SHIPPED_OBJ_SETS
 from rl_lightning.launch import export as export_cli
 from rl_lightning.launch import play
-from rl_lightning.video import count_frames
-from tests.helpers import quiet_trainer, tiny_ppo, tiny_replay_data, tiny_rollout_data
+from tests.helpers import count_frames, quiet_trainer, tiny_ppo, tiny_replay_data, tiny_rollout_data
 from tests.test_export import score_margin
 
 RL_LIGHTNING = os.path.join(os.path.dirname(sys.executable), "rl-lightning")
