@@ -23,6 +23,10 @@ from rl_lightning.video import VideoWriter, gif_bytes
 class EvaluationVideo(pl.Callback):
     """Records one episode per evaluated object set, every ``video_interval`` evaluations.
 
+    Evaluations are numbered on the env-step grid (the data module's collections over its
+    ``eval_interval``), so a resumed run films at the env steps an uninterrupted one would,
+    also after an evaluation rerun outside the validation loop (``RLModule._evaluate_cut``).
+
     The episode is played by the policy that was just evaluated (the acting copy if any),
     deterministically unless the data module's ``eval_deterministic`` is off, on an env of
     its own made with ``render_mode="rgb_array"`` from the data module's env, object sets,
@@ -76,18 +80,11 @@ class EvaluationVideo(pl.Callback):
         self.dirpath = dirpath
         self.seed = seed
         self.max_frames = max_frames
-        #: Evaluations seen during fit (saved in checkpoints, so a resumed run keeps the cadence).
-        self.evaluations = 0
         #: The videos of the last recording: ``{object set: path}``.
         self.last_videos: dict[str, str] = {}
         self._evaluated: list[str] = []
         self._envs: dict[str, Any] = {}
         self._dir: str | None = None
-
-    @property
-    def state_key(self) -> str:
-        # Two instances (say, one per object set) keep their counts apart in a checkpoint.
-        return self._generate_state_key(video_interval=self.video_interval, video_obj_sets=self.video_obj_sets)
 
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         """Resolve the video directory on every rank and check the object-set names.
@@ -130,8 +127,9 @@ class EvaluationVideo(pl.Callback):
     def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if trainer.sanity_checking or not self._evaluated or trainer.state.fn != TrainerFn.FITTING:
             return
-        self.evaluations += 1  # counted even when off, so switching videos on at a resume keeps the cadence
-        if self.video_interval and self.evaluations % self.video_interval == 0 and trainer.is_global_zero:
+        datamodule = trainer.datamodule
+        evaluation = datamodule.counters.iterations // datamodule.hparams.eval_interval  # its number on the grid
+        if self.video_interval and evaluation % self.video_interval == 0 and trainer.is_global_zero:
             self.record(trainer, pl_module, self._to_film(self._evaluated))
 
     def _to_film(self, obj_sets: list[str]) -> list[str]:
@@ -200,13 +198,6 @@ class EvaluationVideo(pl.Callback):
                 image = Summary.Image(height=height, width=width, colorspace=3, encoded_image_string=gif)
                 summary = Summary(value=[Summary.Value(tag=key, image=image)])
                 logger.experiment._get_file_writer().add_summary(summary, env_steps)
-
-    # ---------------------------------------------------------------- state
-    def state_dict(self) -> dict[str, Any]:
-        return {"evaluations": self.evaluations}
-
-    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        self.evaluations = int(state_dict.get("evaluations", 0))
 
     def _close(self) -> None:
         for env in self._envs.values():
