@@ -45,7 +45,7 @@ class RLModule(pl.LightningModule):
     Args:
         total_timesteps: Environment-step budget over all ranks; training stops after the
             epoch that reaches it.
-        save_interval: Epochs between checkpoints (plus an always-current ``last.ckpt`` and
+        save_interval: Collections (epochs) between checkpoints (plus an always-current ``last.ckpt`` and
             ``best.ckpt``, the highest ``eval/return_mean`` so far);
             ``None`` leaves checkpointing to the Trainer's own callbacks.
         keep_last: Interval checkpoints kept on disk (the newest; ``last.ckpt`` and

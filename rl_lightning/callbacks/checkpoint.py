@@ -60,20 +60,25 @@ _NUMBERED = re.compile(r"epoch=(\d+)-env_steps=(\d+)(?:-v\d+)?\.ckpt")
 
 
 class IntervalCheckpoint(ModelCheckpoint):
-    """``ModelCheckpoint`` every ``save_interval`` epochs, keeping ``last.ckpt`` current.
+    """A numbered checkpoint every ``save_interval`` collections, and a ``last.ckpt`` that always holds the end.
 
-    Lightning writes ``last.ckpt`` only when an interval checkpoint is due, so a run whose
-    budget ends between intervals would leave a stale ``last.ckpt``. This callback also
-    writes it when training ends, so ``fit(ckpt_path="last")`` and the final evaluation
-    always see the final weights, optimizer state and counters.
+    Collections (rollouts, replay epochs: the data module's ``counters.iterations``) are counted
+    rather than Lightning's epochs, and files are named by the module's env steps, as the
+    evaluations are: a resume from a checkpoint written inside an epoch (which Lightning counts
+    as done) saves on the uninterrupted run's grid under the same names, and a run whose
+    optimizer has not stepped yet (DQN before ``learning_starts``) is saved too.
+    ``ModelCheckpoint``'s own triggers are off (they count epochs and skip a save while
+    ``global_step`` has not moved); it still gives the file names, ``last_model_path`` and
+    the checkpoint directory Lightning's ``ckpt_path="last"`` searches.
 
-    Files are named ``epoch=E-env_steps=S.ckpt``: the modules log ``step`` as the env-step
-    count (the x-axis of every logger), which ``ModelCheckpoint`` reads for ``{step}``.
-    Only the ``keep_last`` most recent numbered checkpoints stay on disk (``last.ckpt`` and
-    ``best.ckpt`` are not counted), so a long run's disk use is bounded.
+    ``last.ckpt`` is written with every numbered checkpoint and when training ends, so
+    ``fit(ckpt_path="last")`` and the final evaluation always see the final weights, optimizer
+    state and counters. Files are named ``epoch=E-env_steps=S.ckpt`` (``E`` counts collections
+    from 0). Only the ``keep_last`` most recent numbered checkpoints stay on disk (``last.ckpt``
+    and ``best.ckpt`` are not counted), so a long run's disk use is bounded.
 
     Args:
-        save_interval: Epochs between numbered checkpoints.
+        save_interval: Collections (epochs of an uninterrupted run) between numbered checkpoints.
         keep_last: Numbered checkpoints kept (the newest); ``None`` keeps all of them.
         dirpath: Directory; ``None`` uses ``<trainer.log_dir>/checkpoints``: the first
             logger's directory (a W&B logger's ``save_dir``), or ``default_root_dir``.
@@ -83,31 +88,27 @@ class IntervalCheckpoint(ModelCheckpoint):
     def __init__(self, save_interval: int = 1, dirpath: str | None = None, keep_last: int | None = None, **kwargs):
         if keep_last is not None and (not isinstance(keep_last, int) or isinstance(keep_last, bool) or keep_last <= 0):
             raise ValueError(f"keep_last must be a positive integer or None (keep all), got {keep_last!r}.")
-        self.keep_last = keep_last
-        kwargs.setdefault("save_top_k", -1)
-        # One last.ckpt, overwritten: a resumed run (whose last.ckpt the interruption wrote)
-        # must not start a last-v1.ckpt beside it.
-        kwargs.setdefault("enable_version_counter", False)
+        self.save_interval, self.keep_last = save_interval, keep_last
+        #: The env steps of the state last written (``None``: nothing written by this fit).
+        self.saved_env_steps: int | None = None
         kwargs.setdefault("filename", "epoch={epoch}-env_steps={step}")
         kwargs.setdefault("auto_insert_metric_name", False)
-        super().__init__(dirpath=dirpath, every_n_epochs=save_interval, save_last=True, **kwargs)
+        super().__init__(dirpath=dirpath, every_n_epochs=0, **kwargs)
 
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         if self.dirpath is None:
             self.dirpath = run_checkpoint_dir(trainer)
-        self.module = pl_module  # its env steps name the checkpoints
         super().setup(trainer, pl_module, stage)
 
-    def format_checkpoint_name(self, metrics: dict, filename: str | None = None, ver: int | None = None,
-                               prefix: str | None = None) -> str:  # fmt: skip
-        """The file name, ``env_steps`` the module's count at saving: Lightning's own ``step`` is ``global_step``
-        where no evaluation set it (a resume that reruns an epoch's end), which ``keep_last`` would prune by."""
-        if getattr(self, "module", None) is not None and hasattr(self.module, "env_steps"):
-            metrics = {**metrics, "step": torch.tensor(self.module.env_steps)}
-        return super().format_checkpoint_name(metrics, filename, ver, prefix)
-
-    def _save_none_monitor_checkpoint(self, trainer: pl.Trainer, monitor_candidates: dict) -> None:
-        super()._save_none_monitor_checkpoint(trainer, monitor_candidates)
+    def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        counters = getattr(trainer.datamodule, "counters", None)
+        collections = counters.iterations if counters is not None else trainer.current_epoch + 1
+        if trainer.sanity_checking or collections % self.save_interval:
+            return
+        env_steps = int(getattr(pl_module, "env_steps", trainer.global_step))
+        metrics = {"epoch": torch.tensor(collections - 1), "step": torch.tensor(env_steps)}
+        self._write(trainer, self.format_checkpoint_name(metrics), env_steps)
+        self._write_last(trainer, env_steps)
         if self.keep_last is None or not trainer.is_global_zero or "://" in str(self.dirpath):
             return  # (remote directories: pruning is left to the store's own retention rules)
         # Read from the directory rather than kept in memory, so a resumed run prunes what
@@ -118,16 +119,23 @@ class IntervalCheckpoint(ModelCheckpoint):
             if (m := _NUMBERED.fullmatch(name))
         )
         for _, _, name in numbered[: -self.keep_last]:
-            self._remove_checkpoint(trainer, os.path.join(self.dirpath, name))
+            trainer.strategy.remove_checkpoint(os.path.join(self.dirpath, name))
 
     def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        if trainer.fast_dev_run or trainer.sanity_checking or self.dirpath is None:
+        if trainer.fast_dev_run or self.dirpath is None:
             return
-        last = os.path.join(self.dirpath, self.CHECKPOINT_NAME_LAST + self.FILE_EXTENSION)
-        if self._last_global_step_saved != trainer.global_step or not os.path.exists(last):
-            trainer.save_checkpoint(last, weights_only=self.save_weights_only)
-            self.last_model_path = last
-            self._last_global_step_saved = trainer.global_step
+        env_steps = int(getattr(pl_module, "env_steps", trainer.global_step))
+        if self.saved_env_steps != env_steps or not os.path.exists(self.last_model_path):
+            self._write_last(trainer, env_steps)
+
+    def _write_last(self, trainer: pl.Trainer, env_steps: int) -> None:
+        # Set before saving: it is part of the callback's state in the file.
+        self.last_model_path = os.path.join(self.dirpath, self.CHECKPOINT_NAME_LAST + self.FILE_EXTENSION)
+        self._write(trainer, self.last_model_path, env_steps)
+
+    def _write(self, trainer: pl.Trainer, path: str, env_steps: int) -> None:
+        trainer.save_checkpoint(path, weights_only=self.save_weights_only)
+        self.saved_env_steps = env_steps
 
 
 class BestCheckpoint(ModelCheckpoint):

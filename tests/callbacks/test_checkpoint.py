@@ -145,17 +145,21 @@ def test_a_plain_torch_save_file_is_refused_by_load_and_by_a_resume_naming_it(tm
         quiet_trainer(max_epochs=1).fit(tiny_ppo(total_timesteps=64), tiny_rollout_data(), ckpt_path=path)
 
 
-def test_interval_checkpoints_are_named_with_the_modules_env_steps_whatever_lightnings_step(tmp_path):
-    """Test that the name's env_steps is the module's count, not Lightning's ``step`` (its ``global_step`` where no
-    evaluation logged the env steps, as when a resume reruns an epoch's end), so ``keep_last`` prunes the right ones."""
-    from types import SimpleNamespace
+def test_interval_checkpoints_follow_collections_while_the_optimizer_has_not_stepped(tmp_path):
+    """Test that DQN before learning_starts (global_step still 0) writes a numbered checkpoint every collection,
+    named with the module's env steps, and a last.ckpt holding the end: Lightning's trigger skipped every save while
+    global_step had not moved, so a crash lost the warm-up and last.ckpt was stale."""
+    from rl_lightning import DQN
+    from tests.helpers import REPLAY_STEPS, quiet_trainer, tiny_replay_data
 
-    from rl_lightning.callbacks import IntervalCheckpoint
-
-    callback = IntervalCheckpoint(dirpath=str(tmp_path))
-    callback.module = SimpleNamespace(env_steps=240)
-    name = callback.format_checkpoint_name({"epoch": torch.tensor(3), "step": torch.tensor(980)})
-    assert os.path.basename(name) == "epoch=3-env_steps=240.ckpt"
+    trainer = quiet_trainer(tmp_path, max_epochs=3)
+    trainer.fit(DQN(hidden_sizes=[8], save_interval=1), tiny_replay_data("CartPole-v1", learning_starts=10_000))
+    assert trainer.global_step == 0
+    names = sorted(os.listdir(tmp_path / "checkpoints"), key=lambda n: len(n))
+    expected = [f"epoch={e}-env_steps={(e + 1) * REPLAY_STEPS}.ckpt" for e in range(3)]
+    assert sorted(n for n in names if n.startswith("epoch=")) == sorted(expected)
+    last = torch.load(tmp_path / "checkpoints" / "last.ckpt", weights_only=False)
+    assert last["ReplayDataModule"]["env_steps"] == 3 * REPLAY_STEPS
 
 
 def test_a_checkpoint_whose_weights_were_zeroed_on_disk_is_refused_naming_the_entry(tmp_path):
