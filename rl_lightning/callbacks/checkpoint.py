@@ -143,8 +143,11 @@ class BestCheckpoint(ModelCheckpoint):
 
     The selection reads the ``train`` object set's evaluation only, never ``eval_ood/``: the
     held-out set stays out of every choice, so its return measured on ``best.ckpt`` is still
-    an honest out-of-distribution figure. Written after an evaluation that beats every earlier
-    one (epochs without evaluation leave it alone).
+    an honest out-of-distribution figure. Written at the end of an epoch whose collection was
+    evaluated (the data module's counters say so) when it beats every earlier evaluation: a
+    score left in ``trainer.callback_metrics`` by an earlier evaluation is never paired with
+    later weights. ``ModelCheckpoint``'s own triggers are off; it keeps ``best_model_score``
+    and ``best_model_path`` across a resume.
 
     Args:
         dirpath: Directory; ``None`` uses ``<trainer.log_dir>/checkpoints`` like ``IntervalCheckpoint``.
@@ -152,25 +155,24 @@ class BestCheckpoint(ModelCheckpoint):
     """
 
     def __init__(self, dirpath: str | None = None, monitor: str = "eval/return_mean"):
-        super().__init__(
-            dirpath=dirpath,
-            monitor=monitor,
-            mode="max",
-            save_top_k=1,
-            filename="best",
-            auto_insert_metric_name=False,
-            enable_version_counter=False,
-        )
+        super().__init__(dirpath=dirpath, monitor=monitor, mode="max", every_n_epochs=0, filename="best")
 
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         if self.dirpath is None:
             self.dirpath = run_checkpoint_dir(trainer)
         super().setup(trainer, pl_module, stage)
 
-    def _save_topk_checkpoint(self, trainer: pl.Trainer, monitor_candidates: dict) -> None:
-        # Before the first evaluation there is nothing to compare (ModelCheckpoint would warn).
-        if self.monitor in monitor_candidates:
-            super()._save_topk_checkpoint(trainer, monitor_candidates)
+    def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        counters = getattr(trainer.datamodule, "counters", None)
+        evaluated_now = counters is None or counters.evaluated == counters.iterations
+        score = trainer.callback_metrics.get(self.monitor)
+        if trainer.sanity_checking or score is None or not evaluated_now:
+            return
+        if self.best_model_score is None or score > self.best_model_score:
+            # Set before saving: they are part of the callback's state in the file.
+            self.best_model_score = score.detach().clone()
+            self.best_model_path = os.path.join(self.dirpath, "best" + self.FILE_EXTENSION)
+            trainer.save_checkpoint(self.best_model_path, weights_only=self.save_weights_only)
 
 
 class AtomicCheckpointIO(TorchCheckpointIO):

@@ -57,6 +57,33 @@ def test_best_checkpoint_holds_the_epoch_of_the_highest_evaluation(tmp_path):
     assert state["epoch"] == 5 and state["state_dict"]["marker"].item() == 5.0
 
 
+def test_best_checkpoint_takes_a_score_only_at_the_collection_it_evaluated(tmp_path):
+    """Test that a score left in callback_metrics by an earlier evaluation (the one a resume reruns, say) is not
+    saved with the weights of a later, unevaluated collection, and that a later lower score does not replace it."""
+    from types import SimpleNamespace
+
+    from rl_lightning.data.collection import DataCounters
+
+    saved = []
+    counters = DataCounters(env_steps=256, iterations=2, evaluated=1)
+    trainer = SimpleNamespace(
+        datamodule=SimpleNamespace(counters=counters),
+        callback_metrics={"eval/return_mean": torch.tensor(10.0)},
+        sanity_checking=False,
+        save_checkpoint=lambda path, weights_only=False: saved.append(path),
+    )
+    callback = BestCheckpoint(dirpath=str(tmp_path))
+    callback.on_train_epoch_end(trainer, None)
+    assert saved == [] and callback.best_model_score is None  # collection 2 was not evaluated: the score is older
+    counters.evaluated = 2
+    callback.on_train_epoch_end(trainer, None)
+    assert saved == [str(tmp_path / "best.ckpt")] and callback.best_model_score == 10.0
+    counters.iterations = counters.evaluated = 3
+    trainer.callback_metrics["eval/return_mean"] = torch.tensor(5.0)
+    callback.on_train_epoch_end(trainer, None)
+    assert len(saved) == 1 and callback.best_model_path == str(tmp_path / "best.ckpt")
+
+
 # ---------------------------------------------------------------- atomic writes, keep_last, resume errors
 def _fit_ppo(tmp_path, **model_kwargs):
     from tests.helpers import quiet_trainer, tiny_ppo, tiny_rollout_data
