@@ -197,7 +197,7 @@ class EvaluationVideo(pl.Callback):
                 height, width = _gif_size(gif)
                 image = Summary.Image(height=height, width=width, colorspace=3, encoded_image_string=gif)
                 summary = Summary(value=[Summary.Value(tag=key, image=image)])
-                logger.experiment._get_file_writer().add_summary(summary, env_steps)
+                logger.experiment.file_writer.add_summary(summary, env_steps)
 
     def _close(self) -> None:
         for env in self._envs.values():
