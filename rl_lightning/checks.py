@@ -93,13 +93,12 @@ def check_seed(seed: Any) -> None:
 def check_new_run_dir(run_dir: str, fix: str) -> None:
     """Refuse to start a fresh run in a directory holding an earlier run's checkpoints or metrics.
 
-    A fresh fit would write over them (``last.ckpt``, ``metrics.csv``). ``fix`` names how
-    this front door resumes the earlier run or picks another directory.
+    A fresh fit would write over them (``checkpoints/last.ckpt``, ``metrics.csv``: what it writes
+    there; runs in its subdirectories are not in the way). ``fix`` names how this front door
+    resumes the earlier run or picks another directory.
     """
-    kept = [os.path.join("**", "*.ckpt"), os.path.join("**", "metrics.csv")]
-    found = sorted(
-        f for pattern in kept for f in glob.glob(os.path.join(glob.escape(run_dir), pattern), recursive=True)
-    )
+    kept = [os.path.join("checkpoints", "*.ckpt"), "metrics.csv"]
+    found = sorted(f for pattern in kept for f in glob.glob(os.path.join(glob.escape(run_dir), pattern)))
     if found:
         raise ValueError(f"{run_dir} holds an earlier run ({found[0]}), which a fresh run would write over. {fix}")
 

@@ -46,3 +46,20 @@ def test_good_values_pass_numpy_scalars_included():
     check_hidden_sizes([], allow_empty=True)  # PPO's linear heads on an encoder
     with pytest.raises(ValueError, match="hidden_sizes must be a list of positive integers, got '64'"):
         check_hidden_sizes("64", allow_empty=True)
+
+
+def test_a_fresh_run_dir_is_refused_only_where_its_files_would_be_written_over(tmp_path):
+    """Test that checkpoints/*.ckpt or metrics.csv in the directory refuse a fresh run naming the file and the fix,
+    and that runs in its subdirectories (runs/<date>/...) do not."""
+    from rl_lightning.checks import check_new_run_dir
+
+    (tmp_path / "runs" / "old" / "checkpoints").mkdir(parents=True)
+    (tmp_path / "runs" / "old" / "checkpoints" / "last.ckpt").write_bytes(b"x")
+    (tmp_path / "runs" / "old" / "metrics.csv").write_text("step\n")
+    check_new_run_dir(str(tmp_path), "Resume it.")
+    for name in ("checkpoints/last.ckpt", "metrics.csv"):
+        run = tmp_path / name.replace("/", "_")
+        (run / name).parent.mkdir(parents=True, exist_ok=True)
+        (run / name).write_text("x")
+        with pytest.raises(ValueError, match=f"holds an earlier run .*{name}.* Resume it."):
+            check_new_run_dir(str(run), "Resume it.")

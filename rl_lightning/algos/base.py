@@ -193,6 +193,7 @@ class RLModule(pl.LightningModule):
         """
         obs_space, action_space = self.actor_observation_space, self.spaces[1]
         obs, single = single_to_batch(map_obs(lambda x: x.cpu().numpy() if torch.is_tensor(x) else x, obs), obs_space)
+        check_positive(obs_bound=obs_bound)
         obs = obs if obs_bound is None else clip_floats(obs, obs_bound)
         obs_t = to_tensor(obs, self.device, batch_dims=1)
         batch = obs_t.shape[0]
@@ -329,10 +330,7 @@ class RLModule(pl.LightningModule):
                 values, means[batch["prefix"]] = metrics.evaluation_metrics(self, batch)
                 logged.update(values)
         if logged:
-            logged = metrics.with_generalization_gap(logged, means)
-            metrics.log_epoch(self, logged, {})
-            for key in logged:  # loggers only: best.ckpt would pair these scores with the next epoch's weights
-                self.trainer.callback_metrics.pop(key, None)
+            metrics.log_epoch(self, metrics.with_generalization_gap(logged, means), {})
         datamodule.mark_evaluated()
 
     def on_validation_start(self) -> None:

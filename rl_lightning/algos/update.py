@@ -47,13 +47,6 @@ def _named_loss_tensors(losses: Any) -> dict[str, torch.Tensor]:
     return {k: v for k, v in items if isinstance(v, torch.Tensor) and v.numel() == 1}
 
 
-def _loss_tensors(losses: Any) -> list[torch.Tensor]:
-    """The losses to check on every update: the total ``loss`` when the terms have one (its parts
-    are in it), else every scalar term (SAC's three losses)."""
-    terms = _named_loss_tensors(losses)
-    return [terms["loss"]] if "loss" in terms else list(terms.values())
-
-
 class UpdateGuard:
     """Clips gradients to ``max_grad_norm`` and stops or skips updates that are not finite.
 
@@ -114,7 +107,8 @@ class UpdateGuard:
         # thing every rank sees alike, so every rank decides the same.
         total = norms[0] if len(norms) == 1 else torch.stack(norms).sum()
         if module.trainer.world_size == 1:
-            for loss in _loss_tensors(losses):
+            terms = _named_loss_tensors(losses)  # the total loss when there is one (its parts are in it), else
+            for loss in [terms["loss"]] if "loss" in terms else terms.values():  # each term (SAC's three losses)
                 total = total + loss.detach().reshape(())
         if bool(total.isfinite()):
             if self.max_grad_norm is not None:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import lightning.pytorch as pl
-from lightning.pytorch.utilities import rank_zero_warn
+from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 
 
 class EnvStepBudget(pl.Callback):
@@ -30,7 +30,7 @@ class EnvStepBudget(pl.Callback):
         steps_per_epoch = pl_module.steps_per_epoch
         if steps_per_epoch and self.total_timesteps % steps_per_epoch:  # an epoch is not cut short
             epochs = -(-self.total_timesteps // steps_per_epoch)
-            rank_zero_warn(
+            rank_zero_info(
                 f"total_timesteps={self.total_timesteps} is not a multiple of the {steps_per_epoch} env steps an "
                 f"epoch takes: the run ends after {epochs} epochs, {epochs * steps_per_epoch} env steps."
             )

@@ -7,7 +7,9 @@ import contextlib
 import os
 import re
 import tempfile
+import weakref
 import zipfile
+import zlib
 from collections.abc import Iterator
 from typing import Any
 
@@ -16,6 +18,8 @@ import torch
 from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
 from lightning.fabric.utilities.types import _PATH
 from lightning.pytorch.callbacks import ModelCheckpoint
+
+from rl_lightning.checks import check_positive_int
 
 
 def plain_file_mode() -> int:
@@ -88,8 +92,9 @@ class IntervalCheckpoint(ModelCheckpoint):
     def __init__(self, save_interval: int = 1, dirpath: str | None = None, keep_last: int | None = None, **kwargs):
         if keep_last is not None and (not isinstance(keep_last, int) or isinstance(keep_last, bool) or keep_last <= 0):
             raise ValueError(f"keep_last must be a positive integer or None (keep all), got {keep_last!r}.")
+        check_positive_int(save_interval=save_interval)
         self.save_interval, self.keep_last = save_interval, keep_last
-        #: The env steps of the state last written (``None``: nothing written by this fit).
+        #: The env steps of the state ``last.ckpt`` holds (``None``: not written by this fit).
         self.saved_env_steps: int | None = None
         kwargs.setdefault("filename", "epoch={epoch}-env_steps={step}")
         kwargs.setdefault("auto_insert_metric_name", False)
@@ -107,7 +112,7 @@ class IntervalCheckpoint(ModelCheckpoint):
             return
         env_steps = int(getattr(pl_module, "env_steps", trainer.global_step))
         metrics = {"epoch": torch.tensor(collections - 1), "step": torch.tensor(env_steps)}
-        self._write(trainer, self.format_checkpoint_name(metrics), env_steps)
+        save_and_tell_loggers(self, trainer, self.format_checkpoint_name(metrics))
         self._write_last(trainer, env_steps)
         if self.keep_last is None or not trainer.is_global_zero or "://" in str(self.dirpath):
             return  # (remote directories: pruning is left to the store's own retention rules)
@@ -131,11 +136,17 @@ class IntervalCheckpoint(ModelCheckpoint):
     def _write_last(self, trainer: pl.Trainer, env_steps: int) -> None:
         # Set before saving: it is part of the callback's state in the file.
         self.last_model_path = os.path.join(self.dirpath, self.CHECKPOINT_NAME_LAST + self.FILE_EXTENSION)
-        self._write(trainer, self.last_model_path, env_steps)
-
-    def _write(self, trainer: pl.Trainer, path: str, env_steps: int) -> None:
-        trainer.save_checkpoint(path, weights_only=self.save_weights_only)
+        save_and_tell_loggers(self, trainer, self.last_model_path)
         self.saved_env_steps = env_steps
+
+
+def save_and_tell_loggers(callback: ModelCheckpoint, trainer: pl.Trainer, path: str) -> None:
+    """``trainer.save_checkpoint``, then the loggers' ``after_save_checkpoint`` (W&B's and MLflow's ``log_model``
+    upload from it), as ``ModelCheckpoint``'s own saves do."""
+    trainer.save_checkpoint(path, weights_only=callback.save_weights_only)
+    if trainer.is_global_zero:
+        for logger in trainer.loggers:
+            logger.after_save_checkpoint(weakref.proxy(callback))
 
 
 class BestCheckpoint(ModelCheckpoint):
@@ -166,13 +177,13 @@ class BestCheckpoint(ModelCheckpoint):
         counters = getattr(trainer.datamodule, "counters", None)
         evaluated_now = counters is None or counters.evaluated == counters.iterations
         score = trainer.callback_metrics.get(self.monitor)
-        if trainer.sanity_checking or score is None or not evaluated_now:
+        if trainer.sanity_checking or score is None or not evaluated_now or not torch.isfinite(score):
             return
         if self.best_model_score is None or score > self.best_model_score:
             # Set before saving: they are part of the callback's state in the file.
             self.best_model_score = score.detach().clone()
             self.best_model_path = os.path.join(self.dirpath, "best" + self.FILE_EXTENSION)
-            trainer.save_checkpoint(self.best_model_path, weights_only=self.save_weights_only)
+            save_and_tell_loggers(self, trainer, self.best_model_path)
 
 
 class AtomicCheckpointIO(TorchCheckpointIO):
@@ -239,11 +250,18 @@ def check_checkpoint_file(path: _PATH) -> dict[str, Any] | None:
         raise FileNotFoundError(
             f"Checkpoint '{path}' does not exist. Pass the path of a .ckpt file from a run's checkpoints/ directory."
         )
+    damaged = None
     try:
         with zipfile.ZipFile(path) as archive:
-            damaged = archive.testzip()  # every entry read against its CRC-32: torch.load does not check them
-    except (zipfile.BadZipFile, OSError, EOFError):
-        damaged = "its end"
+            for info in archive.infolist():
+                damaged = info.filename
+                if info.CRC:  # read against its CRC-32 (torch.load does not check them); 0: written without one
+                    with archive.open(info) as entry:  # (torch.utils.serialization.config.save.compute_crc32)
+                        while entry.read(1 << 24):
+                            pass
+            damaged = None
+    except (zipfile.BadZipFile, OSError, EOFError, zlib.error):
+        damaged = damaged or "its end"
     if damaged:
         raise ValueError(
             f"Cannot read checkpoint '{path}': it is not a complete checkpoint archive ({damaged} is damaged: a "

@@ -79,8 +79,11 @@ def build_trainer(cfg: DictConfig, loggers: list, callbacks: list) -> pl.Trainer
     """
     hints = typing.get_type_hints(pl.Trainer.__init__)
     for key, value in cfg.trainer.items():
-        kinds = {int, float, bool} & set(typing.get_args(hints.get(key)) or [hints.get(key)])
-        if isinstance(value, str) and kinds and str not in typing.get_args(hints.get(key)):
+        allowed = set()  # the types the hint admits, a Literal's values' included (deterministic: bool or 'warn')
+        for arg in typing.get_args(hints.get(key)) or [hints.get(key)]:
+            allowed |= {type(v) for v in typing.get_args(arg)} if typing.get_origin(arg) is typing.Literal else {arg}
+        kinds = {int, float, bool} & allowed
+        if isinstance(value, str) and kinds and str not in allowed:
             raise ConfigError(f"trainer.{key} must be {' or '.join(sorted(k.__name__ for k in kinds))}, got "
                               f"{value!r}. Fix it: trainer.{key}=...")  # fmt: skip
     return instantiate(
@@ -300,7 +303,7 @@ def train(cfg: DictConfig) -> RunSummary | None:
         loggers, callbacks = build_loggers(cfg), build_callbacks(cfg)
         trainer = build_trainer(cfg, loggers, callbacks)
     ckpt_path = _checked_checkpoint(cfg.ckpt_path, run_checkpoint_dir(trainer)) if cfg.get("ckpt_path") else None
-    if ckpt_path is None and trainer.is_global_zero:
+    if ckpt_path is None:  # on every rank: one that went on alone would wait for the others in DDP's setup
         _check_new_run_dir(cfg.run_dir)
     if ckpt_path is not None:
         # Before config.yaml, the loggers and the checkpoint writers touch the run directory: a refused

@@ -326,7 +326,7 @@ class RLCLI(LightningCLI):
         ckpt_path = self.config[self.subcommand].get("ckpt_path")
         if ckpt_path and isinstance(self.datamodule, EnvDataModule):
             continue_loggers(self.trainer.loggers, check_resume(self.model, self.datamodule, ckpt_path))
-        elif not ckpt_path and self.trainer.is_global_zero:
+        elif not ckpt_path:  # on every rank: one that went on alone would wait for the others in DDP's setup
             root = self.trainer.default_root_dir
             fix = f"Resume it with --ckpt_path <its checkpoint> --trainer.default_root_dir {root}, or pass another"
             try:
@@ -367,8 +367,9 @@ class RLCLI(LightningCLI):
         for logger in trainer.logger if isinstance(trainer.logger, list) else [trainer.logger]:
             if not str(getattr(logger, "class_path", "")).startswith("rl_lightning.loggers."):
                 continue
-            if logger.init_args.get("save_dir") in (None, "."):
-                logger.init_args.save_dir = trainer.default_root_dir
+            if logger.init_args.get("save_dir") not in (None, "."):
+                continue  # a directory of the user's: Lightning's version_N under it keeps runs apart
+            logger.init_args.save_dir = trainer.default_root_dir
             for key in ("name", "version"):  # CSV and TensorBoard: no lightning_logs/version_N under it
                 if key in logger.init_args and logger.init_args[key] is None and logger.class_path != WANDB_LOGGER:
                     logger.init_args[key] = ""

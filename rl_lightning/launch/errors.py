@@ -117,9 +117,13 @@ def explain_build_error(err: Exception, cfg: DictConfig) -> str | None:
         group = found.group(1).split(".")[0] if found else None
         target = re.search(r"Error locating target '([^']+)'", str(err))
         if target and found:
+            cause = err
+            while cause.__cause__ is not None:  # the import's own error (a module the target's module imports)
+                cause = cause.__cause__
             return (
-                f"Config key '{found.group(1)}._target_' names '{target.group(1)}', which cannot be imported. Give "
-                "the import path of a class Python can import (installed, or on PYTHONPATH)."
+                f"Config key '{found.group(1)}._target_' names '{target.group(1)}', which cannot be imported "
+                f"({str(cause).strip().splitlines()[0]}). Give the import path of a class Python can import "
+                "(installed, or on PYTHONPATH), with what it imports."
             )
         err = err.__cause__ or err
     if isinstance(err, MissingMandatoryValue):

@@ -38,14 +38,15 @@ def test_warns_when_max_epochs_cuts_the_budget():
         EnvStepBudget(1000).on_train_start(trainer, module)
 
 
-def test_warns_when_the_budget_ends_inside_an_epoch():
-    """Test that a budget that is not a whole number of epochs names the env steps the run will take (an epoch
-    is not cut short), and that a whole number of epochs passes silently."""
-    import warnings
+def test_says_when_the_budget_ends_inside_an_epoch(caplog):
+    """Test that a budget that is not a whole number of epochs logs the env steps the run will take (an epoch is
+    not cut short), and that a whole number of epochs says nothing."""
+    import logging
 
     trainer, module = _state(0, steps_per_epoch=300)
-    with pytest.warns(UserWarning, match="ends after 4 epochs, 1200 env steps"):
+    with caplog.at_level(logging.INFO):
         EnvStepBudget(1000).on_train_start(trainer, module)
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
+        assert "ends after 4 epochs, 1200 env steps" in caplog.text
+        caplog.clear()
         EnvStepBudget(1200).on_train_start(trainer, module)
+        assert caplog.text == ""

@@ -71,6 +71,8 @@ def test_best_checkpoint_takes_a_score_only_at_the_collection_it_evaluated(tmp_p
         callback_metrics={"eval/return_mean": torch.tensor(10.0)},
         sanity_checking=False,
         save_checkpoint=lambda path, weights_only=False: saved.append(path),
+        is_global_zero=True,
+        loggers=[],
     )
     callback = BestCheckpoint(dirpath=str(tmp_path))
     callback.on_train_epoch_end(trainer, None)
@@ -211,3 +213,34 @@ def test_a_checkpoint_whose_weights_were_zeroed_on_disk_is_refused_naming_the_en
     with pytest.raises(ValueError, match=f"{entry.filename} is damaged") as info:
         PPO.load_from_checkpoint(path)
     assert str(path) in str(info.value) and "earlier checkpoint" in str(info.value)
+
+
+def test_a_checkpoint_written_without_crcs_loads(tmp_path, monkeypatch):
+    """Test that a checkpoint torch wrote without CRC-32s (its compute_crc32=False, a documented speed option: each
+    entry's CRC is 0) is not taken for a damaged one."""
+    import torch.utils.serialization
+
+    from rl_lightning import PPO
+    from tests.helpers import quiet_trainer, tiny_ppo, tiny_rollout_data
+
+    monkeypatch.setattr(torch.utils.serialization.config.save, "compute_crc32", False)
+    quiet_trainer(tmp_path, max_epochs=1).fit(tiny_ppo(total_timesteps=64, save_interval=1), tiny_rollout_data())
+    path = tmp_path / "checkpoints" / "last.ckpt"
+    assert PPO.load_from_checkpoint(path).policy is not None
+
+
+def test_checkpoint_writes_reach_the_loggers_after_save_checkpoint_hook(tmp_path):
+    """Test that every interval, last and best checkpoint write calls the loggers' after_save_checkpoint (W&B's and
+    MLflow's log_model upload from it), as ModelCheckpoint's own saves do."""
+    from lightning.pytorch.loggers import CSVLogger
+
+    from tests.helpers import quiet_trainer, tiny_ppo, tiny_rollout_data
+
+    class Recording(CSVLogger):
+        def after_save_checkpoint(self, checkpoint_callback):
+            calls.append(checkpoint_callback.__class__.__name__)  # a weakref.proxy, as Lightning passes
+
+    calls = []
+    trainer = quiet_trainer(tmp_path, max_epochs=2, logger=Recording(tmp_path))
+    trainer.fit(tiny_ppo(total_timesteps=10_000, save_interval=1), tiny_rollout_data())
+    assert calls.count("IntervalCheckpoint") == 4 and calls.count("BestCheckpoint") >= 1  # 2 numbered, 2 last

@@ -184,7 +184,12 @@ ROWS = [
     ("hydra", "debug-not-a-switch", ["debug=no"], ["debug must be true or false, got 'no'", "debug=false"]),
     ("hydra", "trainer-devices-not-a-number", ["trainer.devices=abc"], ["trainer settings cannot run", "`devices`"]),
     ("hydra", "max-epochs-not-a-number", ["trainer.max_epochs=abc"], ["trainer.max_epochs must be int, got 'abc'"]),
-    ("hydra", "data-target-unimportable", ["data._target_=foo.Bar"], ["'data._target_' names 'foo.Bar'", "import"]),
+    (
+        "hydra",
+        "data-target-unimportable",
+        ["data._target_=foo.Bar"],
+        ["'data._target_' names 'foo.Bar'", "(No module named 'foo')"],
+    ),
     ("hydra", "actor-not-a-module", ["algo.actor=5"], ["actor must be a torch.nn.Module", "got 5"]),
     (
         "hydra",

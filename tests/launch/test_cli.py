@@ -163,6 +163,9 @@ def test_cli_library_loggers_write_in_the_run_dir(name, tmp_path, monkeypatch):
     assert os.path.normpath(cli.trainer.logger.log_dir) == "run"
     given = RLCLI(args=[*args, "--trainer.logger.version", "v2"], run=False)  # a version the user names is kept
     assert os.path.normpath(given.trainer.logger.log_dir) == os.path.join("run", "v2")
+    # A directory of the user's: Lightning's version_N under it keeps one run's files from another's.
+    own = RLCLI(args=[*args, "--trainer.logger.save_dir", "logs"], run=False)
+    assert os.path.normpath(own.trainer.logger.log_dir) == os.path.join("logs", "version_0")
 
 
 def test_cli_fit_keeps_an_earlier_runs_results_and_test_keeps_its_config(tmp_path, monkeypatch, capsys):

@@ -85,3 +85,14 @@ def test_a_refused_logger_setting_is_named_by_its_value_not_by_an_allowed_one():
         build_loggers(cfg)
     message = explain_build_error(info.value, cfg)
     assert message.startswith("Invalid config value in 'logger.wandb.mode'") and "logger.wandb.mode=..." in message
+
+
+def test_trainer_settings_of_text_are_checked_against_the_trainers_own_types():
+    """Test that a Literal's text values pass (trainer.deterministic=warn, precision=bf16-mixed) where a number
+    given as text is refused (trainer.max_epochs=abc)."""
+    from rl_lightning.launch.app import build_trainer
+
+    trainer = build_trainer(_cfg("trainer.deterministic=warn", "trainer.precision=bf16-mixed"), [], [])
+    assert trainer.precision == "bf16-mixed"
+    with pytest.raises(ConfigError, match="trainer.max_epochs must be int, got 'abc'"):
+        build_trainer(_cfg("trainer.max_epochs=abc"), [], [])
