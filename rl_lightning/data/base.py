@@ -36,8 +36,9 @@ warnings.filterwarnings("ignore", ".*IterableDataset.*has .__len__. defined.*")
 warnings.filterwarnings("ignore", ".*resuming from a checkpoint that ended before the epoch ended.*")
 
 
-#: Offset of the final test's reset seeds from validation's (both far from training's).
-TEST_SEED_OFFSET = 500_000
+#: Validation's reset seeds start this far from the run's seed, the final test's TEST_SEED_OFFSET further;
+#: training's stay below (a resumed run's wrap there however many env steps it has taken).
+EVAL_SEED_OFFSET, TEST_SEED_OFFSET = 1_000_000, 500_000
 
 
 def identity_collate(batch):
@@ -198,7 +199,7 @@ class EnvDataModule(pl.LightningDataModule):
             for obj_set in hp.eval_obj_sets:
                 # Evaluation seeds are far from training seeds; the object sets' own seed
                 # ranges decide which episodes are drawn.
-                seed = hp.seed + 1_000_000 + self.rank * eval_envs
+                seed = hp.seed + EVAL_SEED_OFFSET + self.rank * eval_envs
                 self.eval_envs[obj_set] = self._env_group(obj_set, eval_envs, seed, hp.eval_max_episode_steps)
 
     @property
@@ -255,8 +256,9 @@ class EnvDataModule(pl.LightningDataModule):
     def train_dataloader(self) -> DataLoader:
         """The training stream, built once by the subclass's ``_train_stream`` (a later fit: with today's policy)."""
         if self._train_dataset is None:  # a resumed run's episodes restart with fresh seeds (offset by the steps done)
-            hp = self.hparams
-            self._train_dataset = self._train_stream(hp.seed + self.rank * hp.num_envs + self.env_steps)
+            hp, span = self.hparams, self.hparams.num_envs * self.world_size
+            steps = self.env_steps % max(EVAL_SEED_OFFSET - span, 1)  # below the evaluation seeds
+            self._train_dataset = self._train_stream(hp.seed + self.rank * hp.num_envs + steps)
         else:
             self._train_dataset.policy = self._policy()
         return DataLoader(self._train_dataset, batch_size=None, collate_fn=identity_collate)

@@ -233,3 +233,17 @@ def test_a_rollout_of_no_steps_is_refused_naming_the_setting():
     envs = EnvGroup(SCRIPTED_ID, 2, obj_sets=SCRIPTED_SETS)
     with pytest.raises(ValueError, match="rollout_steps must be a positive integer, got 0"):
         RolloutDataset(envs, ObsValuePolicy(), 0, DataCounters(), reset_seed=0)
+
+
+@pytest.mark.parametrize(("env_steps", "expected"), [(640, 7 + 640), (1_000_000, 7 + 4)])
+def test_a_resumed_runs_training_seeds_stay_below_the_evaluation_seeds(env_steps, expected):
+    """Test that the first reset of a resumed run's training envs is seeded by the env steps done, wrapped below the
+    evaluation envs' seeds (seed + 1,000,000): at about 1M steps they replayed the evaluation's episodes."""
+    from rl_lightning import RolloutDataModule
+
+    data = RolloutDataModule(env_id="CartPole-v1", num_envs=4, seed=7)
+    data.counters.env_steps = env_steps
+    seeds = []
+    data._train_stream = lambda seed: seeds.append(seed) or []  # the stream itself is not the point here
+    data.train_dataloader()
+    assert seeds == [expected] and expected + 4 <= 7 + 1_000_000
