@@ -91,12 +91,8 @@ def check_seed(seed: Any) -> None:
 
 
 def check_new_run_dir(run_dir: str, fix: str) -> None:
-    """Refuse to start a fresh run in a directory holding an earlier run's checkpoints or metrics.
-
-    A fresh fit would write over them (``checkpoints/last.ckpt``, ``metrics.csv``: what it writes
-    there; runs in its subdirectories are not in the way). ``fix`` names how this front door
-    resumes the earlier run or picks another directory.
-    """
+    """Refuse a fresh run in a directory holding an earlier run's ``checkpoints/*.ckpt`` or ``metrics.csv``, which it
+    would write over (runs in its subdirectories are not in the way); ``fix`` says how this front door resumes it."""
     kept = [os.path.join("checkpoints", "*.ckpt"), "metrics.csv"]
     found = sorted(f for pattern in kept for f in glob.glob(os.path.join(glob.escape(run_dir), pattern)))
     if found:

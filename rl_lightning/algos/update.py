@@ -107,8 +107,8 @@ class UpdateGuard:
         # thing every rank sees alike, so every rank decides the same.
         total = norms[0] if len(norms) == 1 else torch.stack(norms).sum()
         if module.trainer.world_size == 1:
-            terms = _named_loss_tensors(losses)  # the total loss when there is one (its parts are in it), else
-            for loss in [terms["loss"]] if "loss" in terms else terms.values():  # each term (SAC's three losses)
+            total_loss = getattr(losses, "loss", None)  # when there is one (its parts are in it), else each term
+            for loss in [total_loss] if torch.is_tensor(total_loss) else _named_loss_tensors(losses).values():
                 total = total + loss.detach().reshape(())
         if bool(total.isfinite()):
             if self.max_grad_norm is not None:

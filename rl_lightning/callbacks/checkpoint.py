@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import re
 import tempfile
@@ -66,20 +67,16 @@ _NUMBERED = re.compile(r"epoch=(\d+)-env_steps=(\d+)(?:-v\d+)?\.ckpt")
 class IntervalCheckpoint(ModelCheckpoint):
     """A numbered checkpoint every ``save_interval`` collections, and a ``last.ckpt`` that always holds the end.
 
-    Collections (rollouts, replay epochs: the data module's ``counters.iterations``) are counted
-    rather than Lightning's epochs, and files are named by the module's env steps, as the
-    evaluations are: a resume from a checkpoint written inside an epoch (which Lightning counts
-    as done) saves on the uninterrupted run's grid under the same names, and a run whose
-    optimizer has not stepped yet (DQN before ``learning_starts``) is saved too.
-    ``ModelCheckpoint``'s own triggers are off (they count epochs and skip a save while
-    ``global_step`` has not moved); it still gives the file names, ``last_model_path`` and
-    the checkpoint directory Lightning's ``ckpt_path="last"`` searches.
+    Counted in the data module's collections (``counters.iterations``) and named by the module's env
+    steps, as evaluations are: a resumed run saves on the uninterrupted run's grid under the same
+    names (Lightning counts an epoch a stop cut as done), and a run whose optimizer has not stepped
+    (DQN before ``learning_starts``) is saved too. ``ModelCheckpoint``'s own triggers, which count
+    epochs and skip while ``global_step`` stands still, are off; it gives the file names,
+    ``last_model_path`` and the directory Lightning's ``ckpt_path="last"`` searches.
 
-    ``last.ckpt`` is written with every numbered checkpoint and when training ends, so
-    ``fit(ckpt_path="last")`` and the final evaluation always see the final weights, optimizer
-    state and counters. Files are named ``epoch=E-env_steps=S.ckpt`` (``E`` counts collections
-    from 0). Only the ``keep_last`` most recent numbered checkpoints stay on disk (``last.ckpt``
-    and ``best.ckpt`` are not counted), so a long run's disk use is bounded.
+    ``last.ckpt`` is written with each numbered checkpoint and when training ends, so a resume and
+    the final evaluation see the final state. Files are ``epoch=E-env_steps=S.ckpt`` (``E`` counts
+    collections from 0); only the ``keep_last`` newest stay (``last.ckpt`` and ``best.ckpt`` on top).
 
     Args:
         save_interval: Collections (epochs of an uninterrupted run) between numbered checkpoints.
@@ -90,8 +87,7 @@ class IntervalCheckpoint(ModelCheckpoint):
     """
 
     def __init__(self, save_interval: int = 1, dirpath: str | None = None, keep_last: int | None = None, **kwargs):
-        if keep_last is not None and (not isinstance(keep_last, int) or isinstance(keep_last, bool) or keep_last <= 0):
-            raise ValueError(f"keep_last must be a positive integer or None (keep all), got {keep_last!r}.")
+        check_positive_int(keep_last=keep_last, none="None (keep all)")
         check_positive_int(save_interval=save_interval)
         self.save_interval, self.keep_last = save_interval, keep_last
         #: The env steps of the state ``last.ckpt`` holds (``None``: not written by this fit).
@@ -250,18 +246,8 @@ def check_checkpoint_file(path: _PATH) -> dict[str, Any] | None:
         raise FileNotFoundError(
             f"Checkpoint '{path}' does not exist. Pass the path of a .ckpt file from a run's checkpoints/ directory."
         )
-    damaged = None
-    try:
-        with zipfile.ZipFile(path) as archive:
-            for info in archive.infolist():
-                damaged = info.filename
-                if info.CRC:  # read against its CRC-32 (torch.load does not check them); 0: written without one
-                    with archive.open(info) as entry:  # (torch.utils.serialization.config.save.compute_crc32)
-                        while entry.read(1 << 24):
-                            pass
-            damaged = None
-    except (zipfile.BadZipFile, OSError, EOFError, zlib.error):
-        damaged = damaged or "its end"
+    stat = os.stat(path)
+    damaged = _damaged_entry(os.path.abspath(path), stat.st_size, stat.st_mtime_ns)
     if damaged:
         raise ValueError(
             f"Cannot read checkpoint '{path}': it is not a complete checkpoint archive ({damaged} is damaged: a "
@@ -282,6 +268,25 @@ def check_checkpoint_file(path: _PATH) -> dict[str, Any] | None:
             "file from an rl_lightning run's checkpoints/ directory."
         )
     return checkpoint
+
+
+@functools.lru_cache(maxsize=4)
+def _damaged_entry(path: str, size: int, mtime_ns: int) -> str | None:
+    """The first entry of the archive whose bytes do not match its CRC-32 (``torch.load`` does not check them),
+    ``"its end"`` when no archive can be read, else ``None``. Cached by size and modification time: a resume
+    checks its file three or four times, and a replay buffer's can be gigabytes."""
+    name = "its end"
+    try:
+        with zipfile.ZipFile(path) as archive:
+            for info in archive.infolist():
+                name = info.filename
+                if info.CRC:  # 0: written without one (torch.utils.serialization.config.save.compute_crc32)
+                    with archive.open(info) as entry:
+                        while entry.read(1 << 24):
+                            pass
+    except (zipfile.BadZipFile, OSError, EOFError, zlib.error):
+        return name
+    return None
 
 
 def install_atomic_checkpoint_io(trainer: pl.Trainer) -> None:

@@ -127,8 +127,7 @@ class EvaluationVideo(pl.Callback):
     def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if trainer.sanity_checking or not self._evaluated or trainer.state.fn != TrainerFn.FITTING:
             return
-        datamodule = trainer.datamodule
-        evaluation = datamodule.counters.iterations // datamodule.hparams.eval_interval  # its number on the grid
+        evaluation = trainer.datamodule.counters.iterations // trainer.datamodule.hparams.eval_interval  # on the grid
         if self.video_interval and evaluation % self.video_interval == 0 and trainer.is_global_zero:
             self.record(trainer, pl_module, self._to_film(self._evaluated))
 
