@@ -210,8 +210,9 @@ class RLCLI(LightningCLI):
 
     def __init__(self, args: Sequence[str] | None = None, run: bool = True):
         from_argv = args is None
-        subcommand = next((a for a in (sys.argv[1:] if from_argv else args) if a in SUBCOMMANDS), None)
         self._given_args = list(sys.argv[1:] if from_argv else args)  # for the resume command
+        subcommand = next((a for a in self._given_args if a in SUBCOMMANDS), "fit")
+        config_file = "config.yaml" if subcommand == "fit" else f"{subcommand}_config.yaml"
         args = _with_checkpoint_config(_with_library_loggers(list(self._given_args)))
         if from_argv:  # LightningCLI warns when given args while sys.argv holds some too
             sys.argv = [sys.argv[0], *args]
@@ -233,9 +234,7 @@ class RLCLI(LightningCLI):
             parser_class=_Parser,
             # A fit goes on over its run's config.yaml (a resume; or one a refused run left: before_fit refuses a
             # directory holding a run's results); validate and test write their own beside it.
-            save_config_kwargs={"overwrite": True, "config_filename": f"{subcommand or 'fit'}_config.yaml"}
-            if subcommand not in (None, "fit")
-            else {"overwrite": True},
+            save_config_kwargs={"overwrite": True, "config_filename": config_file},
         )
 
     def _subcommand_config(self) -> Namespace:
