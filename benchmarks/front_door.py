@@ -20,6 +20,7 @@ import tempfile
 import time
 
 import lightning.pytorch as pl
+import wandb
 from hydra import compose, initialize_config_dir
 
 from rl_lightning.callbacks import PhaseTimer
@@ -58,9 +59,7 @@ def run(experiment: str, env_steps: int, front_door: bool, extra: list[str]) -> 
         start = time.perf_counter()
         trainer.fit(model, data)
         seconds = time.perf_counter() - start
-        for logger in trainer.loggers:
-            if hasattr(getattr(logger, "_experiment", None), "finish"):
-                logger._experiment.finish()
+        wandb.finish()  # the offline W&B run of the Hydra front door, if it started one
         data.close()
         return seconds
 

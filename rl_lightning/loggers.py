@@ -14,6 +14,7 @@ deletes ``metrics.csv`` when it starts, so a resume with it keeps only the secon
 from __future__ import annotations
 
 import csv
+import io
 import netrc
 import os
 import warnings
@@ -70,80 +71,79 @@ class WandbLogger(_LightningWandbLogger):
                 "WANDB_API_KEY, or log offline (mode 'offline' or 'auto') and upload later with `wandb sync`."
             )
         self.mode = mode if mode != "auto" else ("online" if has_key else "offline")
+        self._started = False  # whether the W&B run was created
         os.makedirs(save_dir, exist_ok=True)
+        # Kept for continue_run; the call below is written out, as the CLI reads Lightning's arguments from it.
+        self._settings = {"save_dir": save_dir, "project": project, "offline": self.mode == "offline", **kwargs}
         super().__init__(save_dir=save_dir, project=project, offline=self.mode == "offline", **kwargs)
 
     @property
     def experiment(self):
         """The W&B run; on creation, ``time/env_steps`` is declared the step metric of every curve."""
-        fresh = self._experiment is None
         run = super().experiment
-        if fresh and getattr(run, "define_metric", None):
+        if not self._started and getattr(run, "define_metric", None):
             run.define_metric("time/env_steps")
             run.define_metric("*", step_metric="time/env_steps", step_sync=True)
+        self._started = True
         return run
 
     def continue_run(self, run_id: str) -> None:
         """Log into the W&B run ``run_id`` (the interrupted run's) rather than a new one.
 
         Must come before the run starts (before ``fit``): the front doors call it with the id
-        a resumed checkpoint stored. Lightning's logger already asks W&B for ``resume="allow"``;
-        only the id is set here (Lightning keeps it in ``_wandb_init``, which ``wandb.init`` reads).
+        a resumed checkpoint stored. Lightning's logger takes the id as its constructor's
+        ``id`` (and already asks W&B for ``resume="allow"``): it is constructed again with it.
         """
-        if self._experiment is not None:
+        if self._started:
             raise RuntimeError("continue_run must be called before the W&B run starts (before fit).")
-        self._wandb_init["id"] = self._id = run_id
-
-
-class _KeptMetricsWriter(ExperimentWriter):
-    """Lightning's CSV writer, except that an existing ``metrics.csv`` is kept and appended to."""
-
-    def _check_log_dir_exists(self) -> None:
-        # Lightning's writer deletes metrics.csv here. This one reads its header instead, so
-        # rows append under the same columns (and a new column rewrites the file, as in Lightning).
-        if self._fs.isfile(self.metrics_file_path):
-            with self._fs.open(self.metrics_file_path, "r", newline="") as file:
-                self.metrics_keys = list(csv.DictReader(file).fieldnames or [])
-
-    def keep_rows_up_to(self, step: int) -> None:
-        """Drop the saved rows logged after env step ``step``."""
-        if not self._fs.isfile(self.metrics_file_path):
-            return
-        with self._fs.open(self.metrics_file_path, "r", newline="") as file:
-            rows = list(csv.DictReader(file))
-        kept = [row for row in rows if float(row["step"]) <= step]
-        if not kept:
-            self._fs.rm_file(self.metrics_file_path)
-            self.metrics_keys = []
-        elif len(kept) < len(rows):
-            with self._fs.open(self.metrics_file_path, "w", newline="") as file:
-                writer = csv.DictWriter(file, fieldnames=self.metrics_keys)
-                writer.writeheader()
-                writer.writerows(kept)
+        super().__init__(**{**self._settings, "id": run_id, "version": None})
 
 
 class CSVLogger(_LightningCSVLogger):
     """Lightning's ``CSVLogger``, keeping ``metrics.csv`` across a resume.
 
-    Lightning's logger deletes an existing ``metrics.csv`` when it starts. This one keeps
-    it: at fit start a resumed run keeps the rows up to its checkpoint's env step and
-    appends after them (a fresh fit, at env step 0, starts the file over, as Lightning's
-    does). Same arguments as Lightning's.
+    Lightning's writer deletes an existing ``metrics.csv`` when it is created. This logger
+    puts the file back and appends under its header: at fit start a resumed run keeps the
+    rows up to its checkpoint's env step (a fresh fit, at env step 0, starts the file over,
+    as Lightning's does). Same arguments as Lightning's.
     """
+
+    _writer: ExperimentWriter | None = None
 
     @property
     @rank_zero_experiment
-    def experiment(self) -> _KeptMetricsWriter:
-        """The writer (created on first use, like Lightning's)."""
-        if self._experiment is None:
-            get_filesystem(self.root_dir).makedirs(self.root_dir, exist_ok=True)
-            self._experiment = _KeptMetricsWriter(log_dir=self.log_dir)
-        return self._experiment
+    def experiment(self) -> ExperimentWriter:
+        """Lightning's writer (created on first use), with the run's ``metrics.csv`` as it was before."""
+        if self._writer is None:
+            path = os.path.join(self.log_dir, ExperimentWriter.NAME_METRICS_FILE)
+            fs = get_filesystem(path)
+            kept = fs.cat_file(path) if fs.isfile(path) else b""
+            with warnings.catch_warnings():  # its warning that the (run) directory is not empty: nothing is lost here
+                warnings.filterwarnings("ignore", "Experiment logs directory")
+                self._writer = super().experiment
+            if kept:
+                fs.pipe_file(path, kept)
+                self._writer.metrics_keys = next(csv.reader(io.StringIO(kept.decode())), [])
+        return self._writer
 
     @rank_zero_only
     def rewind(self, env_steps: int) -> None:
         """Keep the rows logged up to ``env_steps``, where a fit starts (a checkpoint's count; 0: a fresh fit)."""
-        self.experiment.keep_rows_up_to(env_steps)
+        writer = self.experiment
+        fs = get_filesystem(writer.metrics_file_path)
+        if not fs.isfile(writer.metrics_file_path):
+            return
+        with fs.open(writer.metrics_file_path, "r", newline="") as file:
+            rows = list(csv.DictReader(file))
+        kept = [row for row in rows if float(row["step"]) <= env_steps]
+        if not kept:
+            fs.rm_file(writer.metrics_file_path)
+            writer.metrics_keys = []
+        elif len(kept) < len(rows):
+            with fs.open(writer.metrics_file_path, "w", newline="") as file:
+                csv_writer = csv.DictWriter(file, fieldnames=writer.metrics_keys)
+                csv_writer.writeheader()
+                csv_writer.writerows(kept)
 
 
 class TensorBoardLogger(_LightningTensorBoardLogger):

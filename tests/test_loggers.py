@@ -14,7 +14,15 @@ from lightning.pytorch.loggers import CSVLogger as LightningCSVLogger
 from rl_lightning import DQN
 from rl_lightning.callbacks import PhaseTimer
 from rl_lightning.faults import TrainingInterrupted
-from rl_lightning.loggers import CSVLogger, TensorBoardLogger, WandbLogger, rewind_loggers, wandb_api_key_configured
+from rl_lightning.loggers import (
+    CSVLogger,
+    TensorBoardLogger,
+    WandbLogger,
+    continue_loggers,
+    logger_state,
+    rewind_loggers,
+    wandb_api_key_configured,
+)
 from tests.helpers import REPLAY_STEPS, quiet_trainer, tiny_ppo, tiny_replay_data, tiny_rollout_data
 
 
@@ -52,6 +60,24 @@ def test_unknown_mode_is_refused(no_key):
     """Test that a mode outside auto/online/offline is refused with the choices."""
     with pytest.raises(ValueError, match="auto.*online.*offline"):
         WandbLogger(save_dir=str(no_key), mode="cloud")
+
+
+def test_a_resumed_wandb_run_continues_under_the_stored_id(no_key, monkeypatch):
+    """Test that continue_loggers points a W&B logger at a checkpoint's run id, also where W&B was set up earlier in
+    the process (with another WANDB_RUN_ID), that logger_state reads it back, and that a started run refuses another."""
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    monkeypatch.setenv("WANDB_RUN_ID", "set-up-before")
+    earlier = WandbLogger(save_dir=str(no_key), mode="offline").experiment
+    earlier.finish()
+    logger = WandbLogger(save_dir=str(no_key), mode="offline")
+    continue_loggers([logger], {"wandb_run_id": "abc123xyz"})
+    run = logger.experiment
+    try:
+        assert run.id == "abc123xyz" and logger_state([logger]) == {"wandb_run_id": "abc123xyz"}
+        with pytest.raises(RuntimeError, match="before the W&B run starts"):
+            logger.continue_run("another")
+    finally:
+        run.finish()
 
 
 # ---------------------------------------------------------------- logs across a resume

@@ -17,7 +17,6 @@ from typing import Any
 import lightning.pytorch as pl
 import torch
 from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
-from lightning.fabric.utilities.types import _PATH
 from lightning.pytorch.callbacks import ModelCheckpoint
 
 from rl_lightning.checks import check_positive_int
@@ -198,7 +197,7 @@ class AtomicCheckpointIO(TorchCheckpointIO):
     Installed by :func:`install_atomic_checkpoint_io` when an algorithm is set up.
     """
 
-    def save_checkpoint(self, checkpoint: dict[str, Any], path: _PATH, storage_options: Any = None) -> None:
+    def save_checkpoint(self, checkpoint: dict[str, Any], path: str | os.PathLike, storage_options: Any = None) -> None:
         path = os.fspath(path)
         if "://" in path or storage_options is not None:
             super().save_checkpoint(checkpoint, path, storage_options)
@@ -208,11 +207,9 @@ class AtomicCheckpointIO(TorchCheckpointIO):
             f.flush()
             os.fsync(f.fileno())
 
-    def load_checkpoint(
-        self, path: _PATH, map_location: Any = lambda storage, loc: storage, weights_only: bool | None = None
-    ) -> dict[str, Any]:
+    def load_checkpoint(self, path: str | os.PathLike, **kwargs: Any) -> dict[str, Any]:
         check_checkpoint_file(path)
-        return super().load_checkpoint(path, map_location=map_location, weights_only=weights_only)
+        return super().load_checkpoint(path, **kwargs)
 
 
 def _fsync_directory(directory: str) -> None:
@@ -228,7 +225,7 @@ def _fsync_directory(directory: str) -> None:
         os.close(fd)
 
 
-def check_checkpoint_file(path: _PATH) -> dict[str, Any] | None:
+def check_checkpoint_file(path: str | os.PathLike) -> dict[str, Any] | None:
     """Raise a clear error unless ``path`` is an existing, complete checkpoint archive written by rl_lightning (local
     paths only); the checkpoint, memory-mapped (only its metadata is read: not the weights or a replay buffer).
 

@@ -23,6 +23,7 @@ spaces the algorithm cannot handle, a checkpoint that is corrupt or does not fit
 from __future__ import annotations
 
 import atexit
+import contextlib
 import difflib
 import importlib
 import inspect
@@ -209,11 +210,14 @@ class RLCLI(LightningCLI):
     """
 
     def __init__(self, args: Sequence[str] | None = None, run: bool = True):
-        from_argv = args is None
+        self._from_argv = from_argv = args is None
         self._given_args = list(sys.argv[1:] if from_argv else args)  # for the resume command
         subcommand = next((a for a in self._given_args if a in SUBCOMMANDS), "fit")
         config_file = "config.yaml" if subcommand == "fit" else f"{subcommand}_config.yaml"
-        args = _with_checkpoint_config(_with_library_loggers(list(self._given_args)))
+        # --ckpt_path joins the config once it is parsed (before_instantiate_classes): Lightning's CLI would re-apply
+        # the checkpoint's hyperparameters over the command line (and refuse those of a checkpoint it did not write).
+        self.ckpt_path, args = _split_ckpt_path(self._given_args)
+        args = _with_checkpoint_config(_with_library_loggers(args), self.ckpt_path)
         if from_argv:  # LightningCLI warns when given args while sys.argv holds some too
             sys.argv = [sys.argv[0], *args]
         super().__init__(
@@ -232,7 +236,7 @@ class RLCLI(LightningCLI):
             args=None if from_argv else args,
             run=run,
             parser_class=_Parser,
-            # A fit goes on over its run's config.yaml (a resume; or one a refused run left: before_fit refuses a
+            # A fit goes on over its run's config.yaml (a resume; or one a refused run left: fit refuses a
             # directory holding a run's results); validate and test write their own beside it.
             save_config_kwargs={"overwrite": True, "config_filename": config_file},
         )
@@ -279,12 +283,29 @@ class RLCLI(LightningCLI):
             f"Invalid value for --{key}: {text} Fix --{key} (or {arg} under {section}: init_args: in a --config file)."
         )
 
-    def _run_subcommand(self, subcommand: str) -> None:
-        """Run fit/validate/test; a refusal of the library (spaces, checkpoint, data module) ends with one line."""
+    def fit(self, **kwargs: Any) -> None:
+        """``fit``: Lightning's CLI calls its own method of a subcommand's name in place of the trainer's."""
+        with self._refusals_in_one_line():
+            self._check_start(kwargs.get("ckpt_path"))
+            self.trainer.fit(**kwargs)
+
+    def validate(self, **kwargs: Any) -> None:
+        """``validate``, as :meth:`fit`."""
+        with self._refusals_in_one_line():
+            self.trainer.validate(**kwargs)
+
+    def test(self, **kwargs: Any) -> None:
+        """``test``, as :meth:`fit`."""
+        with self._refusals_in_one_line():
+            self.trainer.test(**kwargs)
+
+    @contextlib.contextmanager
+    def _refusals_in_one_line(self):
+        """A refusal of the library (spaces, checkpoint, data module) ends with one line; a stop, with its resume."""
         from rl_lightning.launch.errors import library_error
 
         try:
-            super()._run_subcommand(subcommand)
+            yield
         except (TrainingInterrupted, EnvFault) as err:
             resume = f"\nResume with:\n  {self._resume_command(err)}" if getattr(err, "checkpoint", None) else ""
             print(f"{err}{resume}", file=sys.stderr, flush=True)
@@ -316,13 +337,12 @@ class RLCLI(LightningCLI):
         extra = ["--trainer.default_root_dir", str(root), "--ckpt_path", str(getattr(err, "checkpoint", ""))]
         return "rl-lightning " + " ".join(shlex.quote(a) for a in [*args, *extra])
 
-    def before_fit(self) -> None:
+    def _check_start(self, ckpt_path: str | None) -> None:
         """Check a resume before the run directory is touched (its W&B run goes on), or a fresh fit's directory.
 
         Lightning checks a checkpoint only once its loggers have started and the config is
         saved; a refused resume must leave the run as it was (``algos.loading.check_resume``).
         """
-        ckpt_path = self.config[self.subcommand].get("ckpt_path")
         if ckpt_path and isinstance(self.datamodule, EnvDataModule):
             continue_loggers(self.trainer.loggers, check_resume(self.model, self.datamodule, ckpt_path))
         elif not ckpt_path:  # on every rank: one that went on alone would wait for the others in DDP's setup
@@ -332,13 +352,6 @@ class RLCLI(LightningCLI):
                 check_new_run_dir(root, f"{fix} --trainer.default_root_dir.")
             except ValueError as err:
                 _fail(str(err))
-
-    def _parse_ckpt_path(self) -> None:
-        """Nothing to do: ``__init__`` already put the checkpoint's settings before the user's arguments.
-
-        (Lightning's own version re-applies the checkpoint's hyperparameters over the
-        command line and needs a ``_class_path`` that only CLI-trained checkpoints have.)
-        """
 
     @staticmethod
     def subcommands() -> dict[str, set[str]]:
@@ -354,12 +367,16 @@ class RLCLI(LightningCLI):
         parser.link_arguments("seed_everything", "data.init_args.seed")
 
     def before_instantiate_classes(self) -> None:
-        """Give the run its own directory and put the library loggers' files in it (as ``conf/logger/`` does).
+        """Put ``--ckpt_path`` in the config; give the run its own directory and the library loggers' files in it.
 
         Their files (and the checkpoints, which Lightning puts under the first logger's
         directory) then stay in the run directory, and a resume appends to them there
         rather than starting a ``version_1`` beside them.
         """
+        if self.ckpt_path is not None:
+            self._subcommand_config().ckpt_path = self.ckpt_path
+        if self._from_argv:  # what DDP's launcher runs again for the other ranks: the command as given, --ckpt_path too
+            sys.argv = [sys.argv[0], *self._given_args]
         trainer = self._subcommand_config().trainer
         if trainer.default_root_dir is None:
             trainer.default_root_dir = os.path.join("runs", time.strftime("%Y-%m-%d_%H-%M-%S"))
@@ -423,13 +440,18 @@ def checkpoint_config(ckpt_path: str) -> dict:
     return config
 
 
-def _ckpt_path(args: Sequence[str]) -> str | None:
-    for i, arg in enumerate(args):
-        if arg == "--ckpt_path" and i + 1 < len(args):
-            return args[i + 1]
-        if arg.startswith("--ckpt_path="):
-            return arg.split("=", 1)[1]
-    return None
+def _split_ckpt_path(args: Sequence[str]) -> tuple[str | None, list[str]]:
+    """``--ckpt_path``'s value (or ``None``) and the other arguments."""
+    path, rest, args = None, [], list(args)
+    while args:
+        arg = args.pop(0)
+        if arg == "--ckpt_path" and args:
+            path = args.pop(0)
+        elif arg.startswith("--ckpt_path="):
+            path = arg.split("=", 1)[1]
+        else:
+            rest.append(arg)
+    return path, rest
 
 
 #: ``--trainer.logger CSVLogger`` and the like mean the library's loggers (which keep a run's logs across a
@@ -450,13 +472,12 @@ def _with_library_loggers(args: list[str]) -> list[str]:
     return out
 
 
-def _with_checkpoint_config(args: list[str]) -> list[str]:
+def _with_checkpoint_config(args: list[str], ckpt_path: str | None) -> list[str]:
     """``validate``/``test`` with ``--ckpt_path``: the checkpoint's model and data settings go first.
 
     They are written to a config file placed right after the subcommand, so anything else
     on the command line overrides them.
     """
-    ckpt_path = _ckpt_path(args)
     if not (args and args[0] in ("validate", "test") and ckpt_path):
         return args
     config = checkpoint_config(ckpt_path)

@@ -143,7 +143,8 @@ def test_cli_tests_a_checkpoint_written_by_the_hydra_app(tmp_path, monkeypatch):
 
 
 def test_cli_default_logger_is_offline_wandb_inside_the_run_dir(tmp_path, monkeypatch):
-    """Test that without logger arguments the CLI logs to W&B (offline with no key) under its own run directory."""
+    """Test that without logger arguments the CLI logs to W&B (offline with no key) under its own run directory, and
+    takes Lightning's W&B arguments."""
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("WANDB_API_KEY", raising=False)
     monkeypatch.setenv("NETRC", str(tmp_path / "none"))
@@ -151,6 +152,10 @@ def test_cli_default_logger_is_offline_wandb_inside_the_run_dir(tmp_path, monkey
     logger = cli.trainer.logger
     assert type(logger).__name__ == "WandbLogger" and logger.mode == "offline"
     assert logger.save_dir == cli.trainer.default_root_dir and cli.trainer.default_root_dir.startswith("runs/")
+    # Lightning's W&B arguments pass through the library logger's **kwargs.
+    named = RLCLI(args=["--model", "PPO", "--trainer.logger.name", "first", "--trainer.logger.tags", "[a]"], run=False)
+    given = named.config.trainer.logger.init_args
+    assert (given.name, given.tags) == ("first", ["a"])
 
 
 @pytest.mark.parametrize("name", ["CSVLogger", "TensorBoardLogger"])
@@ -190,6 +195,26 @@ def test_cli_fit_keeps_an_earlier_runs_results_and_test_keeps_its_config(tmp_pat
     main(["test", "--ckpt_path", "run/checkpoints/last.ckpt", *root])
     assert (tmp_path / "run" / "config.yaml").read_bytes() == saved["config.yaml"]
     assert b"ckpt_path: run/checkpoints/last.ckpt" in (tmp_path / "run" / "test_config.yaml").read_bytes()
+
+
+def test_console_script_resumes_a_ddp_run_on_both_ranks(tmp_path):
+    """Test that `rl-lightning fit --ckpt_path` under DDP resumes on both ranks: Lightning starts the other rank by
+    running the command again, which must still hold --ckpt_path (without it, that rank refused the used run dir)."""
+    script = os.path.join(os.path.dirname(sys.executable), "rl-lightning")
+    args = ["fit", "--model", "PPO", "--data.num_envs", "2", "--data.rollout_steps", "16", "--data.eval_episodes", "2"]
+    args += ["--trainer.accelerator", "cpu", "--trainer.strategy", "ddp", "--trainer.devices", "2"]
+    args += ["--trainer.logger", "CSVLogger", "--trainer.default_root_dir", "run", "--model.save_interval", "1"]
+    last = os.path.join("run", "checkpoints", "last.ckpt")
+    for extra in (["--model.total_timesteps", "128"], ["--model.total_timesteps", "256", "--ckpt_path", last]):
+        proc = subprocess.run(
+            [script, *args, *extra], cwd=tmp_path, env=offline_env(str(tmp_path)), capture_output=True, text=True,
+            timeout=300,
+        )  # fmt: skip
+        assert proc.returncode == 0, proc.stderr[-3000:]
+    assert (tmp_path / "run" / "checkpoints" / "epoch=3-env_steps=256.ckpt").is_file()
+    with open(tmp_path / "run" / "metrics.csv", newline="") as file:
+        steps = {int(float(row["time/env_steps"])) for row in csv.DictReader(file) if row["time/env_steps"]}
+    assert {64, 128, 192, 256} <= steps  # the first run's rows kept, the resumed run's after them
 
 
 def test_console_script_fits_dqn_on_replay_data_and_exits_zero(tmp_path):
