@@ -79,16 +79,21 @@ def test_async_vectorization_matches_sync():
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="workers are forked on Linux only")
 def test_async_workers_are_forked_not_spawned_after_torchrl_import():
-    """Test that async workers start forked (fast) although importing torchrl made "spawn" the default."""
-    import torchrl  # noqa: F401  (sets the process-wide start method to spawn)
+    """Test that async workers start forked (fast) although "spawn" is the default start method, as importing
+    torchrl makes it in a process that has not fixed one yet (set here: an earlier test may have fixed "fork")."""
+    import torchrl  # noqa: F401
 
-    assert multiprocessing.get_start_method() == "spawn"
-    start = time.perf_counter()
-    group = EnvGroup("CartPole-v1", 2, vectorization="async")
-    group.reset(seed=0)
-    seconds = time.perf_counter() - start
-    kinds = {type(process).__name__ for process in group.env.envs.processes}
-    group.close()
+    previous = multiprocessing.get_start_method(allow_none=True)
+    multiprocessing.set_start_method("spawn", force=True)
+    try:
+        start = time.perf_counter()
+        group = EnvGroup("CartPole-v1", 2, vectorization="async")
+        group.reset(seed=0)
+        seconds = time.perf_counter() - start
+        kinds = {type(process).__name__ for process in group.env.envs.processes}
+        group.close()
+    finally:
+        multiprocessing.set_start_method(previous, force=True)
     assert kinds == {"ForkProcess"}
     # Spawned workers re-import torch, Lightning and torchrl: tens of seconds here.
     assert seconds < 5.0, seconds
