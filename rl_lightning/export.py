@@ -152,9 +152,7 @@ class DeployedActor(nn.Module):
         return self._env_action(self.policy(x))
 
     def _env_action(self, action: torch.Tensor) -> torch.Tensor:
-        if not self.continuous:
-            return action.long() + self.start
-        return torch.clamp(action.float(), self.low, self.high)
+        return torch.clamp(action.float(), self.low, self.high) if self.continuous else action.long() + self.start
 
 
 def export_inputs(observation_space: gym.Space) -> list[dict[str, Any]]:
@@ -200,9 +198,7 @@ def _example(actor: DeployedActor) -> tuple[Any, ...]:
     # A batch of 2: export specializes sizes 0 and 1, so the batch axis stays dynamic from 2 up.
     parts = tuple(torch.zeros(2, *i["shape"][1:], dtype=getattr(torch, i["dtype"])) for i in actor.inputs)
     obs = parts[0] if actor.keys is None else parts
-    if not actor.recurrent:
-        return (obs,)
-    return obs, torch.zeros(2, *actor.state_shape[1:])
+    return (obs, torch.zeros(2, *actor.state_shape[1:])) if actor.recurrent else (obs,)
 
 
 def _torchscript(actor: DeployedActor, path: str) -> None:

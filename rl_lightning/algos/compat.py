@@ -159,9 +159,8 @@ def _saved_hparams(checkpoint: dict[str, Any], loading: dict[str, Any]) -> dict[
             original = torch.load(path, map_location="cpu", weights_only=True, mmap=True).get("hyper_parameters")
         except Exception:  # noqa: BLE001 - then the settings given are compared as they are
             original = None
-        for key in overrides:
-            if original and key in original:
-                hparams[key] = original[key]
+        if original:
+            hparams.update({key: original[key] for key in overrides if key in original})
     return hparams
 
 

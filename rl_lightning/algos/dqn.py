@@ -50,12 +50,9 @@ class DQN(RLModule):
         loss_function: ``"huber"`` (smooth L1) or ``"l2"``.
         max_grad_norm: Global gradient-norm clip before every optimizer step; ``None`` disables it.
             The Trainer's ``gradient_clip_val`` does not apply (DQN optimizes manually): set this instead.
-        encoder: How image and ``Dict`` observations become the Q-network's input: settings of
-            the default :class:`~rl_lightning.nets.encoders.MultiInputEncoder` (Hydra:
-            ``algo.encoder.cnn_keys=[rgb]``; ``None``: chosen from the space), or one's own
-            encoder, a module or a callable that builds it from the observation space (not
-            saved in the hyperparameters; pass it again to ``load_from_checkpoint``). The
-            target network is a copy, encoder included. Vector observations do not use it.
+        encoder: As :class:`~rl_lightning.algos.PPO`'s (settings, or one's own module or callable: pass it again to
+            ``load_from_checkpoint``), for the Q-network's input; the target network is a copy, encoder included.
+            Vector observations do not use it.
         total_timesteps, save_interval, keep_last, on_nonfinite, flush_denormal, compile:
             As :class:`~rl_lightning.algos.RLModule`.
     """

@@ -47,12 +47,9 @@ class SAC(RLModule):
         init_alpha: Initial entropy temperature.
         target_entropy: Entropy the temperature steers toward; ``None``: ``-action_dim``.
         max_grad_norm: Gradient-norm clip applied to each optimizer's parameters; ``None`` disables.
-        encoder: How image and ``Dict`` observations become features: settings of the default
-            :class:`~rl_lightning.nets.encoders.MultiInputEncoder` (Hydra: ``algo.encoder.cnn_keys=[rgb]``;
-            ``None``: chosen from the space), or one's own encoder, a module or a callable that
-            builds it from the observation space (not saved in the hyperparameters). The actor
-            and the critics each get their own encoder (per network, as SB3's SAC by default);
-            the target critics a copy of the critics'. Vector observations do not use it.
+        encoder: As :class:`~rl_lightning.algos.PPO`'s (settings, or one's own module or callable), but the actor
+            and the critics each get their own encoder (per network, as SB3's SAC by default); the target critics a
+            copy of the critics'. Vector observations do not use it.
         total_timesteps, save_interval, keep_last, on_nonfinite, flush_denormal, compile:
             As :class:`~rl_lightning.algos.RLModule`.
     """
@@ -103,12 +100,10 @@ class SAC(RLModule):
         hp = self.hparams
         actor_encoder = build_encoder(self._encoder, observation_space, normalize_obs=False)
         # The critics' own encoder: built again from the settings or the callable; a module is copied.
-        own_module = isinstance(self._encoder, nn.Module)
-        critic_encoder = (
-            copy.deepcopy(actor_encoder)
-            if own_module
-            else build_encoder(self._encoder, observation_space, False, "critic")  # its keys: critic_keys
-        )
+        if isinstance(self._encoder, nn.Module):
+            critic_encoder = copy.deepcopy(actor_encoder)
+        else:
+            critic_encoder = build_encoder(self._encoder, observation_space, False, "critic")  # its keys: critic_keys
         policy = SquashedGaussianActor(observation_space, action_space, tuple(hp.hidden_sizes), actor_encoder)
         critic_dim = policy.obs_dim if critic_encoder is None else int(critic_encoder.features_dim)
         self.critics = QEnsemble(critic_dim, policy.act_dim, tuple(hp.hidden_sizes), 2, critic_encoder)

@@ -65,11 +65,7 @@ class UpdateGuard:
         self.skipped = 0
 
     def check(
-        self,
-        module: nn.Module,
-        optimizer: torch.optim.Optimizer,
-        losses: Any,
-        clip_per_group: bool = False,
+        self, module: nn.Module, optimizer: torch.optim.Optimizer, losses: Any, clip_per_group: bool = False
     ) -> bool:
         """Clip the gradients to ``max_grad_norm`` (if set) and tell whether the update may go ahead.
 

@@ -168,13 +168,9 @@ class Interruption(pl.Callback):
 
 
 def resumable_stop(trainer: pl.Trainer, exception: BaseException) -> bool:
-    """Whether ``exception`` ends a fit with a checkpoint to resume from, written by every rank together.
-
-    A signal (:class:`~rl_lightning.faults.TrainingInterrupted`) or an env fault during fit;
-    under DDP not an env fault, which is raised on one rank only: the other ranks are not
-    there to write the (collective) checkpoint or log with it, and the interval checkpoints
-    are what is left to resume from.
-    """
+    """Whether ``exception`` ends a fit with a checkpoint to resume from, written by every rank together: a signal
+    (:class:`~rl_lightning.faults.TrainingInterrupted`) or an env fault during fit, but not an env fault under DDP,
+    raised on one rank only (see :class:`Interruption`)."""
     if not isinstance(exception, (TrainingInterrupted, EnvFault)) or trainer.state.fn != TrainerFn.FITTING:
         return False
     return not (isinstance(exception, EnvFault) and trainer.world_size > 1)

@@ -218,11 +218,9 @@ class EnvDataModule(pl.LightningDataModule):
         if envs is not None:
             return envs.observation_space, envs.action_space
         if hp.backend != "gymnasium":
-            group = self._env_group(hp.train_obj_set, hp.num_envs, hp.seed, hp.max_episode_steps)
-            spaces = group.observation_space, group.action_space
-            group.close()
-            return spaces
-        env = make_env(self.env_id, hp.train_obj_set, self.obj_sets, hp.max_episode_steps, wrappers=hp.wrappers)
+            env = self._env_group(hp.train_obj_set, hp.num_envs, hp.seed, hp.max_episode_steps)
+        else:
+            env = make_env(self.env_id, hp.train_obj_set, self.obj_sets, hp.max_episode_steps, wrappers=hp.wrappers)
         try:
             return env.observation_space, env.action_space
         finally:

@@ -209,8 +209,7 @@ class EvaluationDataset(IterableDataset):
             "return": torch.tensor(stats.returns, dtype=torch.float32),
             "length": torch.tensor(stats.lengths, dtype=torch.float32),
         }
-        if not np.isnan(stats.successes).all():
-            batch["success"] = torch.tensor(stats.successes, dtype=torch.float32)
-        if not np.isnan(stats.successes_once).all():
-            batch["success_once"] = torch.tensor(stats.successes_once, dtype=torch.float32)
+        for key, values in (("success", stats.successes), ("success_once", stats.successes_once)):
+            if not np.isnan(values).all():  # where the env reports success
+                batch[key] = torch.tensor(values, dtype=torch.float32)
         yield batch

@@ -108,14 +108,11 @@ class ReplayDataset(IterableDataset):
     from where the time limit cut it off; only ``terminated`` stops bootstrapping.
 
     Args:
-        envs: The training envs.
+        envs, counters, reset_seed, world_size: As :class:`~rl_lightning.data.rollout.RolloutDataset`.
         policy: The acting policy (:class:`~rl_lightning.data.protocol.ExplorationPolicy`).
         buffer: The replay buffer (:func:`make_replay_buffer`).
         steps_per_epoch: Env steps per rank per epoch (whole chunks of ``train_freq x num_envs``).
         learning_starts: Env steps (over all ranks) of uniform random actions before learning.
-        counters: Shared progress counters (owned by the data module).
-        reset_seed: Seed of the envs' first reset.
-        world_size: Ranks stepping their own envs (scales the step count).
         action_seed: Seed of the uniform random actions.
         train_freq: Vector steps per chunk.
         gradient_steps: Gradient steps after each chunk past ``learning_starts``.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import warnings
 from collections.abc import Mapping, Sequence
@@ -37,13 +38,10 @@ def machine_memory() -> tuple[int, int]:
     except (ValueError, OSError, AttributeError):
         physical = 0
     available = 0
-    try:
-        with open("/proc/meminfo") as meminfo:  # Linux: MemAvailable counts reclaimable caches too
-            for line in meminfo:
-                if line.startswith("MemAvailable:"):
-                    available = int(line.split()[1]) * 1024
-    except OSError:
-        pass
+    with contextlib.suppress(OSError), open("/proc/meminfo") as meminfo:  # Linux only
+        for line in meminfo:
+            if line.startswith("MemAvailable:"):  # counts reclaimable caches too
+                available = int(line.split()[1]) * 1024
     return physical, available
 
 
@@ -286,9 +284,7 @@ class ReplayDataModule(EnvDataModule):
 
     def load_rank_state_dict(self, state: dict[str, Any] | None) -> None:
         """Restore the owed gradient steps, the epoch's position and this rank's buffer when the checkpoint holds it."""
-        self._restored = {"gradient_credit": 0, "epoch_steps": 0}
-        if state is not None:
-            self._restored = {key: int(state[key]) for key in ("gradient_credit", "epoch_steps")}
+        self._restored = {key: 0 if state is None else int(state[key]) for key in ("gradient_credit", "epoch_steps")}
         if self._train_dataset is not None:
             self._train_dataset.gradient_credit = self._restored["gradient_credit"]
             self._train_dataset.epoch_steps = self._restored["epoch_steps"]

@@ -131,8 +131,7 @@ class RolloutDataset(IterableDataset):
         final_obs = rollout.pop("final_obs")
         # V(s_T) from the state the next rollout starts with; V(final obs) of truncated episodes from the state
         # after their cut step (the one that would have read that observation): one host read, of where they are.
-        last = policy.value(envs.obs.to(device), self.state, self.episode_start.to(device))
-        last = last.to(envs.device)
+        last = policy.value(envs.obs.to(device), self.state, self.episode_start.to(device)).to(envs.device)
         next_value = torch.cat([rollout["value"][1:], last.unsqueeze(0)])
         cut = (rollout["truncated"] & ~rollout["terminated"]).nonzero(as_tuple=True)
         stacked = None if self.state is None else torch.stack(states).to(envs.device)  # [T + 1, N, ...]

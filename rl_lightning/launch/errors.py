@@ -203,11 +203,9 @@ def library_error(err: BaseException | None) -> BaseException | None:
 def culprit_key(text: str, groups: Sequence[tuple[str, Mapping[str, Any]]]) -> str | None:
     """The ``group.key`` an error message is about, or ``None``.
 
-    In order: the argument the message starts with (``lr must be ...``, ``num_minibatches=3 ...``,
-    ``obj_sets.train: ...`` for an entry of one),
-    the first quoted value that one of the arguments holds (``Unknown object set 'tset'``; the value after
-    ``got`` first, then the others), any
-    argument named among its first words.
+    In order: the argument the message starts with (``lr must be ...``, ``num_minibatches=3 ...``; an entry of one:
+    ``obj_sets.train: ...``), the first quoted value that one of the arguments holds (``Unknown object set 'tset'``;
+    the value after ``got`` first, then the others), any argument named among its first words.
 
     Args:
         text: The error message.
@@ -251,6 +249,4 @@ def explain_run_error(err: Exception, cfg: DictConfig) -> str | None:
     if isinstance(err, MisconfigurationException):  # Lightning's refusal of trainer settings
         return f"Lightning refuses these settings: {' '.join(str(err).split())} Fix the trainer group (trainer.*=...)."
     refusal = library_error(err)
-    if refusal is None:
-        return None
-    return " ".join(str(refusal).split())
+    return None if refusal is None else " ".join(str(refusal).split())

@@ -76,18 +76,15 @@ class RunSummary:
 
         resumed = self.resumed_from_env_steps
         since = f" (the {self.env_steps - resumed:,} steps since the resume at {resumed:,})" if resumed else ""
+        rates = {
+            "eval/success_rate (train set)": self.eval_success_rate,
+            "eval_ood/success_rate (test set)": self.eval_ood_success_rate,
+        }
         rows = [
             ("eval/return_mean (train set)", num(self.eval_return)),
             ("eval_ood/return_mean (test set)", num(self.eval_ood_return)),
             ("generalization gap", num(self.generalization_gap)),
-            *[
-                (f"{name} ({objects} set)", f"{rate:.2f}")
-                for name, objects, rate in (
-                    ("eval/success_rate", "train", self.eval_success_rate),
-                    ("eval_ood/success_rate", "test", self.eval_ood_success_rate),
-                )
-                if rate is not None  # only where the env reports success
-            ],
+            *[(name, f"{rate:.2f}") for name, rate in rates.items() if rate is not None],  # where the env reports it
             ("env steps", f"{self.env_steps:,}"),
             ("wall time", f"{self.wall_seconds:.1f} s"),
             ("env steps/s", f"{self.env_steps_per_second:,.0f}{since}"),

@@ -55,8 +55,7 @@ def fingerprint(module: nn.Module, dtype: torch.dtype | None = None) -> dict[str
     dtypes = _copy_dtypes(module, dtype) if dtype is not None else [t.dtype for _, t in named]
     with torch.no_grad():
         for (name, tensor), target in zip(named, dtypes, strict=True):
-            tensor = tensor.to(target)
-            t = tensor.double()
+            t = tensor.to(target).double()
             prints[name] = torch.stack([t.sum(), (t * t).sum()]).cpu()
     return prints
 

@@ -125,10 +125,7 @@ class ActorCritic(nn.Module):
         self.encoder = build_encoder(encoder, observation_space, normalize_obs)
         #: The critic's own encoder (observation groups: the critic reads keys the actor does not), else ``None``.
         self.critic_encoder = build_encoder(encoder, observation_space, normalize_obs, "critic") if privileged else None
-        if self.encoder is not None:
-            self.obs_dim = int(self.encoder.features_dim)  # the heads' input width
-        else:
-            self.obs_dim = int(np.prod(observation_space.shape))
+        self.obs_dim = int(np.prod(observation_space.shape)) if self.encoder is None else int(self.encoder.features_dim)
         self.critic_dim = self.obs_dim if self.critic_encoder is None else int(self.critic_encoder.features_dim)
         self.action_kind = action_kind(action_space)
         self.discrete = self.action_kind == "categorical"  # one Categorical

@@ -86,10 +86,7 @@ class QValueNetwork(nn.Module):
         check_discrete_spaces(observation_space, action_space)
         # No running normalization: DQN reads vectors raw (SB3, CleanRL), and scales uint8 images by 1/255.
         self.encoder = build_encoder(encoder, observation_space, normalize_obs=False)
-        if self.encoder is None:
-            self.obs_dim = int(np.prod(observation_space.shape))
-        else:
-            self.obs_dim = int(self.encoder.features_dim)  # the MLP's input width
+        self.obs_dim = int(np.prod(observation_space.shape)) if self.encoder is None else int(self.encoder.features_dim)
         self.num_actions = int(action_space.n)
         self.net = mlp(self.obs_dim, hidden_sizes, self.num_actions, activation=nn.ReLU)
         self.epsilon = epsilon

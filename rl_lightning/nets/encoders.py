@@ -295,11 +295,8 @@ def route_keys(space: gym.Space, settings: EncoderSettings) -> tuple[list[ImageI
                 raise _neither(key, sub)
             route = "cnn" if is_image else "mlp"
         if route == "cnn":
-            images.append(
-                ImageInput(
-                    key, tuple(sub.shape), _image_layout(key, sub, settings.channels_first), sub.dtype == np.uint8
-                )
-            )
+            channels_first = _image_layout(key, sub, settings.channels_first)
+            images.append(ImageInput(key, tuple(sub.shape), channels_first, sub.dtype == np.uint8))
         else:
             vector = _vector_input(key, sub)
             if vector is None:
@@ -386,9 +383,7 @@ class MultiInputEncoder(nn.Module):
     def box_part(self, obs: Any) -> torch.Tensor | None:
         """The ``Box`` vector keys, flattened and concatenated as floats ``[B, box_dim]`` (before normalization)."""
         parts = [self._get(obs, v.key) for v in self.vectors if v.kind == "box"]
-        if not parts:
-            return None
-        return torch.cat([p.reshape(p.shape[0], -1).float() for p in parts], -1)
+        return torch.cat([p.reshape(p.shape[0], -1).float() for p in parts], -1) if parts else None
 
     def forward(self, obs: Any) -> torch.Tensor:
         """Features of a batch of raw observations (a tensor for a ``Box``, a mapping of tensors for a ``Dict``)."""
@@ -502,8 +497,7 @@ def build_encoder(
     if keys is not None:
         routes = {name: getattr(settings, name) for name in ("cnn_keys", "mlp_keys")}
         settings = dataclasses.replace(
-            settings,
-            **{name: None if v is None else tuple(k for k in v if k in keys) for name, v in routes.items()},
+            settings, **{name: None if v is None else tuple(k for k in v if k in keys) for name, v in routes.items()}
         )
         if routes["cnn_keys"] is not None or routes["mlp_keys"] is not None:
             unrouted = [k for k in keys if k not in (routes["cnn_keys"] or ()) + (routes["mlp_keys"] or ())]

@@ -157,8 +157,7 @@ class RecurrentActorCritic(ActorCritic):
         outs, states = zip(*(self._run_core(k, xk, state[:, :, k], starts) for k, xk in enumerate(inputs)), strict=True)
         if len(states) < len(self.cores):
             states = (*states, state[:, :, 1])  # the critic's core did not run: it keeps its state
-        critic_in = outs[-1] if critic else None
-        return outs[0], critic_in, torch.stack(states, 2)
+        return outs[0], outs[-1] if critic else None, torch.stack(states, 2)
 
     def act(
         self,
