@@ -207,9 +207,9 @@ class AtomicCheckpointIO(TorchCheckpointIO):
             f.flush()
             os.fsync(f.fileno())
 
-    def load_checkpoint(self, path: str | os.PathLike, **kwargs: Any) -> dict[str, Any]:
+    def load_checkpoint(self, path: str | os.PathLike, *args: Any, **kwargs: Any) -> dict[str, Any]:
         check_checkpoint_file(path)
-        return super().load_checkpoint(path, **kwargs)
+        return super().load_checkpoint(path, *args, **kwargs)
 
 
 def _fsync_directory(directory: str) -> None:

@@ -210,14 +210,11 @@ class RLCLI(LightningCLI):
     """
 
     def __init__(self, args: Sequence[str] | None = None, run: bool = True):
-        self._from_argv = from_argv = args is None
+        from_argv = args is None
         self._given_args = list(sys.argv[1:] if from_argv else args)  # for the resume command
         subcommand = next((a for a in self._given_args if a in SUBCOMMANDS), "fit")
         config_file = "config.yaml" if subcommand == "fit" else f"{subcommand}_config.yaml"
-        # --ckpt_path joins the config once it is parsed (before_instantiate_classes): Lightning's CLI would re-apply
-        # the checkpoint's hyperparameters over the command line (and refuse those of a checkpoint it did not write).
-        self.ckpt_path, args = _split_ckpt_path(self._given_args)
-        args = _with_checkpoint_config(_with_library_loggers(args), self.ckpt_path)
+        args = _with_checkpoint_config(_with_library_loggers(list(self._given_args)))
         if from_argv:  # LightningCLI warns when given args while sys.argv holds some too
             sys.argv = [sys.argv[0], *args]
         super().__init__(
@@ -240,6 +237,16 @@ class RLCLI(LightningCLI):
             # directory holding a run's results); validate and test write their own beside it.
             save_config_kwargs={"overwrite": True, "config_filename": config_file},
         )
+
+    def parse_arguments(self, parser: LightningArgumentParser, args: Any) -> None:
+        """Parse, holding ``ckpt_path`` back until :meth:`before_instantiate_classes` (from the command line or a
+        config file): Lightning's CLI would re-apply the checkpoint's hyperparameters over the command line (and
+        refuse those of a checkpoint it did not write)."""
+        super().parse_arguments(parser, args)
+        subcommand = self.config.get("subcommand")
+        self.ckpt_path = self.config[subcommand].get("ckpt_path") if subcommand else None
+        if subcommand:
+            self.config[subcommand].ckpt_path = None
 
     def _subcommand_config(self) -> Namespace:
         return self.config[self.subcommand] if self.subcommand else self.config
@@ -367,16 +374,14 @@ class RLCLI(LightningCLI):
         parser.link_arguments("seed_everything", "data.init_args.seed")
 
     def before_instantiate_classes(self) -> None:
-        """Put ``--ckpt_path`` in the config; give the run its own directory and the library loggers' files in it.
+        """Put ``ckpt_path`` back in the config; give the run its own directory and the library loggers' files in it.
 
         Their files (and the checkpoints, which Lightning puts under the first logger's
         directory) then stay in the run directory, and a resume appends to them there
         rather than starting a ``version_1`` beside them.
         """
-        if self.ckpt_path is not None:
-            self._subcommand_config().ckpt_path = self.ckpt_path
-        if self._from_argv:  # what DDP's launcher runs again for the other ranks: the command as given, --ckpt_path too
-            sys.argv = [sys.argv[0], *self._given_args]
+        if self.subcommand:
+            self.config[self.subcommand].ckpt_path = self.ckpt_path
         trainer = self._subcommand_config().trainer
         if trainer.default_root_dir is None:
             trainer.default_root_dir = os.path.join("runs", time.strftime("%Y-%m-%d_%H-%M-%S"))
@@ -440,18 +445,13 @@ def checkpoint_config(ckpt_path: str) -> dict:
     return config
 
 
-def _split_ckpt_path(args: Sequence[str]) -> tuple[str | None, list[str]]:
-    """``--ckpt_path``'s value (or ``None``) and the other arguments."""
-    path, rest, args = None, [], list(args)
-    while args:
-        arg = args.pop(0)
-        if arg == "--ckpt_path" and args:
-            path = args.pop(0)
-        elif arg.startswith("--ckpt_path="):
-            path = arg.split("=", 1)[1]
-        else:
-            rest.append(arg)
-    return path, rest
+def _ckpt_path(args: Sequence[str]) -> str | None:
+    for i, arg in enumerate(args):
+        if arg == "--ckpt_path" and i + 1 < len(args):
+            return args[i + 1]
+        if arg.startswith("--ckpt_path="):
+            return arg.split("=", 1)[1]
+    return None
 
 
 #: ``--trainer.logger CSVLogger`` and the like mean the library's loggers (which keep a run's logs across a
@@ -472,12 +472,13 @@ def _with_library_loggers(args: list[str]) -> list[str]:
     return out
 
 
-def _with_checkpoint_config(args: list[str], ckpt_path: str | None) -> list[str]:
+def _with_checkpoint_config(args: list[str]) -> list[str]:
     """``validate``/``test`` with ``--ckpt_path``: the checkpoint's model and data settings go first.
 
     They are written to a config file placed right after the subcommand, so anything else
     on the command line overrides them.
     """
+    ckpt_path = _ckpt_path(args)
     if not (args and args[0] in ("validate", "test") and ckpt_path):
         return args
     config = checkpoint_config(ckpt_path)

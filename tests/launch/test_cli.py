@@ -197,6 +197,22 @@ def test_cli_fit_keeps_an_earlier_runs_results_and_test_keeps_its_config(tmp_pat
     assert b"ckpt_path: run/checkpoints/last.ckpt" in (tmp_path / "run" / "test_config.yaml").read_bytes()
 
 
+def test_cli_resumes_from_a_ckpt_path_in_a_config_file_and_prints_it(tmp_path, monkeypatch, capsys):
+    """Test that a ckpt_path written in a --config file resumes as --ckpt_path does (with the command line's settings,
+    not the checkpoint's), and that --print_config shows a given --ckpt_path."""
+    monkeypatch.chdir(tmp_path)
+    fit = ["fit", "--model", "PPO", "--data.num_envs", "2", "--data.rollout_steps", "16", "--data.eval_episodes", "1"]
+    fit += ["--trainer.default_root_dir", "run", "--trainer.logger", "CSVLogger", "--model.save_interval", "1"]
+    main([*fit, "--model.total_timesteps", "32"])
+    (tmp_path / "resume.yaml").write_text("ckpt_path: run/checkpoints/last.ckpt\n")
+    main([*fit, "--model.total_timesteps", "64", "--config", "resume.yaml"])
+    assert (tmp_path / "run" / "checkpoints" / "epoch=1-env_steps=64.ckpt").is_file()
+    capsys.readouterr()
+    with pytest.raises(SystemExit):
+        main([*fit, "--ckpt_path", "run/checkpoints/last.ckpt", "--print_config"])
+    assert "ckpt_path: run/checkpoints/last.ckpt" in capsys.readouterr().out
+
+
 def test_console_script_resumes_a_ddp_run_on_both_ranks(tmp_path):
     """Test that `rl-lightning fit --ckpt_path` under DDP resumes on both ranks: Lightning starts the other rank by
     running the command again, which must still hold --ckpt_path (without it, that rank refused the used run dir)."""
