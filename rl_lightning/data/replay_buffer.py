@@ -113,10 +113,17 @@ class ReplayBuffer:
 
     def state_dict(self) -> dict[str, Any]:
         """The stored rows in storage order (not the empty capacity: a checkpoint grows with what is stored), the
-        write position and the capacity, as plain tensors and numbers (checkpoints load with ``weights_only``). The
-        rows are copied into memory, a memmap storage's too."""
-        # Cloned: a slice would carry the whole storage it views into the checkpoint.
-        rows = None if self.storage is None else self.storage[: self._len].clone().to_dict()
+        write position and the capacity, as plain tensors and numbers (checkpoints load with ``weights_only``).
+
+        A full buffer's rows are its storage itself (a memmap's read from its files as the checkpoint is written),
+        not a copy: a long run's checkpoints need no second buffer's worth of memory. A partial buffer's rows are
+        copied: a slice would carry the whole storage it views into the checkpoint.
+        """
+        rows = self.storage
+        if rows is not None and self._len < self.capacity:
+            rows = rows[: self._len].clone()
+        # Plain tensors on the same memory: weights_only loading refuses a memmap's tensor subclass.
+        rows = None if rows is None else rows.apply(lambda t: t.as_subclass(torch.Tensor)).to_dict()
         return {"rows": rows, "cursor": self.cursor, "capacity": self.capacity}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:

@@ -55,12 +55,14 @@ def test_draws_are_uniform_over_the_stored_rows_with_replacement():
 
 @pytest.mark.parametrize("storage", ["memory", "memmap"])
 def test_state_restores_rows_and_write_position_and_holds_only_stored_rows(storage, tmp_path):
-    """Test that a wrapped buffer's state restores the same rows and cursor (the next write lands alike), loads with
-    weights_only, and grows with what is stored rather than with the capacity."""
+    """Test that a wrapped buffer's state is its storage (no copy), restores the same rows and cursor (the next write
+    lands alike), loads with weights_only, and grows with what is stored rather than with the capacity."""
     buffer = ReplayBuffer(6, 2, storage, scratch_dir=str(tmp_path))
     buffer.extend(rows(0, 8))
+    state = buffer.state_dict()  # a full buffer's rows are its storage, not a copy of it
+    assert state["rows"]["n"].data_ptr() == buffer.storage["n"].data_ptr()
     saved = io.BytesIO()
-    torch.save(buffer.state_dict(), saved)
+    torch.save(state, saved)
     saved.seek(0)
     restored = ReplayBuffer(6, 2, storage, scratch_dir=str(tmp_path))
     restored.load_state_dict(torch.load(saved, weights_only=True))
