@@ -2,10 +2,10 @@
 
     python -m benchmarks.replay_checkpoint_memory [--mib 512] [--repeats 3]
 
-Each measurement runs in a fresh process: it fills a buffer of 84x84x4 uint8 frame stacks
-(``--mib`` of rows, memory or memmap storage, written in 16 chunks), then writes ``{"rows": buffer.state_dict()}``
-to a file with ``torch.save``, as a checkpoint with ``save_replay_buffer=true`` does. The
-figure is the growth of the process's peak resident set (``ru_maxrss``) during that write,
+Each measurement runs in a fresh process: it fills a buffer of Breakout's 4x84x84 uint8 frame stacks
+(``replay_memory.OBS_SPACE``; ``--mib`` of rows, memory or memmap storage, written in 16 chunks), then writes
+``{"rows": buffer.state_dict()}`` to a file with ``torch.save``, as a checkpoint with ``save_replay_buffer=true``
+does. The figure is the growth of the process's peak resident set (``ru_maxrss``) during that write,
 divided by the buffer's bytes: about 1.0 when the rows are copied before they are written,
 about 0 when the storage itself is written. A memmap buffer's pages, read as the file is
 written, are counted in the resident set too (they are the page cache's, not the process's).
@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import resource
 import statistics
@@ -22,7 +23,9 @@ import subprocess
 import sys
 import tempfile
 
-FRAME = 4 * 84 * 84
+from benchmarks.replay_memory import OBS_SPACE
+
+FRAME = math.prod(OBS_SPACE.shape)  # bytes of one uint8 frame stack
 
 
 def measure(mib: int, storage: str) -> float:
@@ -38,7 +41,7 @@ def measure(mib: int, storage: str) -> float:
         chunk = capacity // 16  # filled in chunks: the fill's own peak stays near the buffer's size
         for start in range(0, capacity, chunk):
             k = min(chunk, capacity - start)
-            buffer.extend(TensorDict({"obs": torch.randint(0, 256, (k, 4, 84, 84), dtype=torch.uint8)}, [k]))
+            buffer.extend(TensorDict({"obs": torch.randint(0, 256, (k, *OBS_SPACE.shape), dtype=torch.uint8)}, [k]))
         before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
         torch.save({"rows": buffer.state_dict()}, os.path.join(scratch, "ckpt.pt"))
         after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024

@@ -243,10 +243,9 @@ class RLCLI(LightningCLI):
         config file): Lightning's CLI would re-apply the checkpoint's hyperparameters over the command line (and
         refuse those of a checkpoint it did not write)."""
         super().parse_arguments(parser, args)
-        subcommand = self.config.get("subcommand")
-        self.ckpt_path = self.config[subcommand].get("ckpt_path") if subcommand else None
-        if subcommand:
-            self.config[subcommand].ckpt_path = None
+        self.ckpt_path = None
+        if subcommand := self.config.get("subcommand"):
+            self.ckpt_path, self.config[subcommand].ckpt_path = self.config[subcommand].get("ckpt_path"), None
 
     def _subcommand_config(self) -> Namespace:
         return self.config[self.subcommand] if self.subcommand else self.config
