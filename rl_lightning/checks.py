@@ -48,7 +48,9 @@ def check_positive_int(none: str | None = None, **values: Any) -> None:
         **values: The arguments by name.
     """
     for name, value in values.items():
-        if not (value is None and none is not None) and not (_is_int(value) and value > 0):
+        if value is None and none is not None:
+            continue
+        if not (_is_int(value) and value > 0):
             allowed = f"a positive integer or {none}" if none is not None else "a positive integer"
             raise ValueError(f"{name} must be {allowed}, got {value!r}.")
 
