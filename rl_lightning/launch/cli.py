@@ -10,9 +10,9 @@
 ``fit``, ``validate`` and ``test`` are Lightning's subcommands (``--help`` lists every
 argument of the model, data and trainer). Without ``--trainer.default_root_dir`` each
 run gets ``runs/<date_time>/``; the default logger is the offline-first
-:class:`~rl_lightning.loggers.WandbLogger`. ``validate``/``test`` with ``--ckpt_path``
-rebuild the algorithm and its data module (env, object sets, evaluation settings) from
-the checkpoint, so no other argument is needed.
+:class:`~rl_lightning.loggers.WandbLogger`. ``validate``/``test`` with ``--ckpt_path`` (or a ``--config``
+file's ``ckpt_path``) rebuild the algorithm and its data module (env, object sets, evaluation settings)
+from the checkpoint, so no other argument is needed.
 
 A mistake ends with one ``error:`` line that names the argument (``--model.lr``) or file
 and the fix, before any work: a mistyped argument or class, a value of the wrong type, a
@@ -445,12 +445,19 @@ def checkpoint_config(ckpt_path: str) -> dict:
 
 
 def _ckpt_path(args: Sequence[str]) -> str | None:
+    """The ``ckpt_path`` the arguments give, from ``--ckpt_path`` or a ``--config`` file (the last one wins)."""
+    path = None
     for i, arg in enumerate(args):
-        if arg == "--ckpt_path" and i + 1 < len(args):
-            return args[i + 1]
-        if arg.startswith("--ckpt_path="):
-            return arg.split("=", 1)[1]
-    return None
+        flag, eq, value = arg.partition("=")
+        value = value if eq else (args[i + 1] if i + 1 < len(args) else "")
+        if flag == "--ckpt_path":
+            path = value
+        elif flag == "--config" and os.path.isfile(value):  # a missing or malformed file is the parser's to name
+            config = None
+            with open(value) as f, contextlib.suppress(yaml.YAMLError, UnicodeDecodeError):
+                config = yaml.safe_load(f)
+            path = config.get("ckpt_path", path) if isinstance(config, dict) else path
+    return None if path in (None, "", "null", "None") else str(path)
 
 
 #: ``--trainer.logger CSVLogger`` and the like mean the library's loggers (which keep a run's logs across a
@@ -472,7 +479,7 @@ def _with_library_loggers(args: list[str]) -> list[str]:
 
 
 def _with_checkpoint_config(args: list[str]) -> list[str]:
-    """``validate``/``test`` with ``--ckpt_path``: the checkpoint's model and data settings go first.
+    """``validate``/``test`` with a ``ckpt_path``: the checkpoint's model and data settings go first.
 
     They are written to a config file placed right after the subcommand, so anything else
     on the command line overrides them.

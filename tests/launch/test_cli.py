@@ -199,7 +199,8 @@ def test_cli_fit_keeps_an_earlier_runs_results_and_test_keeps_its_config(tmp_pat
 
 def test_cli_resumes_from_a_ckpt_path_in_a_config_file_and_prints_it(tmp_path, monkeypatch, capsys):
     """Test that a ckpt_path written in a --config file resumes as --ckpt_path does (with the command line's settings,
-    not the checkpoint's), and that --print_config shows a given --ckpt_path."""
+    not the checkpoint's), that `test` builds its model and data from it as from --ckpt_path, and that --print_config
+    shows a given --ckpt_path."""
     monkeypatch.chdir(tmp_path)
     fit = ["fit", "--model", "PPO", "--data.num_envs", "2", "--data.rollout_steps", "16", "--data.eval_episodes", "1"]
     fit += ["--trainer.default_root_dir", "run", "--trainer.logger", "CSVLogger", "--model.save_interval", "1"]
@@ -207,6 +208,9 @@ def test_cli_resumes_from_a_ckpt_path_in_a_config_file_and_prints_it(tmp_path, m
     (tmp_path / "resume.yaml").write_text("ckpt_path: run/checkpoints/last.ckpt\n")
     main([*fit, "--model.total_timesteps", "64", "--config", "resume.yaml"])
     assert (tmp_path / "run" / "checkpoints" / "epoch=1-env_steps=64.ckpt").is_file()
+    cli = main(["test", "--config", "resume.yaml", "--trainer.logger", "false"])  # no --model: the checkpoint's
+    assert type(cli.model).__name__ == "PPO" and cli.model.hparams.total_timesteps == 64
+    assert cli.datamodule.hparams.num_envs == 2 and "eval_ood/return_mean" in cli.trainer.callback_metrics
     capsys.readouterr()
     with pytest.raises(SystemExit):
         main([*fit, "--ckpt_path", "run/checkpoints/last.ckpt", "--print_config"])
