@@ -51,7 +51,6 @@ from rl_lightning.algos.base import RLModule
 from rl_lightning.callbacks.checkpoint import atomic_file
 from rl_lightning.envs.obs import storage_dtype
 from rl_lightning.nets.actor_critic import ActorCritic
-from rl_lightning.nets.dqn import QValueNetwork
 from rl_lightning.spaces import space_to_dict
 
 EXPORT_FORMATS = ("torchscript", "onnx")
@@ -87,7 +86,6 @@ class DeployedActor(nn.Module):
         if isinstance(policy, ActorCritic):
             policy.critic = policy.critic_encoder = None  # forward() is the mode of the actor; the critic plays no part
         self.policy = policy
-        self.greedy = isinstance(policy, QValueNetwork)  # its forward is Q-values, greedy() the action
         self.recurrent = policy.initial_state(1) is not None
         self.obs_bound = None if obs_bound is None else float(obs_bound)
         # The inputs are what the policy reads: a privileged critic's keys (observation groups) are not among them.
@@ -142,17 +140,11 @@ class DeployedActor(nn.Module):
                 if self.obs_bound is not None:
                     parts[i] = parts[i].clamp(-self.obs_bound, self.obs_bound)
         x = parts[0] if self.keys is None else dict(zip(self.keys, parts, strict=True))
-        if self.greedy:
-            return self.policy.greedy(x).long() + self.start
-        if self.recurrent:
-            # The caller zeroes the state where an episode begins, so no step begins one here.
-            starts = torch.zeros_like(state[:, 0, 0, 0], dtype=torch.bool)
-            action, state_out = self.policy(x, state.float(), starts)
-            return self._env_action(action), state_out
-        return self._env_action(self.policy(x))
-
-    def _env_action(self, action: torch.Tensor) -> torch.Tensor:
-        return torch.clamp(action.float(), self.low, self.high) if self.continuous else action.long() + self.start
+        # The caller zeroes a recurrent state where an episode begins, so no step begins one here.
+        starts = None if state is None else torch.zeros_like(state[:, 0, 0, 0], dtype=torch.bool)
+        action, _, _, state_out = self.policy.act(x, None if state is None else state.float(), starts, True, False)
+        action = torch.clamp(action.float(), self.low, self.high) if self.continuous else action.long() + self.start
+        return action if state_out is None else (action, state_out)
 
 
 def export_inputs(observation_space: gym.Space) -> list[dict[str, Any]]:

@@ -158,9 +158,11 @@ class RLModule(pl.LightningModule):
         """What rollouts, replay collection and evaluation act with: the actor copy if any, else ``policy``."""
         return self.policy if self.acting_copy is None else self.acting_copy
 
-    def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        """Deterministic actions for raw observations ``[B, *obs_shape]``."""
-        return self.policy(obs)
+    def forward(self, obs: Obs) -> torch.Tensor:
+        """Deterministic actions in the policy's numbering for raw observations ``[B, *obs_shape]``, a recurrent
+        policy's from its initial state (:meth:`predict` gives env actions and carries the state)."""
+        starts = torch.ones(obs.shape[0], dtype=torch.bool, device=self.device)
+        return self.policy.act(obs, None, starts, deterministic=True, value=False)[0]
 
     @torch.no_grad()
     def predict(

@@ -239,9 +239,11 @@ class ActorCritic(nn.Module):
         log_prob = (-((action - out) ** 2) / (2 * (2 * log_std).exp()) - log_std - _HALF_LOG_2PI).sum(-1)
         return log_prob, (0.5 + _HALF_LOG_2PI + log_std).sum(-1)
 
-    def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        """Deterministic action (argmax or mean) for raw observations ``[B, *obs_shape]``."""
-        return self._mode(self.actor(self.features(obs)))
+    def forward(self, obs: Obs) -> torch.Tensor:
+        """Deterministic actions (argmax or mean) for raw observations ``[B, *obs_shape]`` (a recurrent policy's from
+        its initial state)."""
+        starts = torch.ones(obs.shape[0], dtype=torch.bool, device=obs.device)
+        return self.act(obs, None, starts, deterministic=True, value=False)[0]
 
     def initial_state(self, batch_size: int, device: torch.device | str | None = None) -> None:
         """A feed-forward policy has no memory: ``None`` (the protocol's state, :mod:`rl_lightning.data.protocol`)."""

@@ -200,13 +200,3 @@ class RecurrentActorCritic(ActorCritic):
         log_prob, entropy = self._log_prob_entropy(out, action.reshape(T * B, *action.shape[2:]))
         value = self.critic(critic_in.reshape(T * B, -1)).squeeze(-1)
         return log_prob.reshape(T, B), entropy.reshape(T, B), value.reshape(T, B)
-
-    def forward(self, obs: torch.Tensor, state: torch.Tensor, episode_start: torch.Tensor):
-        """Deterministic action and the next state of one step, without the value head: the export's contract
-        (``obs``, ``state_in`` -> ``action``, ``state_out``; rl_lightning/export.py).
-
-        The next state holds every core's; the critic's own core (``shared_core=False``) does not run
-        and passes its state through, as in :meth:`act` with ``value=False`` (what ``predict`` calls).
-        """
-        actor_in, _, next_state = self._heads_input(obs.unsqueeze(0), state, episode_start.unsqueeze(0), False)
-        return self._mode(self.actor(actor_in[0])), next_state

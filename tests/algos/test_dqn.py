@@ -189,13 +189,15 @@ def test_resume_restores_replay_buffer_target_network_and_schedule(tmp_path):
 
 
 def test_checkpoint_loads_without_envs_and_predicts_greedy_actions(tmp_path):
-    """Test that load_from_checkpoint rebuilds the Q-network and predict returns its argmax as env actions."""
+    """Test that load_from_checkpoint rebuilds the Q-network, that predict returns its argmax as env actions, and that
+    calling the module gives the same actions (not the Q-values)."""
     model, _, _ = fit(tmp_path, max_epochs=1, model_kwargs={"save_interval": 1})
     loaded = DQN.load_from_checkpoint(os.path.join(tmp_path, "checkpoints", "last.ckpt"))
     obs = np.random.default_rng(0).normal(size=(100, 4)).astype(np.float32)
     expected = model.policy(torch.as_tensor(obs)).argmax(-1).numpy()
     np.testing.assert_array_equal(loaded.predict(obs), expected)
     assert loaded.predict(obs[0]) == expected[0]
+    np.testing.assert_array_equal(loaded(torch.as_tensor(obs)).numpy(), expected)
 
 
 def test_dqn_refuses_continuous_actions():

@@ -77,7 +77,8 @@ def test_recurrent_ppo_collects_from_a_batched_env_through_the_same_loop():
 
 def test_predict_takes_and_returns_the_state_and_refuses_a_wrong_one():
     """Test that predict carries the state as acting does (starts from zeros, zeroes where an episode starts),
-    and that a wrong state, or a state for a feed-forward policy, is refused naming the fix."""
+    that calling the module (or its policy) acts as predict does from the initial state, and that a wrong state, or a
+    state for a feed-forward policy, is refused naming the fix."""
     import numpy as np
 
     model = tiny_ppo(recurrent=True, recurrent_size=8, hidden_sizes=[8], total_timesteps=4 * 16)
@@ -85,6 +86,9 @@ def test_predict_takes_and_returns_the_state_and_refuses_a_wrong_one():
     obs = np.random.default_rng(0).standard_normal((3, 4)).astype(np.float32)
     action, state = model.predict(obs)
     assert action.shape == (3,) and state.shape == (3, 2, 1, 8) and np.abs(state).sum() > 0
+    with torch.no_grad():
+        for module in (model, model.policy):
+            np.testing.assert_array_equal(module(torch.as_tensor(obs)).numpy(), action)
     _, again = model.predict(obs, state=np.zeros_like(state))  # zeros = the initial state
     np.testing.assert_array_equal(again, state)
     _, after = model.predict(obs, state=state)
