@@ -263,9 +263,9 @@ class RLModule(pl.LightningModule):
         return self._data_counter("env_steps")
 
     @property
-    def steps_per_epoch(self) -> int:
+    def env_steps_per_epoch(self) -> int:
         """Environment steps per epoch over all ranks (0 without a data module)."""
-        return self._data_counter("steps_per_epoch")
+        return self._data_counter("env_steps_per_epoch")
 
     def configure_callbacks(self) -> Sequence[pl.Callback]:
         """When fitting: the budget, a checkpoint on interruption; with ``save_interval``, interval

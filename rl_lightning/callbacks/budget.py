@@ -27,7 +27,7 @@ class EnvStepBudget(pl.Callback):
         if self._spent(pl_module):
             trainer.should_stop = True
             return
-        steps_per_epoch = pl_module.steps_per_epoch
+        steps_per_epoch = pl_module.env_steps_per_epoch
         if steps_per_epoch and self.total_timesteps % steps_per_epoch:  # an epoch is not cut short
             epochs = -(-self.total_timesteps // steps_per_epoch)
             rank_zero_info(

@@ -62,7 +62,7 @@ def eval_prefix(obj_set: str, train_obj_set: str) -> str:
 class EnvDataModule(pl.LightningDataModule):
     """Envs for every object set, evaluation loaders, progress counters and RNG state.
 
-    Subclasses implement ``_train_stream`` (the training stream) and :attr:`steps_per_epoch`, and extend
+    Subclasses implement ``_train_stream`` (the training stream) and :attr:`env_steps_per_epoch`, and extend
     :meth:`rank_state_dict` / :meth:`load_rank_state_dict` with their stream's own state.
 
     Args:

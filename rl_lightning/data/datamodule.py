@@ -65,7 +65,7 @@ class RolloutDataModule(EnvDataModule):
         )  # fmt: skip
 
     @property
-    def steps_per_epoch(self) -> int:
+    def env_steps_per_epoch(self) -> int:
         """Environment steps one epoch takes, summed over ranks."""
         return self.hparams.rollout_steps * self.hparams.num_envs * self.world_size
 

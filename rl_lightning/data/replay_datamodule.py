@@ -183,8 +183,8 @@ class ReplayDataModule(EnvDataModule):
         self._restored: dict[str, Any] = {}
 
     @property
-    def steps_per_epoch(self) -> int:
-        """Environment steps one epoch takes, summed over ranks."""
+    def env_steps_per_epoch(self) -> int:
+        """Environment steps one epoch takes, summed over ranks (``steps_per_epoch`` is per rank)."""
         return self.hparams.steps_per_epoch * self.world_size
 
     def _train_stream(self, reset_seed: int) -> ReplayDataset:

@@ -30,7 +30,7 @@ def _train_and_test(experiment: str, seed: int, tmp_path, overrides: tuple[str, 
         max_epochs=-1, logger=False, enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False
     )
     trainer.fit(model, data)
-    assert data.env_steps <= cfg.algo.total_timesteps + data.steps_per_epoch
+    assert data.env_steps <= cfg.algo.total_timesteps + data.env_steps_per_epoch
     return {k: float(v) for r in trainer.test(model, data, verbose=False) for k, v in r.items()}
 
 

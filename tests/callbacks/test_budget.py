@@ -7,9 +7,9 @@ import pytest
 from rl_lightning.callbacks import EnvStepBudget
 
 
-def _state(env_steps, max_epochs=-1, steps_per_epoch=100):
+def _state(env_steps, max_epochs=-1, env_steps_per_epoch=100):
     trainer = SimpleNamespace(should_stop=False, max_epochs=max_epochs)
-    module = SimpleNamespace(env_steps=env_steps, steps_per_epoch=steps_per_epoch)
+    module = SimpleNamespace(env_steps=env_steps, env_steps_per_epoch=env_steps_per_epoch)
     return trainer, module
 
 
@@ -43,7 +43,7 @@ def test_says_when_the_budget_ends_inside_an_epoch(caplog):
     not cut short), and that a whole number of epochs says nothing."""
     import logging
 
-    trainer, module = _state(0, steps_per_epoch=300)
+    trainer, module = _state(0, env_steps_per_epoch=300)
     with caplog.at_level(logging.INFO):
         EnvStepBudget(1000).on_train_start(trainer, module)
         assert "ends after 4 epochs, 1200 env steps" in caplog.text
