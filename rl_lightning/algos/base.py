@@ -50,11 +50,10 @@ class RLModule(pl.LightningModule):
             ``None`` leaves checkpointing to the Trainer's own callbacks.
         keep_last: Interval checkpoints kept on disk (the newest; ``last.ckpt`` and
             ``best.ckpt`` come on top); ``None`` keeps every one.
-        on_nonfinite: ``"stop"``: a NaN or inf in observations, rewards, losses or gradients
-            ends the run with a message naming where it appeared (the last good checkpoint
-            stays the newest); ``"skip"``: such an update is skipped (counted in
-            ``train/skipped_updates``) and such an env episode is cut short (counted in
-            ``rollout/nonfinite_steps``).
+        on_nonfinite: ``"stop"``: a NaN or inf in a loss or gradient ends the run with a message
+            naming where it appeared (the last good checkpoint stays the newest); ``"skip"``: such
+            an update is skipped (counted in ``train/skipped_updates``). Observations and rewards
+            are the data module's ``on_nonfinite`` (Hydra: ``env.on_nonfinite``).
         max_grad_norm: The algorithm's global gradient-norm clip (``None``: none).
         flush_denormal: Flush denormal floats (below 1.2e-38) to zero on the fit's thread
             (:class:`~rl_lightning.callbacks.FlushDenormals`): Adam's second moments sink that low,
