@@ -177,10 +177,10 @@ def _print(text: str) -> None:
 
 def _finish_loggers(loggers: list) -> None:
     # A W&B run stays open until finished; a multirun's next job must not reuse it.
-    for logger in loggers:
-        run = getattr(logger, "_experiment", None)
-        if isinstance(logger, pl.loggers.WandbLogger) and run is not None and hasattr(run, "finish"):
-            run.finish()
+    if any(isinstance(logger, pl.loggers.WandbLogger) for logger in loggers):
+        import wandb
+
+        wandb.finish()
 
 
 #: What the final test evaluates: the final weights, or best.ckpt (highest eval/return_mean).

@@ -125,7 +125,7 @@ def explain_parse_error(message: str, parser: Any) -> str:
     if unrecognized:
         flag = next((a for a in unrecognized.group(1).split() if a.startswith("-")), unrecognized.group(1).strip())
         flag = flag.split("=", 1)[0]
-        options = [o for o in getattr(parser, "_option_string_actions", {}) if o.startswith("--")]
+        options = sorted(set(re.findall(r"--[\w.]+", parser.format_help())))  # the options its help lists
         return f"Unknown argument {flag}.{_did_you_mean(flag, options)} Fix the spelling; {hint}"
     key = re.match(r'\s*Parser key "([^"]+)"', message)
     if key is None:
