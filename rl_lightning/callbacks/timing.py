@@ -66,8 +66,8 @@ class PhaseTimer(pl.Callback):
         self._fit_start = time.perf_counter()
 
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        stream = getattr(trainer.datamodule, "_train_dataset", None)  # built by the dataloader, before this hook
-        if self.synchronize and hasattr(stream, "synchronize_timing"):
+        stream = getattr(trainer.datamodule, "train_dataset", None)  # built by the dataloader, before this hook
+        if self.synchronize and stream is not None:
             stream.synchronize_timing = True
         # A resume from a checkpoint written inside an epoch restores that epoch without calling
         # on_train_epoch_start: its clock starts here, not at 0 (which logged the machine's uptime).

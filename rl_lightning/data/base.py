@@ -168,7 +168,7 @@ class EnvDataModule(pl.LightningDataModule):
         self.train_envs: EnvGroup | None = None
         self.eval_envs: dict[str, EnvGroup] = {}
         #: The training stream (built by the subclass's ``train_dataloader``).
-        self._train_dataset = None
+        self.train_dataset = None
 
     # ---------------------------------------------------------------- environments
     def _env_group(self, obj_set: str, num_envs: int, seed: int, max_episode_steps: int | None) -> EnvGroup:
@@ -244,7 +244,7 @@ class EnvDataModule(pl.LightningDataModule):
     @property
     def last_collection(self) -> CollectionMetrics | None:
         """Metrics of the most recent epoch's collection (``None`` before the first)."""
-        return None if self._train_dataset is None else self._train_dataset.last_collection
+        return None if self.train_dataset is None else self.train_dataset.last_collection
 
     # ---------------------------------------------------------------- dataloaders
     def _policy(self):
@@ -253,13 +253,13 @@ class EnvDataModule(pl.LightningDataModule):
 
     def train_dataloader(self) -> DataLoader:
         """The training stream, built once by the subclass's ``_train_stream`` (a later fit: with today's policy)."""
-        if self._train_dataset is None:  # a resumed run's episodes restart with fresh seeds (offset by the steps done)
+        if self.train_dataset is None:  # a resumed run's episodes restart with fresh seeds (offset by the steps done)
             hp, span = self.hparams, self.hparams.num_envs * self.world_size
             steps = self.env_steps % max(EVAL_SEED_OFFSET - span, 1)  # below the evaluation seeds
-            self._train_dataset = self._train_stream(hp.seed + self.rank * hp.num_envs + steps)
+            self.train_dataset = self._train_stream(hp.seed + self.rank * hp.num_envs + steps)
         else:
-            self._train_dataset.policy = self._policy()
-        return DataLoader(self._train_dataset, batch_size=None, collate_fn=identity_collate)
+            self.train_dataset.policy = self._policy()
+        return DataLoader(self.train_dataset, batch_size=None, collate_fn=identity_collate)
 
     def _eval_loaders(self, gated: bool) -> list[DataLoader]:
         hp = self.hparams

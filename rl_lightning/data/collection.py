@@ -1,4 +1,4 @@
-"""What every data stream shares: the progress counters, the per-epoch collection metrics, device moves.
+"""What every data stream shares: the progress counters, the per-epoch collection metrics and their clock.
 
 A *collection* is the env steps a data stream takes in one epoch: a rollout on-policy, the
 epoch's ``steps_per_epoch`` steps off-policy.
@@ -7,6 +7,9 @@ epoch's ``steps_per_epoch`` steps off-policy.
 from __future__ import annotations
 
 import dataclasses
+import time
+
+import torch
 
 from rl_lightning.envs import EpisodeStats
 
@@ -40,3 +43,15 @@ class CollectionMetrics:
     rollout_seconds: float
     env_seconds: float = 0.0
     inference_seconds: float = 0.0
+
+
+def timer(device: torch.device, synchronize: bool):
+    """``time.perf_counter``; with ``synchronize`` on a CUDA device, read after the device's queued kernels finish."""
+    if not (synchronize and device.type == "cuda"):
+        return time.perf_counter
+
+    def clock() -> float:
+        torch.cuda.synchronize(device)
+        return time.perf_counter()
+
+    return clock

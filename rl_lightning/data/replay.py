@@ -15,7 +15,6 @@ after the previous chunk's last gradient step, so it acts with the current weigh
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 
 import gymnasium as gym
@@ -25,7 +24,7 @@ from tensordict import TensorDict
 from torch.utils.data import IterableDataset
 
 from rl_lightning.data.chunks import ReplayEpoch
-from rl_lightning.data.collection import CollectionMetrics, DataCounters
+from rl_lightning.data.collection import CollectionMetrics, DataCounters, timer
 from rl_lightning.data.compact_replay import CompactReplayBuffer
 from rl_lightning.data.protocol import ExplorationPolicy
 from rl_lightning.data.replay_buffer import ReplayBuffer
@@ -144,6 +143,8 @@ class ReplayDataset(IterableDataset):
         self.epoch_steps = 0
         self.last_collection: CollectionMetrics | None = None
         self._seconds = {"rollout": 0.0, "env": 0.0, "inference": 0.0}
+        #: As :attr:`RolloutDataset.synchronize_timing <rl_lightning.data.rollout.RolloutDataset.synchronize_timing>`.
+        self.synchronize_timing = False
 
     @property
     def learning(self) -> bool:
@@ -171,11 +172,12 @@ class ReplayDataset(IterableDataset):
         yield from self._gradient_steps(device)
         first, vector_steps = self.epoch_steps, self.steps_per_epoch // self.envs.num_envs
         last = False
+        clock = timer(self.envs.device, self.synchronize_timing)
         while not last:
-            start = time.perf_counter()
+            start = clock()
             # To the chunk's end (chunks count from the epoch's start, so a resumed epoch keeps their boundaries).
             self._collect(self.train_freq - self.epoch_steps % self.train_freq)
-            self._seconds["rollout"] += time.perf_counter() - start
+            self._seconds["rollout"] += clock() - start
             self.gradient_credit = self.gradient_steps if self.learning else 0
             last = self.epoch_steps >= vector_steps  # >=: a train_freq that does not divide the epoch still ends it
             if last:  # the collection is complete: counted before its gradient steps
@@ -243,16 +245,16 @@ class ReplayDataset(IterableDataset):
             envs.reset(seed=self.reset_seed)
             if compact:
                 self.buffer.restart()  # the step stored last (before a resume) has no next row
-        obs = envs.obs
-        t0 = time.perf_counter()
+        obs, clock = envs.obs, timer(envs.device, self.synchronize_timing)
+        t0 = clock()
         if self.counters.env_steps < self.learning_starts:
             action = torch.as_tensor(self.random_actions.sample(), device=envs.device)
         else:
             action = self.policy.explore(obs.to(device), self.counters.env_steps)
-        t1 = time.perf_counter()
+        t1 = clock()
         step = envs.step(action)
         self._seconds["inference"] += t1 - t0
-        self._seconds["env"] += time.perf_counter() - t1
+        self._seconds["env"] += clock() - t1
         fields = {"obs": obs, "action": action.to(envs.device), "reward": step.reward, "terminated": step.terminated}
         if not compact:  # the compact buffer reads next_obs from the env's next row
             fields["next_obs"] = step.final_obs

@@ -259,7 +259,7 @@ class ReplayDataModule(EnvDataModule):
     # ---------------------------------------------------------------- checkpointing
     def rank_state_dict(self) -> dict[str, Any]:
         """The owed gradient steps, the epoch's vector steps and (with ``save_replay_buffer``) this rank's buffer."""
-        dataset, restored = self._train_dataset, self._restored
+        dataset, restored = self.train_dataset, self._restored
         return {
             "gradient_credit": dataset.gradient_credit if dataset is not None else restored.get("gradient_credit", 0),
             # An epoch an interruption cut short: the resumed run takes only its remaining steps.
@@ -285,9 +285,9 @@ class ReplayDataModule(EnvDataModule):
     def load_rank_state_dict(self, state: dict[str, Any] | None) -> None:
         """Restore the owed gradient steps, the epoch's position and this rank's buffer when the checkpoint holds it."""
         self._restored = {key: 0 if state is None else int(state[key]) for key in ("gradient_credit", "epoch_steps")}
-        if self._train_dataset is not None:
-            self._train_dataset.gradient_credit = self._restored["gradient_credit"]
-            self._train_dataset.epoch_steps = self._restored["epoch_steps"]
+        if self.train_dataset is not None:
+            self.train_dataset.gradient_credit = self._restored["gradient_credit"]
+            self.train_dataset.epoch_steps = self._restored["epoch_steps"]
         if state is not None and state.get("replay_buffer") is not None:
             saved = "compact" in state["replay_buffer"]
             if saved != self.hparams.optimize_memory_usage:

@@ -22,29 +22,15 @@ No host read per step: the positions of truncated episodes are read once, after 
 
 from __future__ import annotations
 
-import time
-
 import torch
 from tensordict import TensorDict
 from torch.utils.data import IterableDataset
 
 from rl_lightning.checks import check_positive_int
-from rl_lightning.data.collection import CollectionMetrics, DataCounters
+from rl_lightning.data.collection import CollectionMetrics, DataCounters, timer
 from rl_lightning.data.protocol import RolloutPolicy
 from rl_lightning.envs import EnvGroup
 from rl_lightning.faults import interrupt_request
-
-
-def _timer(device: torch.device, synchronize: bool):
-    """``time.perf_counter``; with ``synchronize`` on a CUDA device, read after the device's queued kernels finish."""
-    if not (synchronize and device.type == "cuda"):
-        return time.perf_counter
-
-    def clock() -> float:
-        torch.cuda.synchronize(device)
-        return time.perf_counter()
-
-    return clock
 
 
 class RolloutDataset(IterableDataset):
@@ -97,7 +83,7 @@ class RolloutDataset(IterableDataset):
             (keys: see the module).
         """
         envs, policy, T = self.envs, self.policy, self.rollout_steps
-        clock = _timer(envs.device, self.synchronize_timing)
+        clock = timer(envs.device, self.synchronize_timing)
         start = clock()
         device = next(policy.parameters()).device  # where the policy acts: observations go there
         if envs.obs is None:

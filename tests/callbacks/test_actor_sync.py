@@ -197,7 +197,7 @@ def test_a_data_module_reused_by_a_second_fit_acts_with_the_new_copy():
 
     class _Spy(pl.Callback):
         def on_train_epoch_start(self, trainer, pl_module):
-            dataset = trainer.datamodule._train_dataset
+            dataset = trainer.datamodule.train_dataset
             if dataset is not None:
                 seen.append(dataset.policy is pl_module.acting_copy)
 

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import lightning.pytorch as pl
+import pytest
 
-from rl_lightning import RolloutDataModule
+from rl_lightning import DQN, RolloutDataModule
 from rl_lightning.callbacks import PhaseTimer
 from rl_lightning.callbacks.timing import PHASES
-from tests.helpers import tiny_ppo
+from tests.helpers import quiet_trainer, tiny_ppo, tiny_replay_data, tiny_rollout_data
 
 
 class _Recorder(pl.loggers.Logger):
@@ -83,3 +84,24 @@ def test_replay_collection_inside_the_epochs_batch_is_not_counted_as_optimizatio
     assert timer.totals["env"] > 0 and timer.totals["optimization"] > 0
     collection = timer.totals["env"] + timer.totals["inference"]
     assert collection + timer.totals["optimization"] <= timer.fit_seconds
+
+
+@pytest.mark.parametrize("stream", ["rollout", "replay"])
+def test_a_synchronized_phase_timer_switches_the_stream_to_synchronized_timing(stream, monkeypatch):
+    """Test that PhaseTimer(synchronize=True) turns on the training stream's synchronized clock when training starts,
+    the rollout's and the replay loop's alike."""
+    import importlib
+
+    from rl_lightning.data.collection import timer as real_timer
+
+    asked = []
+    module = importlib.import_module(f"rl_lightning.data.{stream}")
+    monkeypatch.setattr(module, "timer", lambda device, synchronize: asked.append(synchronize) or real_timer(device, 0))
+    if stream == "rollout":
+        model, data = tiny_ppo(total_timesteps=64), tiny_rollout_data(backend="torch", num_envs=8, rollout_steps=8)
+    else:
+        model, data = DQN(hidden_sizes=[16], total_timesteps=10**6), tiny_replay_data("CartPole-v1")
+    timer = PhaseTimer(print_summary=False, synchronize=True)
+    quiet_trainer(callbacks=[timer], max_epochs=1).fit(model, data)
+    assert data.train_dataset.synchronize_timing is True and asked and all(asked)  # every clock of the fit
+    assert timer.totals["env"] > 0 and timer.totals["optimization"] > 0

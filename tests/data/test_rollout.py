@@ -202,32 +202,6 @@ def test_ppo_trains_and_evaluates_on_the_torch_backend():
     assert episodes.lengths and episodes.returns == [float(n) for n in episodes.lengths]
 
 
-def test_the_phase_clock_waits_for_a_cuda_device_only_when_asked(monkeypatch):
-    """Test that the rollout's clock synchronizes a CUDA device only with synchronize_timing, and never the CPU."""
-    import time
-
-    from rl_lightning.data.rollout import _timer
-
-    waits = []
-    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: waits.append(device))
-    assert _timer(torch.device("cpu"), True) is time.perf_counter
-    assert _timer(torch.device("cuda"), False) is time.perf_counter
-    clock = _timer(torch.device("cuda"), True)
-    assert clock() <= clock() and waits == [torch.device("cuda")] * 2
-
-
-def test_a_synchronized_phase_timer_switches_the_rollout_to_synchronized_timing():
-    """Test that PhaseTimer(synchronize=True) turns on the rollout's synchronized clock when training starts."""
-    from rl_lightning.callbacks.timing import PhaseTimer
-    from tests.helpers import quiet_trainer
-
-    data = tiny_rollout_data(backend="torch", num_envs=8, rollout_steps=8)
-    timer = PhaseTimer(print_summary=False, synchronize=True)
-    quiet_trainer(callbacks=[timer], max_epochs=1).fit(tiny_ppo(total_timesteps=64), data)
-    assert data._train_dataset.synchronize_timing is True
-    assert timer.totals["env"] > 0 and timer.totals["optimization"] > 0
-
-
 def test_a_rollout_of_no_steps_is_refused_naming_the_setting():
     """Test that rollout_steps=0 is refused when the dataset is built, not with an error from an empty stack."""
     envs = EnvGroup(SCRIPTED_ID, 2, obj_sets=SCRIPTED_SETS)
