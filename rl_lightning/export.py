@@ -111,8 +111,6 @@ class DeployedActor(nn.Module):
             "observation_space": space_to_dict(observation_space),
             "action_space": space_to_dict(action_space),
         }
-        if self.keys is None:
-            self.metadata["input"] = self.inputs[0]  # the single input, as format 1 named it
         if self.recurrent:
             self.state_shape = shape = list(policy.initial_state(1).shape)
             self.metadata["state"] = {

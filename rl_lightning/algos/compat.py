@@ -169,8 +169,7 @@ def _weights_mismatch(module: pl.LightningModule, checkpoint: dict[str, Any]) ->
 
     Compared before loading, so the user gets the settings that differ rather than PyTorch's
     list of tensors. Tensors whose shapes differ always refuse the load; entries present on
-    one side only do when the settings differ too (otherwise a subclass may still rename
-    them, as SAC does for old checkpoints, or the load is not strict).
+    one side only do when the settings differ too (otherwise the load may not be strict).
     """
     saved = checkpoint.get("state_dict") or {}
     own = module.state_dict()

@@ -26,7 +26,9 @@ EnvFactory = Callable[[str, int, torch.device, int, "int | None"], Any]
 
 def _space(spec: Any, batch_dims: int) -> gym.Space:
     """The gymnasium space of one env of a batched torchrl spec (``Categorical`` / ``OneHot``: ``Discrete``)."""
-    if type(spec).__name__ in ("Categorical", "DiscreteTensorSpec", "OneHot", "OneHotDiscreteTensorSpec"):
+    from torchrl.data import Categorical, OneHot  # here: the package imports torchrl only for a torchrl env
+
+    if type(spec) in (Categorical, OneHot):  # not their subclasses (Binary, MultiCategorical)
         return gym.spaces.Discrete(int(spec.space.n))
     low, high, space = -np.inf, np.inf, getattr(spec, "space", None)
     if hasattr(space, "low"):  # Bounded: the first env's bounds (the batch shares them)
@@ -43,6 +45,8 @@ class TorchRLVectorEnv(gym.vector.VectorEnv):
     metadata = {"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP}
 
     def __init__(self, env: Any, obs_key: str = "observation"):
+        from torchrl.data import OneHot
+
         if len(env.batch_size) != 1:
             raise ValueError(
                 f"The torchrl env has batch_size {list(env.batch_size)}; the tensor path steps one flat batch. Build "
@@ -55,7 +59,7 @@ class TorchRLVectorEnv(gym.vector.VectorEnv):
         self.single_action_space = _space(env.action_spec, 1)
         self.observation_space = gym.vector.utils.batch_space(self.single_observation_space, self.num_envs)
         self.action_space = gym.vector.utils.batch_space(self.single_action_space, self.num_envs)
-        self._one_hot = type(env.action_spec).__name__ in ("OneHot", "OneHotDiscreteTensorSpec")
+        self._one_hot = type(env.action_spec) is OneHot
         self.params = getattr(env, "params", {})
         self._td = None
 

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import gymnasium as gym
 import pytest
 import torch
+from torchrl.data import Categorical
 
 from rl_lightning.envs import EnvGroup
 from rl_lightning.envs.torchrl_env import TorchRLVectorEnv
@@ -112,3 +114,17 @@ def test_a_torchrl_envs_success_key_reaches_the_step_info():
     env.reset(seed=0)
     flags = [env.step(torch.zeros(2, dtype=torch.long))[4]["success"].tolist() for _ in range(LIMIT)]
     assert flags == [[False, False], [True, True], [True, True]]
+
+
+def test_torchrl_specs_map_onto_gymnasium_spaces_by_their_class():
+    """Test that Categorical and OneHot specs become Discrete, and that their subclasses (MultiCategorical) and
+    bounded specs do not (a Box with the first env's bounds)."""
+    from torchrl.data import Bounded, MultiCategorical, OneHot
+
+    from rl_lightning.envs.torchrl_env import _space
+
+    assert _space(Categorical(3, shape=(2,)), 1) == _space(OneHot(3, shape=(2, 3)), 1) == gym.spaces.Discrete(3)
+    multi = _space(MultiCategorical([2, 3], shape=(2, 2)), 1)
+    assert not isinstance(multi, gym.spaces.Discrete) and multi.shape == (2,)
+    box = _space(Bounded(-1.0, 2.0, shape=(2, 3)), 1)
+    assert isinstance(box, gym.spaces.Box) and box.shape == (3,) and box.low.tolist() == [-1.0] * 3
