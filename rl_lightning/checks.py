@@ -7,6 +7,7 @@ any env is built or step taken.
 
 from __future__ import annotations
 
+import difflib
 import glob
 import importlib
 import math
@@ -15,6 +16,12 @@ import numbers
 import os
 from collections.abc import Callable, Sequence
 from typing import Any
+
+
+def did_you_mean(word: str, options: Sequence[str], cutoff: float = 0.6) -> str:
+    """`` Did you mean 'a' or 'b'?`` for the ``options`` closest to ``word`` (up to three), ``""`` if none is close."""
+    close = difflib.get_close_matches(word, list(options), n=3, cutoff=cutoff)
+    return f" Did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
 
 
 def _is_number(value: Any) -> bool:

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import difflib
 import importlib
 import os
 from collections.abc import Mapping, Sequence
@@ -29,7 +28,13 @@ import gymnasium as gym
 import torch
 from tensordict import TensorDict, is_tensor_collection
 
-from rl_lightning.checks import check_max_env_restarts, check_positive_int, check_value_options, check_worker_options
+from rl_lightning.checks import (
+    check_max_env_restarts,
+    check_positive_int,
+    check_value_options,
+    check_worker_options,
+    did_you_mean,
+)
 from rl_lightning.envs.batched import DYNAMICS, TorchVectorEnv
 from rl_lightning.envs.envpool_env import EnvPoolVectorEnv, check_envpool_task
 from rl_lightning.envs.gymnasium_env import WORKER_TIMEOUT, GymnasiumVectorEnv, Restarts, derive_seed
@@ -64,8 +69,7 @@ def check_env_id(env_id: str) -> None:
     if name in gym.registry:
         return
     # Ids of other namespaces rarely are what was meant: suggest only close ones.
-    close = difflib.get_close_matches(name, list(gym.registry), n=3, cutoff=0.8)
-    hint = f" Did you mean {', '.join(repr(c) for c in close)}?" if close else ""
+    hint = did_you_mean(name, gym.registry, cutoff=0.8)
     where = f" The module '{module}' did not register it." if module else ""
     raise ValueError(
         f"Unknown environment id '{env_id}'.{hint}{where} Register a custom env with "

@@ -9,13 +9,14 @@ it builds its specs under ``set_gym_backend("gym")`` (``torchrl/envs/libs/envpoo
 
 from __future__ import annotations
 
-import difflib
 import os
 from typing import Any
 
 import gymnasium as gym
 import numpy as np
 import torch
+
+from rl_lightning.checks import did_you_mean
 
 
 def _import_envpool():
@@ -48,8 +49,7 @@ def check_envpool_task(env_id: str) -> None:
         ) from None
     task, tasks = envpool_task(env_id), envpool.list_all_envs()
     if task not in tasks:
-        close = difflib.get_close_matches(task, tasks, n=3)
-        hint = f" Close EnvPool ids: {close}." if close else ""
+        hint = did_you_mean(task, tasks)
         raise ValueError(
             f"env.backend=envpool: EnvPool has no task {env_id!r} (as {task!r}).{hint} Use an id EnvPool ships "
             "(envpool.list_all_envs()) or keep env.backend=gymnasium."

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import difflib
 import importlib
 import inspect
 import os
@@ -47,7 +46,7 @@ from rl_lightning.algos import RLModule, read_checkpoint
 from rl_lightning.algos.base import CHECKPOINT_KEY
 from rl_lightning.algos.loading import check_resume
 from rl_lightning.callbacks import EnvStepProgressBar, PhaseTimer
-from rl_lightning.checks import check_new_run_dir
+from rl_lightning.checks import check_new_run_dir, did_you_mean
 from rl_lightning.data.base import EnvDataModule
 from rl_lightning.faults import EnvFault, NumericalFault, TrainingInterrupted
 from rl_lightning.loggers import continue_loggers
@@ -61,11 +60,6 @@ def _fail(message: str, code: int = 2) -> NoReturn:
     sys.stderr.write(f"error: {' '.join(message.split())}\n")
     sys.stderr.flush()
     raise SystemExit(code)
-
-
-def _did_you_mean(word: str, options: Sequence[str], cutoff: float = 0.6) -> str:
-    close = difflib.get_close_matches(word, list(options), n=3, cutoff=cutoff)
-    return f" Did you mean {' or '.join(close)}?" if close else ""
 
 
 def _classes(section: str) -> list[str]:
@@ -111,7 +105,7 @@ def explain_parse_error(message: str, parser: Any) -> str:
     if choice:
         options = [*re.findall(r"'([^']+)'", choice.group(2)), *TOOLS]
         return (
-            f"Unknown subcommand '{choice.group(1)}'.{_did_you_mean(choice.group(1), options)} Choose one of: "
+            f"Unknown subcommand '{choice.group(1)}'.{did_you_mean(choice.group(1), options)} Choose one of: "
             f"{', '.join(options)} (e.g. rl-lightning fit --model PPO)."
         )
     required = re.search(r"arguments are required: (?:\w+\.)?(model|data)\b", message)
@@ -126,7 +120,7 @@ def explain_parse_error(message: str, parser: Any) -> str:
         flag = next((a for a in unrecognized.group(1).split() if a.startswith("-")), unrecognized.group(1).strip())
         flag = flag.split("=", 1)[0]
         options = sorted(set(re.findall(r"--[\w.]+", parser.format_help())))  # the options its help lists
-        return f"Unknown argument {flag}.{_did_you_mean(flag, options)} Fix the spelling; {hint}"
+        return f"Unknown argument {flag}.{did_you_mean(flag, options)} Fix the spelling; {hint}"
     key = re.match(r'\s*Parser key "([^"]+)"', message)
     if key is None:
         return f"{message.strip().splitlines()[0]} {hint}"
@@ -140,7 +134,7 @@ def explain_parse_error(message: str, parser: Any) -> str:
     if path and section == "trainer.logger":
         given = path.group(1)
         return (
-            f"Unknown --trainer.logger class '{given}'.{_did_you_mean(given, LIBRARY_LOGGERS, 0.8)} Choose one of "
+            f"Unknown --trainer.logger class '{given}'.{did_you_mean(given, LIBRARY_LOGGERS, 0.8)} Choose one of "
             f"{', '.join(LIBRARY_LOGGERS)} (the library's, which keep a run's logs across a resume), another "
             "logger by its import path (lightning.pytorch.loggers.MLFlowLogger, or your own: mypkg.MyLogger), "
             "or false for none."
@@ -150,7 +144,7 @@ def explain_parse_error(message: str, parser: Any) -> str:
         options = _classes(section)
         given = path.group(1).rpartition(".")[2]
         return (
-            f"Unknown {flag} class '{path.group(1)}'.{_did_you_mean(given, options)} Choose one of: "
+            f"Unknown {flag} class '{path.group(1)}'.{did_you_mean(given, options)} Choose one of: "
             f"{', '.join(options)} (e.g. {flag} {options[0]})."
         )
     if nested:
@@ -167,7 +161,7 @@ def explain_parse_error(message: str, parser: Any) -> str:
             args = _init_args(class_path)
             return (
                 f"Unknown argument {flag}.{option.group(1)}: {name} takes no '{option.group(1)}'."
-                f"{_did_you_mean(option.group(1), args)} Its arguments: {', '.join(args)}."
+                f"{did_you_mean(option.group(1), args)} Its arguments: {', '.join(args)}."
             )
         if arg:  # the argument's own error comes before the other union alternatives ("- Expected ...")
             union = re.search(r"Does not validate against any of the Union subtypes.*?Given value: [^\n]*", why, re.S)

@@ -10,7 +10,6 @@ handle, a checkpoint that does not fit; explained by :func:`explain_run_error`).
 
 from __future__ import annotations
 
-import difflib
 import linecache
 import os
 import re
@@ -24,14 +23,11 @@ from lightning.fabric.utilities.exceptions import MisconfigurationException
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import MissingMandatoryValue, OmegaConfBaseException
 
+from rl_lightning.checks import did_you_mean
+
 
 class ConfigError(Exception):
     """A configuration mistake, explained for the user."""
-
-
-def _did_you_mean(word: str, options: Sequence[str]) -> str:
-    close = difflib.get_close_matches(word, list(options), n=3, cutoff=0.6)
-    return f" Did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
 
 
 def _single_run_overrides(overrides: Sequence[str]) -> list[str]:
@@ -76,7 +72,7 @@ def _explain_composition(message: str, config_dir: str, config_name: str, overri
         group, option = missing.groups()
         options = re.findall(r"^\t(\S+)$", message.split("Config search path")[0], flags=re.M)
         return (
-            f"Unknown {group} '{option}'.{_did_you_mean(option, options)} Choose one of: {', '.join(options)} "
+            f"Unknown {group} '{option}'.{did_you_mean(option, options)} Choose one of: {', '.join(options)} "
             f"(e.g. {'+' if group == 'experiment' else ''}{group}={options[0] if options else '...'}"
             + (", or several: logger=[wandb,csv])." if group == "logger" else ").")
         )
@@ -89,7 +85,7 @@ def _explain_composition(message: str, config_dir: str, config_name: str, overri
         # A key that lives in another group (a learning setting under data., an env setting under algo.): name it.
         elsewhere = [f"{group}.{leaf}" for group in ("algo", "data", "env", "trainer") if group != parent
                      and leaf in _keys_at(config_dir, config_name, overrides, key, group)]  # fmt: skip
-        hint = f" Did you mean '{elsewhere[0]}'?" if elsewhere else _did_you_mean(leaf, keys)
+        hint = f" Did you mean '{elsewhere[0]}'?" if elsewhere else did_you_mean(leaf, keys)
         return (
             f"Unknown config key '{key}'.{hint} Keys of {where}: {', '.join(keys)}. "
             f"Fix the spelling; to add a new key on purpose, write +{key}=..."

@@ -286,7 +286,7 @@ ROWS = [
         ["PPO", "{ppo}", "DQN"],
     ),
     # ------------------------------------------------------------------ rl-lightning CLI
-    ("cli", "unknown-subcommand", ["fitt"], ["Unknown subcommand 'fitt'", "Did you mean fit"]),
+    ("cli", "unknown-subcommand", ["fitt"], ["Unknown subcommand 'fitt'", "Did you mean 'fit'"]),
     ("cli", "missing-model", ["fit"], ["Missing --model", "PPO, DQN, SAC", "--model PPO"]),
     (
         "cli",
@@ -298,25 +298,25 @@ ROWS = [
         "cli",
         "unknown-model-class",
         ["fit", "--model", "PPX"],
-        ["--model class 'PPX'", "Did you mean PPO", "PPO, DQN, SAC"],
+        ["--model class 'PPX'", "Did you mean 'PPO'", "PPO, DQN, SAC"],
     ),
     (
         "cli",
         "unknown-data-class",
         ["fit", "--model", "PPO", "--data", "ReplayDataModul"],
-        ["--data class 'ReplayDataModul'", "Did you mean ReplayDataModule"],
+        ["--data class 'ReplayDataModul'", "Did you mean 'ReplayDataModule'"],
     ),
     (
         "cli",
         "unknown-flag",
         ["fit", "--model", "PPO", "--modl", "PPO"],
-        ["Unknown argument --modl", "Did you mean --model"],
+        ["Unknown argument --modl", "Did you mean '--model'"],
     ),
     (
         "cli",
         "unknown-model-argument",
         ["fit", "--model", "PPO", "--model.lrr", "1"],
-        ["--model.lrr", "Did you mean lr"],
+        ["--model.lrr", "Did you mean 'lr'"],
     ),
     (
         "cli",
@@ -346,7 +346,7 @@ ROWS = [
         "cli",
         "misspelt-logger-class",
         ["fit", "--model", "PPO", "--trainer.logger", "CSVLoger"],
-        ["Unknown --trainer.logger class 'CSVLoger'", "Did you mean CSVLogger?"],
+        ["Unknown --trainer.logger class 'CSVLoger'", "Did you mean 'CSVLogger'?"],
     ),
     (
         "cli",
