@@ -175,7 +175,7 @@ class TensorBoardLogger(_LightningTensorBoardLogger):
 
 
 #: The checkpoint entry where the loggers' ids are kept (a W&B run id), so a resume can continue them.
-CHECKPOINT_KEY = "loggers"
+LOGGERS_KEY = "loggers"
 
 
 def logger_state(loggers: Iterable[Logger]) -> dict[str, Any]:

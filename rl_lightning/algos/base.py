@@ -30,8 +30,7 @@ from rl_lightning.callbacks.interrupt import stop_if_requested
 from rl_lightning.checks import check_positive, check_positive_int
 from rl_lightning.data.base import EnvDataModule, collected_since, last_collection
 from rl_lightning.envs.obs import Obs, clip_floats, map_obs, single_to_batch, to_tensor
-from rl_lightning.loggers import CHECKPOINT_KEY as LOGGERS_KEY
-from rl_lightning.loggers import logger_state, rewind_loggers
+from rl_lightning.loggers import LOGGERS_KEY, logger_state, rewind_loggers
 from rl_lightning.nets.actor_copy import ActorCopy
 from rl_lightning.nets.encoders import actor_space
 
@@ -138,9 +137,10 @@ class RLModule(pl.LightningModule):
         datamodule = self.trainer.datamodule
         if datamodule is None or not hasattr(datamodule, "env_spaces"):
             if self.policy is None:
+                data = getattr(self.datamodule_class, "__name__", "RolloutDataModule")
                 raise RuntimeError(
-                    f"{type(self).__name__} builds its networks from the env of a RolloutDataModule: "
-                    "call trainer.fit(model, datamodule=RolloutDataModule(env_id=...))."
+                    f"{type(self).__name__} builds its networks from the env of a {data}: "
+                    f"call trainer.fit(model, datamodule={data}(env_id=...))."
                 )
             return
         expected = self.datamodule_class

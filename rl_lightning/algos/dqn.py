@@ -101,7 +101,7 @@ class DQN(RLModule):
             )
         self.save_hyperparameters(ignore=["encoder"] if own_encoder else None)
         self._encoder = encoder
-        # A chunk's gradient steps are taken inside training_step: one Lightning batch per chunk.
+        # An epoch's gradient steps are taken inside training_step: one Lightning batch per replay epoch.
         self.automatic_optimization = False
         self.target_net: QValueNetwork | None = None
 

@@ -13,7 +13,7 @@ from rl_lightning.algos.ppo import PPO
 from rl_lightning.algos.sac import SAC
 from rl_lightning.callbacks.checkpoint import check_checkpoint_file
 from rl_lightning.data.base import EnvDataModule
-from rl_lightning.loggers import CHECKPOINT_KEY as LOGGERS_KEY
+from rl_lightning.loggers import LOGGERS_KEY
 
 #: The algorithms by the name a checkpoint records.
 ALGORITHMS: dict[str, type[RLModule]] = {cls.__name__: cls for cls in (PPO, SAC, DQN)}

@@ -22,7 +22,7 @@ from torch.utils.data import DataLoader
 
 from rl_lightning.checks import check_positive_int, check_seed
 from rl_lightning.data.collection import CollectionMetrics, DataCounters
-from rl_lightning.data.evaluation import EvaluationDataset
+from rl_lightning.data.evaluation import EvaluationDataset, episodes_per_env
 from rl_lightning.envs import EnvGroup, make_env, resolve_obj_sets
 from rl_lightning.envs.env_group import check_env_settings
 from rl_lightning.envs.torchrl_env import EnvFactory, factory_path, user_factory
@@ -276,7 +276,7 @@ class EnvDataModule(pl.LightningDataModule):
             # must fall on the uninterrupted run's env-step grid (issue 25's fifth defect).
             return self.evaluation_due
 
-        share = hp.eval_episodes // self.world_size + (self.rank < hp.eval_episodes % self.world_size)
+        share = episodes_per_env(hp.eval_episodes, self.world_size)[self.rank]
         loaders = []
         for obj_set, envs in self.eval_envs.items():
             # The final test draws other episodes than validation (which may have picked best.ckpt): its figures are

@@ -27,7 +27,7 @@ from rl_lightning.video import VideoWriter
 
 
 def episodes_per_env(episodes: int, num_envs: int) -> list[int]:
-    """Split ``episodes`` over envs as evenly as possible.
+    """Split ``episodes`` over envs (or ranks) as evenly as possible.
 
     Counting the first ``episodes`` episodes to finish would favour short episodes; giving
     each env a fixed quota removes that bias (as Stable-Baselines3's ``evaluate_policy``).

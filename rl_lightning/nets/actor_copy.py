@@ -38,7 +38,7 @@ def _copy_dtypes(module: nn.Module, dtype: torch.dtype) -> list[torch.dtype]:
 
     Floating parameters take ``dtype``; buffers keep theirs: observation statistics in bf16
     would erase features (a feature of mean 50 and std 0.05 normalizes to all zeros), so the
-    networks normalize in float32 and cast after (``ActorCritic._features``).
+    networks normalize in float32 and cast after (``ActorCritic.features``).
     """
     params = [p.dtype if not p.is_floating_point() else dtype for p in module.parameters()]
     return params + [b.dtype for b in module.buffers()]

@@ -16,18 +16,16 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Any
 
 import gymnasium as gym
 import numpy as np
 import torch
 from torch import nn
 
+from rl_lightning.envs.obs import Obs
 from rl_lightning.nets.encoders import EncoderSettings, build_encoder
 from rl_lightning.nets.mlp import mlp
 from rl_lightning.nets.normalizer import RunningNormalizer
-
-Obs = Any  # a tensor ``[B, ...]``, or a ``TensorDict`` of them for a ``Dict`` space
 
 _HALF_LOG_2PI = 0.5 * math.log(2 * math.pi)
 

@@ -258,8 +258,7 @@ class SquashedGaussianActor(nn.Module):
         """
         if not deterministic:
             return self.explore(obs), None, None, None
-        loc, _ = self._loc_scale(obs)
-        return self.low + (torch.tanh(loc) + 1) * (self.high - self.low) / 2, None, None, None
+        return _squash(self._loc_scale(obs)[0], self.low, self.high), None, None, None
 
     def forward(self, obs: Obs) -> torch.Tensor:
         """Deterministic actions for observations ``[B, obs_dim]``."""

@@ -241,3 +241,11 @@ def test_sacs_critics_read_the_privileged_keys_and_its_actor_does_not():
     torch.testing.assert_close(policy.act(TensorDict({"joints": joints}, batch_size=[5]))[0], actions[0])
     q = [model.critics(o, actions[0]) for o in obs]
     assert not torch.allclose(q[0], q[1])
+
+
+def test_a_fit_without_a_data_module_names_the_algorithms_own():
+    """Test that SAC fitted on a bare dataloader says to pass a ReplayDataModule (not PPO's RolloutDataModule)."""
+    from torch.utils.data import DataLoader
+
+    with pytest.raises(RuntimeError, match=r"env of a ReplayDataModule.*datamodule=ReplayDataModule\(env_id=\.\.\.\)"):
+        quiet_trainer(max_epochs=1).fit(SAC(), train_dataloaders=DataLoader([1]))
