@@ -227,16 +227,6 @@ class EnvDataModule(pl.LightningDataModule):
             env.close()
 
     @property
-    def observation_space(self) -> gym.Space:
-        """Observation space of one training env (see :meth:`env_spaces`)."""
-        return self.env_spaces()[0]
-
-    @property
-    def action_space(self) -> gym.Space:
-        """Action space of one training env (see :meth:`env_spaces`)."""
-        return self.env_spaces()[1]
-
-    @property
     def env_steps(self) -> int:
         """Environment steps taken so far, summed over ranks."""
         return self.counters.env_steps

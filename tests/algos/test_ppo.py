@@ -332,7 +332,7 @@ def _weight_change(max_grad_norm):
     model = tiny_ppo(total_timesteps=10_000, max_grad_norm=max_grad_norm)
     data = small_data("CartPole-v1", seed=0)
     data.setup("fit")
-    model._ensure_policy(data.observation_space, data.action_space)
+    model._ensure_policy(*data.env_spaces())
     before = torch.cat([p.detach().flatten().clone() for p in model.policy.parameters()])
     quiet_trainer(max_epochs=1).fit(model, data)
     after = torch.cat([p.detach().flatten() for p in model.policy.parameters()])
@@ -397,7 +397,7 @@ def test_ones_own_encoder_plugs_in_as_a_module_factory():
     model, data, _ = fit(
         PIXEL_GOAL, model_kwargs={"encoder": Flat}, data_kwargs={"obj_sets": {"train": [{}], "test": [{}]}}
     )
-    assert isinstance(model.policy.encoder, Flat) and built == [data.observation_space]
+    assert isinstance(model.policy.encoder, Flat) and built == [data.env_spaces()[0]]
     assert "encoder" not in model.hparams
 
 

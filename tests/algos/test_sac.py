@@ -210,7 +210,7 @@ def test_a_subclass_loss_is_what_the_update_differentiates():
     trainer = quiet_trainer(max_epochs=-1)
     data = small_data()
     data.setup("fit")
-    model._ensure_policy(data.observation_space, data.action_space)
+    model._ensure_policy(*data.env_spaces())
     actor_before = {k: v.clone() for k, v in model.policy.state_dict().items()}
     critics_before = {k: v.clone() for k, v in model.critics.state_dict().items()}
     trainer.fit(model, data)

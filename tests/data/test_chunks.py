@@ -65,7 +65,7 @@ def test_a_replay_epoch_is_moved_by_lightning_and_draws_its_batches_on_that_devi
         eval_episodes=1,
     )  # fmt: skip
     data.setup("fit")
-    data._policy = lambda: DQN(hidden_sizes=[8]).build_policy(data.observation_space, data.action_space)
+    data._policy = lambda: DQN(hidden_sizes=[8]).build_policy(*data.env_spaces())
     stream = data.train_dataloader()
     epoch = next(iter(stream))
     assert epoch.to("cpu") is epoch and epoch.device == torch.device("cpu") and data.env_steps == 0
@@ -115,7 +115,7 @@ def _plain_loop(make_model, data_kwargs, start: _StartState, update, train_freq:
     data = ReplayDataModule(**data_kwargs)
     data.setup("fit")
     model = make_model()
-    model._ensure_policy(data.observation_space, data.action_space)
+    model._ensure_policy(*data.env_spaces())
     model.load_state_dict(start.weights)
     optimizer = model.configure_optimizers()
     data._policy = lambda: model.policy
@@ -276,7 +276,7 @@ def test_the_chunk_schedule_is_stable_baselines3s(train_freq, gradient_steps, le
         gradient_steps=gradient_steps, batch_size=4, eval_episodes=1,
     )  # fmt: skip
     data.setup("fit")
-    data._policy = lambda: DQN(hidden_sizes=[8]).build_policy(data.observation_space, data.action_space)
+    data._policy = lambda: DQN(hidden_sizes=[8]).build_policy(*data.env_spaces())
     ours = schedule(take_epoch(data.train_dataloader()))
     assert calls and ours == calls
     data.close()

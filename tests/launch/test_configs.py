@@ -186,7 +186,8 @@ def test_the_atari_experiment_trains_evaluates_and_checkpoints_end_to_end(tmp_pa
     ]
     model, data, trainer = _fit_experiment(overrides, tmp_path)
     assert data.env_steps == 256
-    assert data.observation_space.shape == (4, 84, 84) and data.observation_space.dtype == np.uint8
+    observation_space = data.env_spaces()[0]
+    assert observation_space.shape == (4, 84, 84) and observation_space.dtype == np.uint8
     assert model.policy.encoder.images[0].channels_first
     results = {k: v for r in trainer.test(model, data, verbose=False) for k, v in r.items()}
     assert "eval/return_mean" in results and "eval_ood/return_mean" in results
