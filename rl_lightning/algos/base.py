@@ -150,6 +150,12 @@ class RLModule(pl.LightningModule):
                 f"Pass {expected.__name__}(env_id=...) (with Hydra: the data group that goes with algo="
                 f"{type(self).__name__.lower()}, as its experiments set)."
             )
+        starts = datamodule.hparams.get("learning_starts", 0)  # off-policy: random actions, no gradient steps
+        if stage == "fit" and starts >= self.total_timesteps:
+            raise ValueError(
+                f"learning_starts={starts} is not below total_timesteps={self.total_timesteps}: the run would take "
+                "random actions only and no gradient step. Lower data.learning_starts or raise algo.total_timesteps."
+            )
         self._ensure_policy(*datamodule.env_spaces())
 
     @property

@@ -249,3 +249,10 @@ def test_a_fit_without_a_data_module_names_the_algorithms_own():
 
     with pytest.raises(RuntimeError, match=r"env of a ReplayDataModule.*datamodule=ReplayDataModule\(env_id=\.\.\.\)"):
         quiet_trainer(max_epochs=1).fit(SAC(), train_dataloaders=DataLoader([1]))
+
+
+def test_a_budget_that_ends_before_learning_starts_is_refused():
+    """Test that total_timesteps at or below learning_starts is refused before any step, naming both settings (the
+    run would take random actions only and train nothing)."""
+    with pytest.raises(ValueError, match=rf"learning_starts={REPLAY_LEARNING_STARTS} is not below total_timesteps"):
+        quiet_trainer(max_epochs=1).fit(SAC(total_timesteps=REPLAY_LEARNING_STARTS), tiny_replay_data("Pendulum-v1"))
