@@ -42,7 +42,7 @@ from jsonargparse import Namespace
 from lightning.fabric.utilities.exceptions import MisconfigurationException
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 
-from rl_lightning.algos import RLModule, read_checkpoint
+from rl_lightning.algos import ALGORITHMS, RLModule, read_checkpoint
 from rl_lightning.algos.base import CHECKPOINT_KEY
 from rl_lightning.algos.loading import check_resume
 from rl_lightning.callbacks import EnvStepProgressBar, PhaseTimer
@@ -482,6 +482,13 @@ def _with_checkpoint_config(args: list[str]) -> list[str]:
     if not (args and args[0] in ("validate", "test") and ckpt_path):
         return args
     config = checkpoint_config(ckpt_path)
+    algorithm = config["model"]["class_path"].rpartition(".")[2]
+    for i, arg in enumerate(args):  # another algorithm named: refused here, before its data module is
+        flag, eq, value = arg.partition("=")
+        name = (value if eq else (args[i + 1] if i + 1 < len(args) else "")).rpartition(".")[2]
+        if flag == "--model" and name in ALGORITHMS and name != algorithm:
+            _fail(f"{ckpt_path} holds a {algorithm} model, not a {name} one: drop --model ({args[0]} builds the "
+                  f"checkpoint's algorithm), or pass a checkpoint of a {name} run.")  # fmt: skip
     with tempfile.NamedTemporaryFile("w", suffix=".yaml", prefix="rl_lightning_ckpt_", delete=False) as f:
         yaml.safe_dump(config, f)
     atexit.register(os.unlink, f.name)

@@ -175,8 +175,9 @@ def test_cli_library_loggers_write_in_the_run_dir(name, tmp_path, monkeypatch):
 
 def test_cli_fit_keeps_an_earlier_runs_results_and_test_keeps_its_config(tmp_path, monkeypatch, capsys):
     """Test that a fit into a directory a refused fit left (only its config.yaml) runs, that a fresh fit into a
-    directory holding a run's results is refused leaving them as they were, and that `test` into the run's
-    directory writes test_config.yaml beside the fit's config.yaml."""
+    directory holding a run's results is refused leaving them as they were, that `test` into the run's
+    directory writes test_config.yaml beside the fit's config.yaml, and that `test --model` naming another
+    algorithm than the checkpoint's is refused for that reason."""
     monkeypatch.chdir(tmp_path)
     root = ["--trainer.default_root_dir", "run", "--trainer.logger", "CSVLogger"]
     with pytest.raises(SystemExit):  # SAC refuses CartPole's discrete actions once the envs are built
@@ -195,6 +196,10 @@ def test_cli_fit_keeps_an_earlier_runs_results_and_test_keeps_its_config(tmp_pat
     main(["test", "--ckpt_path", "run/checkpoints/last.ckpt", *root])
     assert (tmp_path / "run" / "config.yaml").read_bytes() == saved["config.yaml"]
     assert b"ckpt_path: run/checkpoints/last.ckpt" in (tmp_path / "run" / "test_config.yaml").read_bytes()
+    capsys.readouterr()
+    with pytest.raises(SystemExit):  # another algorithm named for the checkpoint: its own reason, not the data's
+        main(["test", "--ckpt_path", "run/checkpoints/last.ckpt", "--model", "SAC", *root])
+    assert "holds a PPO model, not a SAC one: drop --model" in capsys.readouterr().err
 
 
 def test_cli_resumes_from_a_ckpt_path_in_a_config_file_and_prints_it(tmp_path, monkeypatch, capsys):
