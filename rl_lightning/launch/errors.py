@@ -57,7 +57,8 @@ def check_overrides(config_dir: str, config_name: str, overrides: Sequence[str])
         raise ConfigError(
             f"Cannot parse the command-line overrides {list(overrides)}: {str(err).splitlines()[0]}. "
             "Write overrides as key=value (e.g. algo.lr=1e-3 env.num_envs=16), lists as [a,b], sweeps "
-            "with -m key=a,b."
+            "with -m key=a,b; quote a value that holds '=' or ',' (\"ckpt_path='runs/x/checkpoints/epoch=3-"
+            "env_steps=4096.ckpt'\")."
         ) from None
     try:
         with initialize_config_dir(config_dir=config_dir, version_base="1.3"):

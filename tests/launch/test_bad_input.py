@@ -201,6 +201,12 @@ ROWS = [
     ("hydra", "unparsable-override", ["algo.lr=[1,"], ["Cannot parse", "algo.lr=[1,", "key=value"]),
     (
         "hydra",
+        "unquoted-checkpoint-name",
+        ["ckpt_path=runs/x/checkpoints/epoch=3-env_steps=4096.ckpt"],
+        ["Cannot parse", "quote a value that holds '='", "ckpt_path='runs/x/checkpoints/epoch=3-env_steps=4096.ckpt'"],
+    ),
+    (
+        "hydra",
         "num-envs-not-a-number",
         ["env.num_envs=abc"],
         ["'env.num_envs'", "positive integer", "env.num_envs=..."],
