@@ -240,8 +240,9 @@ def check_checkpoint_file(path: str | os.PathLike) -> dict[str, Any] | None:
     if "://" in path:
         return None
     if not os.path.isfile(path):
+        problem = "is a directory" if os.path.isdir(path) else "does not exist"
         raise FileNotFoundError(
-            f"Checkpoint '{path}' does not exist. Pass the path of a .ckpt file from a run's checkpoints/ directory."
+            f"Checkpoint '{path}' {problem}. Pass the path of a .ckpt file from a run's checkpoints/ directory."
         )
     stat = os.stat(path)
     damaged = _damaged_entry(os.path.abspath(path), stat.st_size, stat.st_mtime_ns)

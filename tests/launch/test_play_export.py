@@ -88,10 +88,12 @@ def test_play_refuses_bad_arguments_with_the_fix(ppo_checkpoint, args, message, 
 
 
 def test_play_and_export_refuse_a_missing_or_torn_checkpoint(tmp_path, capsys):
+    """Test that play and export name a missing file, a directory given for a checkpoint and a torn file."""
     torn = tmp_path / "torn.ckpt"
     torn.write_bytes(b"PK\x03\x04 half a checkpoint")
     for main in (play.main, lambda a: export_cli.main([*a, "--format", "onnx"])):
-        for path, message in ((tmp_path / "none.ckpt", "does not exist"), (torn, "not a complete checkpoint")):
+        cases = ((tmp_path / "none.ckpt", "does not exist"), (tmp_path, "is a directory"), (torn, "not a complete"))
+        for path, message in cases:
             with pytest.raises(SystemExit) as exit_info:
                 main([str(path)])
             assert exit_info.value.code == 2
