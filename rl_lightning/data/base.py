@@ -25,7 +25,7 @@ from rl_lightning.data.collection import CollectionMetrics, DataCounters
 from rl_lightning.data.evaluation import EvaluationDataset, episodes_per_env
 from rl_lightning.envs import EnvGroup, make_env, resolve_obj_sets
 from rl_lightning.envs.env_group import check_env_settings
-from rl_lightning.envs.torchrl_env import EnvFactory, factory_path, user_factory
+from rl_lightning.envs.torchrl_env import FACTORY_EXAMPLE, EnvFactory, factory_path, user_factory
 
 # The data streams must run in the trainer's process, next to the policy they act with,
 # and their length is exact: Lightning's advice to add dataloader workers does not apply.
@@ -138,6 +138,13 @@ class EnvDataModule(pl.LightningDataModule):
         if env_factory is not None:
             env_factory = factory_path(env_factory)  # what checkpoints keep (a lambda is refused here)
             user_factory(self._env_factory)  # a path that does not import is refused now, naming it
+            if env_factory.startswith("__main__."):  # importable again by this script only
+                warnings.warn(
+                    f"env_factory is kept in checkpoints as {env_factory}: a resume from this script finds it, but "
+                    f"`rl-lightning test` and `play` of those checkpoints do not. Define it in a module of yours "
+                    f"(e.g. {FACTORY_EXAMPLE}) and import it from there.",
+                    stacklevel=3,
+                )
         wrappers = check_env_settings(env_id, num_envs, max_episode_steps, backend, env_factory, vectorization,
                                       max_env_restarts, obs_bound, obs_bound_mode, on_nonfinite, wrappers,
                                       worker_start_method, worker_timeout)  # fmt: skip

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import types
+
 import gymnasium as gym
 import pytest
 import torch
@@ -76,7 +78,8 @@ def test_factories_returning_the_wrong_batch_are_refused_before_any_step(factory
 
 def test_a_factory_is_taken_as_a_function_and_kept_by_its_import_path():
     """Test that the Python front door takes the simulator factory as a function object, keeps its import path in
-    the saved settings (so checkpoints rebuild it), and refuses a lambda or a local function, saying why."""
+    the saved settings (so checkpoints rebuild it), refuses a lambda or a local function, saying why, and warns
+    about a script's own function (kept as __main__.name, which only that script can import)."""
     from tests.envs import batched_factory
 
     data = tiny_rollout_data(env_id="Count-v0", backend="torch", env_factory=batched_factory.make_count_envs,
@@ -92,6 +95,11 @@ def test_a_factory_is_taken_as_a_function_and_kept_by_its_import_path():
     for factory in (lambda *args: None, local):
         with pytest.raises(ValueError, match="cannot be kept in a checkpoint.*top level of a module"):
             tiny_rollout_data(env_id="Count-v0", backend="torch", env_factory=factory, obj_sets=PLAIN)
+    made = batched_factory.make_count_envs  # a new function of the same code, as if from `python script.py`:
+    script = types.FunctionType(made.__code__, made.__globals__, made.__name__, made.__defaults__, made.__closure__)
+    script.__module__ = "__main__"
+    with pytest.warns(UserWarning, match=r"as __main__\.make_count_envs.*`rl-lightning test` and `play`.*a module"):
+        tiny_rollout_data(env_id="Count-v0", backend="torch", env_factory=script, obj_sets=PLAIN)
 
 
 def test_a_torchrl_envs_success_key_reaches_the_step_info():
