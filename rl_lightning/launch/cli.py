@@ -42,7 +42,7 @@ from jsonargparse import Namespace
 from lightning.fabric.utilities.exceptions import MisconfigurationException
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 
-from rl_lightning.algos import ALGORITHMS, RLModule, read_checkpoint
+from rl_lightning.algos import RLModule, read_checkpoint
 from rl_lightning.algos.base import CHECKPOINT_KEY
 from rl_lightning.algos.loading import check_resume
 from rl_lightning.callbacks import EnvStepProgressBar, PhaseTimer
@@ -208,7 +208,8 @@ class RLCLI(LightningCLI):
         self._given_args = list(sys.argv[1:] if from_argv else args)  # for the resume command
         subcommand = next((a for a in self._given_args if a in SUBCOMMANDS), "fit")
         config_file = "config.yaml" if subcommand == "fit" else f"{subcommand}_config.yaml"
-        args = _with_checkpoint_config(_with_library_loggers(list(self._given_args)))
+        #: The algorithm of the checkpoint validate/test rebuild (``None`` without one): another one named is refused.
+        args, self.checkpoint_algorithm = _with_checkpoint_config(_with_library_loggers(list(self._given_args)))
         if from_argv:  # LightningCLI warns when given args while sys.argv holds some too
             sys.argv = [sys.argv[0], *args]
         super().__init__(
@@ -375,6 +376,12 @@ class RLCLI(LightningCLI):
         """
         if self.subcommand:
             self.config[self.subcommand].ckpt_path = self.ckpt_path
+        model = str(self._subcommand_config().model.class_path).rpartition(".")[2]
+        if self.checkpoint_algorithm not in (None, model):  # named on the command line or in a config file
+            _fail(
+                f"{self.ckpt_path} holds a {self.checkpoint_algorithm} model, not a {model} one: drop the --model "
+                f"you gave ({self.subcommand} builds the checkpoint's), or pass a {model} run's checkpoint."
+            )
         trainer = self._subcommand_config().trainer
         if trainer.default_root_dir is None:
             trainer.default_root_dir = os.path.join("runs", time.strftime("%Y-%m-%d_%H-%M-%S"))
@@ -472,27 +479,21 @@ def _with_library_loggers(args: list[str]) -> list[str]:
     return out
 
 
-def _with_checkpoint_config(args: list[str]) -> list[str]:
-    """``validate``/``test`` with a ``ckpt_path``: the checkpoint's model and data settings go first.
+def _with_checkpoint_config(args: list[str]) -> tuple[list[str], str | None]:
+    """``validate``/``test`` with a ``ckpt_path``: the checkpoint's model and data settings go first; the arguments,
+    and the checkpoint's algorithm (``None`` without one).
 
     They are written to a config file placed right after the subcommand, so anything else
     on the command line overrides them.
     """
     ckpt_path = _ckpt_path(args)
     if not (args and args[0] in ("validate", "test") and ckpt_path):
-        return args
+        return args, None
     config = checkpoint_config(ckpt_path)
-    algorithm = config["model"]["class_path"].rpartition(".")[2]
-    for i, arg in enumerate(args):  # another algorithm named: refused here, before its data module is
-        flag, eq, value = arg.partition("=")
-        name = (value if eq else (args[i + 1] if i + 1 < len(args) else "")).rpartition(".")[2]
-        if flag == "--model" and name in ALGORITHMS and name != algorithm:
-            _fail(f"{ckpt_path} holds a {algorithm} model, not a {name} one: drop --model ({args[0]} builds the "
-                  f"checkpoint's algorithm), or pass a checkpoint of a {name} run.")  # fmt: skip
     with tempfile.NamedTemporaryFile("w", suffix=".yaml", prefix="rl_lightning_ckpt_", delete=False) as f:
         yaml.safe_dump(config, f)
     atexit.register(os.unlink, f.name)
-    return [args[0], "--config", f.name, *args[1:]]
+    return [args[0], "--config", f.name, *args[1:]], config["model"]["class_path"].rpartition(".")[2]
 
 
 #: Subcommands that are not Lightning's, each an argparse ``main`` of its own.

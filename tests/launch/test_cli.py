@@ -197,9 +197,11 @@ def test_cli_fit_keeps_an_earlier_runs_results_and_test_keeps_its_config(tmp_pat
     assert (tmp_path / "run" / "config.yaml").read_bytes() == saved["config.yaml"]
     assert b"ckpt_path: run/checkpoints/last.ckpt" in (tmp_path / "run" / "test_config.yaml").read_bytes()
     capsys.readouterr()
-    with pytest.raises(SystemExit):  # another algorithm named for the checkpoint: its own reason, not the data's
-        main(["test", "--ckpt_path", "run/checkpoints/last.ckpt", "--model", "SAC", *root])
-    assert "holds a PPO model, not a SAC one: drop --model" in capsys.readouterr().err
+    (tmp_path / "sac.yaml").write_text("model:\n  class_path: rl_lightning.SAC\n")
+    for named in (["--model", "SAC"], ["--config", "sac.yaml"]):  # another algorithm: its own reason, not the data's
+        with pytest.raises(SystemExit):
+            main(["test", "--ckpt_path", "run/checkpoints/last.ckpt", *named, *root])
+        assert "holds a PPO model, not a SAC one: drop the --model" in capsys.readouterr().err
 
 
 def test_cli_resumes_from_a_ckpt_path_in_a_config_file_and_prints_it(tmp_path, monkeypatch, capsys):
