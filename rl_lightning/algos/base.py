@@ -29,7 +29,7 @@ from rl_lightning.callbacks.checkpoint import CHECKPOINT_KEY, check_checkpoint_f
 from rl_lightning.callbacks.interrupt import stop_if_requested
 from rl_lightning.checks import check_positive, check_positive_int
 from rl_lightning.data.base import EnvDataModule, collected_since, last_collection
-from rl_lightning.envs.obs import Obs, clip_floats, map_obs, single_to_batch, to_tensor
+from rl_lightning.envs.obs import Obs, clip_floats, leaves, map_obs, single_to_batch, to_tensor
 from rl_lightning.loggers import LOGGERS_KEY, logger_state, rewind_loggers
 from rl_lightning.nets.actor_copy import ActorCopy
 from rl_lightning.nets.encoders import actor_space
@@ -150,11 +150,13 @@ class RLModule(pl.LightningModule):
                 f"Pass {expected.__name__}(env_id=...) (with Hydra: the data group that goes with algo="
                 f"{type(self).__name__.lower()}, as its experiments set)."
             )
-        starts = datamodule.hparams.get("learning_starts", 0)  # off-policy: random actions, no gradient steps
-        if stage == "fit" and starts >= self.total_timesteps:
+        # Off-policy: random actions and no gradient step up to learning_starts; the run takes whole epochs.
+        starts, epoch = datamodule.hparams.get("learning_starts", 0), datamodule.env_steps_per_epoch
+        if stage == "fit" and starts >= (reach := -(-self.total_timesteps // epoch) * epoch):
             raise ValueError(
-                f"learning_starts={starts} is not below total_timesteps={self.total_timesteps}: the run would take "
-                "random actions only and no gradient step. Lower data.learning_starts or raise algo.total_timesteps."
+                f"learning_starts={starts} is not below the {reach} env steps the run takes (total_timesteps="
+                f"{self.total_timesteps} in whole epochs of {epoch}): it would take random actions only and no "
+                "gradient step. Lower learning_starts or raise total_timesteps."
             )
         self._ensure_policy(*datamodule.env_spaces())
 
@@ -166,7 +168,7 @@ class RLModule(pl.LightningModule):
     def forward(self, obs: Obs) -> torch.Tensor:
         """Deterministic actions in the policy's numbering for raw observations ``[B, *obs_shape]``, a recurrent
         policy's from its initial state (:meth:`predict` gives env actions and carries the state)."""
-        starts = torch.ones(obs.shape[0], dtype=torch.bool, device=self.device)
+        starts = torch.ones(len(leaves(obs)[0]), dtype=torch.bool, device=self.device)  # a dict of batches, too
         return self.policy.act(obs, None, starts, deterministic=True, value=False)[0]
 
     @torch.no_grad()

@@ -22,7 +22,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from rl_lightning.envs.obs import Obs
+from rl_lightning.envs.obs import Obs, leaves
 from rl_lightning.nets.encoders import EncoderSettings, build_encoder
 from rl_lightning.nets.mlp import mlp
 from rl_lightning.nets.normalizer import RunningNormalizer
@@ -240,7 +240,7 @@ class ActorCritic(nn.Module):
     def forward(self, obs: Obs) -> torch.Tensor:
         """Deterministic actions (argmax or mean) for raw observations ``[B, *obs_shape]`` (a recurrent policy's from
         its initial state)."""
-        starts = torch.ones(obs.shape[0], dtype=torch.bool, device=obs.device)
+        starts = torch.ones(len(leaves(obs)[0]), dtype=torch.bool, device=next(self.parameters()).device)  # a dict, too
         return self.act(obs, None, starts, deterministic=True, value=False)[0]
 
     def initial_state(self, batch_size: int, device: torch.device | str | None = None) -> None:

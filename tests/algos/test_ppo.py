@@ -360,7 +360,8 @@ SMALL_CNN = {"cnn_channels": [8], "cnn_kernels": [2], "cnn_strides": [1], "cnn_f
 
 
 def test_dict_observations_train_checkpoint_and_predict_from_a_dict(tmp_path):
-    """Test that PPO trains on image-and-vector observations and the loaded checkpoint predicts from a dict."""
+    """Test that PPO trains on image-and-vector observations and the loaded checkpoint predicts from a dict (and acts
+    on one when called)."""
     model, data, t = fit(PIXEL_GOAL, tmp_path=tmp_path, model_kwargs={"encoder": SMALL_CNN},
                          data_kwargs={"obj_sets": {"train": [{}], "test": [{}]}})  # fmt: skip
     assert data.env_steps == 2 * ROLLOUT
@@ -375,6 +376,10 @@ def test_dict_observations_train_checkpoint_and_predict_from_a_dict(tmp_path):
     batch = {key: np.stack([space.sample()[key] for _ in range(3)]) for key in space.spaces}
     assert loaded.predict(single).shape == () and loaded.predict(batch).shape == (3,)
     np.testing.assert_array_equal(loaded.predict(batch), model.predict(batch))
+    with torch.no_grad():  # called on a plain dict of tensors, the module and its policy act as predict does
+        tensors = {key: torch.as_tensor(value) for key, value in batch.items()}
+        for module in (loaded, loaded.policy):
+            np.testing.assert_array_equal(module(tensors).numpy(), loaded.predict(batch))
     first = {key: value[:1] for key, value in batch.items()}
     assert loaded.predict({key: value[0] for key, value in first.items()}) == loaded.predict(first)[0]
     with pytest.raises(TypeError, match="pass a dict of arrays"):

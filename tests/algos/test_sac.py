@@ -252,7 +252,13 @@ def test_a_fit_without_a_data_module_names_the_algorithms_own():
 
 
 def test_a_budget_that_ends_before_learning_starts_is_refused():
-    """Test that total_timesteps at or below learning_starts is refused before any step, naming both settings (the
-    run would take random actions only and train nothing)."""
-    with pytest.raises(ValueError, match=rf"learning_starts={REPLAY_LEARNING_STARTS} is not below total_timesteps"):
-        quiet_trainer(max_epochs=1).fit(SAC(total_timesteps=REPLAY_LEARNING_STARTS), tiny_replay_data("Pendulum-v1"))
+    """Test that a run whose env steps, in the whole epochs it takes, end at or before learning_starts is refused before
+    any step, naming the settings (it would take random actions only and train nothing), and that a budget below
+    learning_starts whose epoch reaches past it is not."""
+    refused = rf"learning_starts={REPLAY_STEPS} is not below the {REPLAY_STEPS} env steps the run takes"
+    with pytest.raises(ValueError, match=rf"{refused} \(total_timesteps=40 in whole epochs of {REPLAY_STEPS}\)"):
+        data = tiny_replay_data("Pendulum-v1", learning_starts=REPLAY_STEPS)
+        quiet_trainer(max_epochs=1).fit(SAC(total_timesteps=40), data)
+    model = SAC(hidden_sizes=[16], total_timesteps=REPLAY_LEARNING_STARTS)  # one 60-step epoch: learns past 40
+    quiet_trainer(max_epochs=1).fit(model, tiny_replay_data("Pendulum-v1"))
+    assert model.global_step == REPLAY_STEPS - REPLAY_LEARNING_STARTS
