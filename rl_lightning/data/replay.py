@@ -172,7 +172,7 @@ class ReplayDataset(IterableDataset):
         yield from self._gradient_steps(device)
         first, vector_steps = self.epoch_steps, self.steps_per_epoch // self.envs.num_envs
         last = False
-        clock = timer(self.envs.device, self.synchronize_timing)
+        clock = timer(next(self.policy.parameters()).device, self.synchronize_timing)  # where acting runs
         while not last:
             start = clock()
             # To the chunk's end (chunks count from the epoch's start, so a resumed epoch keeps their boundaries).
@@ -245,7 +245,7 @@ class ReplayDataset(IterableDataset):
             envs.reset(seed=self.reset_seed)
             if compact:
                 self.buffer.restart()  # the step stored last (before a resume) has no next row
-        obs, clock = envs.obs, timer(envs.device, self.synchronize_timing)
+        obs, clock = envs.obs, timer(device, self.synchronize_timing)
         t0 = clock()
         if self.counters.env_steps < self.learning_starts:
             action = torch.as_tensor(self.random_actions.sample(), device=envs.device)

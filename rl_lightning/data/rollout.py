@@ -83,9 +83,9 @@ class RolloutDataset(IterableDataset):
             (keys: see the module).
         """
         envs, policy, T = self.envs, self.policy, self.rollout_steps
-        clock = timer(envs.device, self.synchronize_timing)
-        start = clock()
         device = next(policy.parameters()).device  # where the policy acts: observations go there
+        clock = timer(device, self.synchronize_timing)  # the acting device's queued kernels, CPU envs or not
+        start = clock()
         if envs.obs is None:
             envs.reset(seed=self.reset_seed)
             self.state = policy.initial_state(envs.num_envs, device)
