@@ -103,7 +103,7 @@ class DeployedActor(nn.Module):
             self.register_buffer("start", torch.as_tensor(start, dtype=torch.int64))
         shape = ["batch", *(int(n) for n in action_space.shape)]  # action spaces are Discrete or one-dimensional
         self.metadata = {
-            "format_version": 2,
+            "format_version": 3,  # 3: the single input only under "inputs" (2 repeated it as "input")
             "algorithm": type(model).__name__,
             "inputs": self.inputs,
             "output": {"name": "action", "dtype": "float32" if self.continuous else "int64", "shape": shape},

@@ -99,6 +99,7 @@ def test_exported_actions_equal_the_checkpoints_deterministic_actions(checkpoint
         low, high = model.spaces[1].low, model.spaces[1].high
         assert (actions >= low).all() and (actions <= high).all()
     assert contract["inputs"] == [{"name": "obs", "dtype": "float32", "shape": ["batch", *model.spaces[0].shape]}]
+    assert contract["format_version"] == 3 and "input" not in contract
     assert contract["algorithm"] == type(model).__name__
     single = run_exported(path, fmt, obs[:1])  # a batch of one works too
     np.testing.assert_allclose(single, expected[:1], rtol=1e-5, atol=1e-5)
