@@ -208,8 +208,8 @@ class RLCLI(LightningCLI):
         self._given_args = list(sys.argv[1:] if from_argv else args)  # for the resume command
         subcommand = next((a for a in self._given_args if a in SUBCOMMANDS), "fit")
         config_file = "config.yaml" if subcommand == "fit" else f"{subcommand}_config.yaml"
-        #: The algorithm of the checkpoint validate/test rebuild (``None`` without one): another one named is refused.
-        args, self.checkpoint_algorithm = _with_checkpoint_config(_with_library_loggers(list(self._given_args)))
+        #: The model and data config of the checkpoint validate/test rebuild (``None`` without one).
+        args, self.checkpoint_config = _with_checkpoint_config(_with_library_loggers(list(self._given_args)))
         if from_argv:  # LightningCLI warns when given args while sys.argv holds some too
             sys.argv = [sys.argv[0], *args]
         super().__init__(
@@ -325,6 +325,24 @@ class RLCLI(LightningCLI):
                 raise
             _fail(str(refusal), code=1)
 
+    def _check_against_checkpoint(self, saved: dict) -> None:
+        """Refuse (one line) another algorithm than the checkpoint's, or another env its object sets would not run."""
+        given, algorithm = self._subcommand_config(), saved["model"]["class_path"].rpartition(".")[2]
+        model = str(given.model.class_path).rpartition(".")[2]
+        if model != algorithm:  # named on the command line or in a config file
+            _fail(
+                f"{self.ckpt_path} holds a {algorithm} model, not a {model} one: drop the --model you gave "
+                f"({self.subcommand} builds the checkpoint's), or pass a {model} run's checkpoint."
+            )
+        env_id, sets = given.data.init_args.get("env_id"), given.data.init_args.get("obj_sets") or {}
+        named = {variation.get("env_id") for group in sets.values() for variation in group} - {None}
+        if env_id != saved.get("data", {}).get("init_args", {}).get("env_id", env_id) and named - {env_id}:
+            _fail(
+                f"--data.env_id {env_id}: the checkpoint's object sets name {', '.join(sorted(named))} in their "
+                f"variations, so {self.subcommand} would run that env. Pass --data.obj_sets with variations of "
+                f"{env_id} too, or drop --data.env_id."
+            )
+
     def _resume_command(self, err: BaseException) -> str:
         """``rl-lightning fit`` with this run's arguments, its run directory and the checkpoint just written."""
         given, replaced = self._given_args, ("--ckpt_path", "--trainer.default_root_dir")
@@ -376,12 +394,8 @@ class RLCLI(LightningCLI):
         """
         if self.subcommand:
             self.config[self.subcommand].ckpt_path = self.ckpt_path
-        model = str(self._subcommand_config().model.class_path).rpartition(".")[2]
-        if self.checkpoint_algorithm not in (None, model):  # named on the command line or in a config file
-            _fail(
-                f"{self.ckpt_path} holds a {self.checkpoint_algorithm} model, not a {model} one: drop the --model "
-                f"you gave ({self.subcommand} builds the checkpoint's), or pass a {model} run's checkpoint."
-            )
+        if self.checkpoint_config is not None:
+            self._check_against_checkpoint(self.checkpoint_config)
         trainer = self._subcommand_config().trainer
         if trainer.default_root_dir is None:
             trainer.default_root_dir = os.path.join("runs", time.strftime("%Y-%m-%d_%H-%M-%S"))
@@ -479,9 +493,9 @@ def _with_library_loggers(args: list[str]) -> list[str]:
     return out
 
 
-def _with_checkpoint_config(args: list[str]) -> tuple[list[str], str | None]:
+def _with_checkpoint_config(args: list[str]) -> tuple[list[str], dict | None]:
     """``validate``/``test`` with a ``ckpt_path``: the checkpoint's model and data settings go first; the arguments,
-    and the checkpoint's algorithm (``None`` without one).
+    and that config (``None`` without one).
 
     They are written to a config file placed right after the subcommand, so anything else
     on the command line overrides them.
@@ -493,7 +507,7 @@ def _with_checkpoint_config(args: list[str]) -> tuple[list[str], str | None]:
     with tempfile.NamedTemporaryFile("w", suffix=".yaml", prefix="rl_lightning_ckpt_", delete=False) as f:
         yaml.safe_dump(config, f)
     atexit.register(os.unlink, f.name)
-    return [args[0], "--config", f.name, *args[1:]], config["model"]["class_path"].rpartition(".")[2]
+    return [args[0], "--config", f.name, *args[1:]], config
 
 
 #: Subcommands that are not Lightning's, each an argparse ``main`` of its own.

@@ -177,7 +177,7 @@ def test_cli_fit_keeps_an_earlier_runs_results_and_test_keeps_its_config(tmp_pat
     """Test that a fit into a directory a refused fit left (only its config.yaml) runs, that a fresh fit into a
     directory holding a run's results is refused leaving them as they were, that `test` into the run's
     directory writes test_config.yaml beside the fit's config.yaml, and that `test --model` naming another
-    algorithm than the checkpoint's is refused for that reason."""
+    algorithm than the checkpoint's, or an env its object sets would not run, is refused for that reason."""
     monkeypatch.chdir(tmp_path)
     root = ["--trainer.default_root_dir", "run", "--trainer.logger", "CSVLogger"]
     with pytest.raises(SystemExit):  # SAC refuses CartPole's discrete actions once the envs are built
@@ -202,6 +202,9 @@ def test_cli_fit_keeps_an_earlier_runs_results_and_test_keeps_its_config(tmp_pat
         with pytest.raises(SystemExit):
             main(["test", "--ckpt_path", "run/checkpoints/last.ckpt", *named, *root])
         assert "holds a PPO model, not a SAC one: drop the --model" in capsys.readouterr().err
+    with pytest.raises(SystemExit):  # the checkpoint's object sets run CartPole whatever env_id says
+        main(["test", "--ckpt_path", "run/checkpoints/last.ckpt", "--data.env_id", "Acrobot-v1", *root])
+    assert "object sets name CartPole-v1 in their variations" in capsys.readouterr().err
 
 
 def test_cli_resumes_from_a_ckpt_path_in_a_config_file_and_prints_it(tmp_path, monkeypatch, capsys):
