@@ -15,6 +15,7 @@ after the previous chunk's last gradient step, so it acts with the current weigh
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 
 import gymnasium as gym
@@ -144,7 +145,7 @@ class ReplayDataset(IterableDataset):
         self.last_collection: CollectionMetrics | None = None
         self._seconds = {"rollout": 0.0, "env": 0.0, "inference": 0.0}
         #: As :attr:`RolloutDataset.synchronize_timing <rl_lightning.data.rollout.RolloutDataset.synchronize_timing>`.
-        self.synchronize_timing = False
+        self.synchronize_timing, self._clock = False, time.perf_counter  # the clock: set once per epoch
 
     @property
     def learning(self) -> bool:
@@ -172,7 +173,7 @@ class ReplayDataset(IterableDataset):
         yield from self._gradient_steps(device)
         first, vector_steps = self.epoch_steps, self.steps_per_epoch // self.envs.num_envs
         last = False
-        clock = timer(next(self.policy.parameters()).device, self.synchronize_timing)  # where acting runs
+        self._clock = clock = timer(next(self.policy.parameters()).device, self.synchronize_timing)  # acting's
         while not last:
             start = clock()
             # To the chunk's end (chunks count from the epoch's start, so a resumed epoch keeps their boundaries).
@@ -245,7 +246,7 @@ class ReplayDataset(IterableDataset):
             envs.reset(seed=self.reset_seed)
             if compact:
                 self.buffer.restart()  # the step stored last (before a resume) has no next row
-        obs, clock = envs.obs, timer(device, self.synchronize_timing)
+        obs, clock = envs.obs, self._clock
         t0 = clock()
         if self.counters.env_steps < self.learning_starts:
             action = torch.as_tensor(self.random_actions.sample(), device=envs.device)
