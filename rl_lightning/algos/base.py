@@ -150,14 +150,6 @@ class RLModule(pl.LightningModule):
                 f"Pass {expected.__name__}(env_id=...) (with Hydra: the data group that goes with algo="
                 f"{type(self).__name__.lower()}, as its experiments set)."
             )
-        # Off-policy: random actions and no gradient step up to learning_starts; the run takes whole epochs.
-        starts, epoch = datamodule.hparams.get("learning_starts", 0), datamodule.env_steps_per_epoch
-        if stage == "fit" and starts >= (reach := -(-self.total_timesteps // epoch) * epoch):
-            raise ValueError(
-                f"learning_starts={starts} is not below the {reach} env steps the run takes (total_timesteps="
-                f"{self.total_timesteps} in whole epochs of {epoch}): it would take random actions only and no "
-                "gradient step. Lower learning_starts or raise total_timesteps."
-            )
         self._ensure_policy(*datamodule.env_spaces())
 
     @property

@@ -27,12 +27,20 @@ class EnvStepBudget(pl.Callback):
         if self._spent(pl_module):
             trainer.should_stop = True
             return
-        steps_per_epoch = pl_module.env_steps_per_epoch
-        if steps_per_epoch and self.total_timesteps % steps_per_epoch:  # an epoch is not cut short
-            epochs = -(-self.total_timesteps // steps_per_epoch)
+        steps_per_epoch = pl_module.env_steps_per_epoch  # 0 without a data module
+        taken = -(-self.total_timesteps // steps_per_epoch) * steps_per_epoch if steps_per_epoch else 0
+        # Off-policy: random actions and no gradient step up to learning_starts.
+        starts = trainer.datamodule.hparams.get("learning_starts", 0) if taken else 0
+        if starts >= taken > 0:
+            raise ValueError(
+                f"learning_starts={starts} is not below the {taken} env steps the run takes (total_timesteps="
+                f"{self.total_timesteps} in whole epochs of {steps_per_epoch}): it would take random actions only "
+                "and no gradient step. Lower learning_starts or raise total_timesteps."
+            )
+        if taken != self.total_timesteps and steps_per_epoch:  # an epoch is not cut short
             rank_zero_info(
                 f"total_timesteps={self.total_timesteps} is not a multiple of the {steps_per_epoch} env steps an "
-                f"epoch takes: the run ends after {epochs} epochs, {epochs * steps_per_epoch} env steps."
+                f"epoch takes: the run ends after {taken // steps_per_epoch} epochs, {taken} env steps."
             )
         max_epochs = trainer.max_epochs
         if max_epochs is not None and max_epochs >= 0 and steps_per_epoch:
