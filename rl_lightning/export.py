@@ -84,7 +84,7 @@ class DeployedActor(nn.Module):
             )
         policy = copy.deepcopy(model.policy).float().cpu().eval().requires_grad_(False)
         if isinstance(policy, ActorCritic):
-            policy.critic = policy.critic_encoder = None  # forward() is the mode of the actor; the critic plays no part
+            policy.critic = policy.critic_encoder = None  # act(value=False) runs the actor only: no critic in the file
         self.policy = policy
         self.recurrent = policy.initial_state(1) is not None
         self.obs_bound = None if obs_bound is None else float(obs_bound)
