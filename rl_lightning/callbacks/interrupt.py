@@ -149,7 +149,7 @@ class Interruption(pl.Callback):
             pl_module.log_cut_epoch()  # the cut epoch's row, so the resumed run's curves miss no env step
         path = os.path.join(self.dirpath or run_checkpoint_dir(trainer), INTERRUPT_CHECKPOINT)
         try:
-            trainer.save_checkpoint(path)
+            trainer.save_checkpoint(path, weights_only=False)  # the whole state: a resume needs it
         except Exception as err:  # keep the original exception; say what else went wrong
             exception.args = (f"{exception} Writing {path} failed too: {err!r}.", *exception.args[1:])
             return

@@ -64,6 +64,7 @@ def test_sigterm_then_resume_spends_the_budget_once(tmp_path, phase, expected_st
     assert int(global_step) == (2 * 16 if phase == "rollout" else 2 * 16 + 5)
     assert ckpt == os.path.join(str(tmp_path), "checkpoints", "last.ckpt")
     assert "Received SIGTERM" in stderr
+    assert "weights_only" not in stderr  # the checkpoint is whole on purpose: no "defaulting to False" notice
     saved = torch.load(ckpt, weights_only=False)
     assert saved["datamodule_hyper_parameters"]["num_envs"] == probe.NUM_ENVS
     assert _checkpoints_load(tmp_path / "checkpoints")
