@@ -39,6 +39,14 @@ def check_positive(**values: Any) -> None:
             raise ValueError(f"{name} must be a positive number, got {value!r}.")
 
 
+def check_one_of(options: Sequence[Any], hint: str = "", **values: Any) -> None:
+    """Raise a ``ValueError`` naming the first argument that is not one of ``options`` (``hint``: added to the message,
+    e.g. where to set it)."""
+    for name, value in values.items():
+        if value not in options:
+            raise ValueError(f"{name} must be one of {tuple(options)}, got {value!r}{hint}.")
+
+
 def check_non_negative(**values: Any) -> None:
     """Raise a ``ValueError`` naming the first argument that is not a number >= 0."""
     for name, value in values.items():
@@ -55,9 +63,7 @@ def check_positive_int(none: str | None = None, **values: Any) -> None:
         **values: The arguments by name.
     """
     for name, value in values.items():
-        if value is None and none is not None:
-            continue
-        if not (_is_int(value) and value > 0):
+        if not (value is None and none is not None) and not (_is_int(value) and value > 0):
             allowed = f"a positive integer or {none}" if none is not None else "a positive integer"
             raise ValueError(f"{name} must be {allowed}, got {value!r}.")
 
@@ -163,10 +169,8 @@ def check_value_options(obs_bound: Any, obs_bound_mode: Any, on_nonfinite: Any =
     """Raise a ``ValueError`` naming the first of these arguments that is invalid."""
     if obs_bound is not None and not (_is_number(obs_bound) and 0 < obs_bound < math.inf):
         raise ValueError(f"obs_bound must be a positive finite number or None, got {obs_bound!r}.")
-    if obs_bound_mode not in OBS_BOUND_MODES:
-        raise ValueError(f"obs_bound_mode must be one of {OBS_BOUND_MODES}, got {obs_bound_mode!r}.")
-    if on_nonfinite not in ON_NONFINITE:
-        raise ValueError(f"on_nonfinite must be one of {ON_NONFINITE}, got {on_nonfinite!r}.")
+    check_one_of(OBS_BOUND_MODES, obs_bound_mode=obs_bound_mode)
+    check_one_of(ON_NONFINITE, on_nonfinite=on_nonfinite)
 
 
 def check_max_env_restarts(value: Any) -> None:
@@ -177,9 +181,6 @@ def check_max_env_restarts(value: Any) -> None:
 
 def check_worker_options(worker_start_method: Any, worker_timeout: Any) -> None:
     """Raise a ``ValueError`` naming the setting unless the start method exists here and the time limit is positive."""
-    methods = multiprocessing.get_all_start_methods()
-    if worker_start_method is not None and worker_start_method not in methods:
-        raise ValueError(
-            f"worker_start_method must be one of {methods} (or None: fork on Linux), got {worker_start_method!r}."
-        )
+    methods = [*multiprocessing.get_all_start_methods(), None]
+    check_one_of(methods, " (None: fork on Linux)", worker_start_method=worker_start_method)
     check_positive(worker_timeout=worker_timeout)

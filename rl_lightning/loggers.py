@@ -31,6 +31,8 @@ from lightning.pytorch.loggers.csv_logs import ExperimentWriter
 from lightning.pytorch.loggers.logger import rank_zero_experiment
 from lightning.pytorch.utilities import rank_zero_only
 
+from rl_lightning.checks import check_one_of
+
 WANDB_MODES = ("auto", "online", "offline")
 
 
@@ -62,8 +64,7 @@ class WandbLogger(_LightningWandbLogger):
     """
 
     def __init__(self, save_dir: str = ".", project: str = "rl_lightning", mode: str = "auto", **kwargs):
-        if mode not in WANDB_MODES:
-            raise ValueError(f"W&B mode must be one of {WANDB_MODES}, got {mode!r}.")
+        check_one_of(WANDB_MODES, " (W&B's run mode)", mode=mode)
         has_key = wandb_api_key_configured()
         if mode == "online" and not has_key:
             raise ValueError(

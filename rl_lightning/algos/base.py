@@ -234,10 +234,8 @@ class RLModule(pl.LightningModule):
 
     def train_means(self, names: Sequence[str]) -> dict[str, float]:
         """``train/<name>`` means of the epoch's applied updates (:attr:`train_terms`, emptied), with skipped ones."""
-        means = {}
-        if self.train_terms:
-            values = torch.stack(self.train_terms).mean(0).tolist()
-            means = {f"train/{name}": values[i] for i, name in enumerate(names)}
+        values = torch.stack(self.train_terms).mean(0).tolist() if self.train_terms else None
+        means = {f"train/{name}": value for name, value in zip(names, values, strict=True)} if values else {}
         self.train_terms = []
         return {**means, **self.guard.pop_skipped()}
 

@@ -22,7 +22,13 @@ from torch import nn
 from rl_lightning.algos.base import RLModule
 from rl_lightning.algos.dqn_loss import LOSS_FUNCTIONS, DQNLossTerms, dqn_loss
 from rl_lightning.algos.update import adam
-from rl_lightning.checks import check_hidden_sizes, check_positive, check_positive_int, check_unit_interval
+from rl_lightning.checks import (
+    check_hidden_sizes,
+    check_one_of,
+    check_positive,
+    check_positive_int,
+    check_unit_interval,
+)
 from rl_lightning.data import ReplayDataModule
 from rl_lightning.data.chunks import ReplayEpoch
 from rl_lightning.nets.dqn import LinearSchedule, QValueNetwork
@@ -90,8 +96,7 @@ class DQN(RLModule):
         for name in ("exploration_fraction", "exploration_initial_eps", "exploration_final_eps"):
             check_unit_interval(**{name: locals()[name]})
         check_positive_int(target_update_interval=target_update_interval)
-        if loss_function not in LOSS_FUNCTIONS:
-            raise ValueError(f"loss_function must be one of {sorted(LOSS_FUNCTIONS)}, got {loss_function!r}.")
+        check_one_of(sorted(LOSS_FUNCTIONS), loss_function=loss_function)
         check_hidden_sizes(hidden_sizes, allow_empty=True)  # []: one linear layer (on an encoder's features)
         encoder, own_encoder = check_encoder_argument(encoder)  # checked now, before any env is made
         if not own_encoder and (encoder or {}).get("critic_keys") is not None:

@@ -15,7 +15,7 @@ import torch
 from torch import nn
 
 from rl_lightning.algos.compat import attached_trainer
-from rl_lightning.checks import ON_NONFINITE
+from rl_lightning.checks import ON_NONFINITE, check_one_of
 from rl_lightning.faults import NumericalFault
 
 #: What torch's fused Adam takes (``torch.optim.Adam(fused=True)``).
@@ -57,8 +57,7 @@ class UpdateGuard:
     """
 
     def __init__(self, max_grad_norm: float | None, on_nonfinite: str):
-        if on_nonfinite not in ON_NONFINITE:
-            raise ValueError(f"on_nonfinite must be one of {ON_NONFINITE}, got {on_nonfinite!r}.")
+        check_one_of(ON_NONFINITE, on_nonfinite=on_nonfinite)
         self.max_grad_norm = max_grad_norm
         self.on_nonfinite = on_nonfinite
         #: Updates skipped since :meth:`pop_skipped` was last called.
@@ -144,13 +143,9 @@ def _nonfinite_report(module: nn.Module, optimizer: torch.optim.Optimizer, losse
         for p in group["params"]
         if p.grad is not None and not torch.isfinite(p.grad).all()
     ]
-    parts = []
-    if bad_losses:
-        parts.append(f"loss ({', '.join(bad_losses)})")
-    if bad_params:
-        shown = ", ".join(bad_params[:4]) + (f" and {len(bad_params) - 4} more" if len(bad_params) > 4 else "")
-        parts.append(f"gradients of {shown}")
-    return " and ".join(parts) or "gradient norm (overflow)"
+    shown = ", ".join(bad_params[:4]) + (f" and {len(bad_params) - 4} more" if len(bad_params) > 4 else "")
+    parts = [f"loss ({', '.join(bad_losses)})" if bad_losses else "", f"gradients of {shown}" if bad_params else ""]
+    return " and ".join(part for part in parts if part) or "gradient norm (overflow)"
 
 
 def _last_good_checkpoint(module: nn.Module) -> str:

@@ -18,6 +18,7 @@ import lightning.pytorch as pl
 import torch
 from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
 from lightning.pytorch.callbacks import ModelCheckpoint
+from lightning.pytorch.utilities import rank_zero_warn
 
 from rl_lightning.checks import check_positive_int
 
@@ -63,7 +64,16 @@ CHECKPOINT_KEY = "rl_lightning"
 _NUMBERED = re.compile(r"epoch=(\d+)-env_steps=(\d+)(?:-v\d+)?\.ckpt")
 
 
-class IntervalCheckpoint(ModelCheckpoint):
+class RunCheckpoint(ModelCheckpoint):
+    """A ``ModelCheckpoint`` whose directory is the run's (:func:`run_checkpoint_dir`) unless ``dirpath`` is given."""
+
+    def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        if self.dirpath is None:
+            self.dirpath = run_checkpoint_dir(trainer)
+        super().setup(trainer, pl_module, stage)
+
+
+class IntervalCheckpoint(RunCheckpoint):
     """A numbered checkpoint every ``save_interval`` collections, and a ``last.ckpt`` that always holds the end.
 
     Counted in the data module's collections (``counters.iterations``) and named by the module's env
@@ -95,11 +105,6 @@ class IntervalCheckpoint(ModelCheckpoint):
         kwargs.setdefault("auto_insert_metric_name", False)
         super().__init__(dirpath=dirpath, every_n_epochs=0, **kwargs)
 
-    def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
-        if self.dirpath is None:
-            self.dirpath = run_checkpoint_dir(trainer)
-        super().setup(trainer, pl_module, stage)
-
     def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         counters = getattr(trainer.datamodule, "counters", None)
         collections = counters.iterations if counters is not None else trainer.current_epoch + 1
@@ -109,17 +114,32 @@ class IntervalCheckpoint(ModelCheckpoint):
         metrics = {"epoch": torch.tensor(collections - 1), "step": torch.tensor(env_steps)}
         save_and_tell_loggers(self, trainer, self.format_checkpoint_name(metrics))
         self._write_last(trainer, env_steps)
-        if self.keep_last is None or not trainer.is_global_zero or "://" in str(self.dirpath):
-            return  # (remote directories: pruning is left to the store's own retention rules)
+        if self.keep_last is None or not trainer.is_global_zero:
+            return
         # Read from the directory rather than kept in memory, so a resumed run prunes what
         # the interrupted one wrote too.
-        numbered = sorted(
-            (int(m.group(2)), int(m.group(1)), name)
-            for name in os.listdir(self.dirpath)
-            if (m := _NUMBERED.fullmatch(name))
-        )
-        for _, _, name in numbered[: -self.keep_last]:
+        for *_, name in self._numbered()[: -self.keep_last]:
             trainer.strategy.remove_checkpoint(os.path.join(self.dirpath, name))
+
+    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        # A resume from an older checkpoint of this run goes on over the newer files: said before they are replaced.
+        env_steps = int(getattr(pl_module, "env_steps", trainer.global_step))
+        later = [name for steps, _, name in self._numbered() if steps > env_steps]
+        if trainer.ckpt_path is not None and later:
+            rank_zero_warn(
+                f"Resuming at env step {env_steps:,} in {self.dirpath}, which holds {len(later)} checkpoint(s) of "
+                f"later env steps ({later[0]} to {later[-1]}): this run overwrites them and last.ckpt as it reaches "
+                "them (best.ckpt when an evaluation beats the resumed best), and its logs replace the earlier run's "
+                "from here on. To keep them, copy the run directory before resuming."
+            )
+
+    def _numbered(self) -> list[tuple[int, int, str]]:
+        """``(env_steps, epoch, name)`` of the numbered checkpoints in the directory, oldest first (remote directories:
+        none; pruning them is left to the store's own retention rules)."""
+        if "://" in str(self.dirpath) or not os.path.isdir(self.dirpath):
+            return []
+        return sorted((int(m.group(2)), int(m.group(1)), name) for name in os.listdir(self.dirpath)
+                      if (m := _NUMBERED.fullmatch(name)))  # fmt: skip
 
     def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if trainer.fast_dev_run or self.dirpath is None:
@@ -144,7 +164,7 @@ def save_and_tell_loggers(callback: ModelCheckpoint, trainer: pl.Trainer, path: 
             logger.after_save_checkpoint(weakref.proxy(callback))
 
 
-class BestCheckpoint(ModelCheckpoint):
+class BestCheckpoint(RunCheckpoint):
     """Keeps ``best.ckpt``: the state with the highest ``eval/return_mean`` seen so far.
 
     The selection reads the ``train`` object set's evaluation only, never ``eval_ood/``: the
@@ -162,11 +182,6 @@ class BestCheckpoint(ModelCheckpoint):
 
     def __init__(self, dirpath: str | None = None, monitor: str = "eval/return_mean"):
         super().__init__(dirpath=dirpath, monitor=monitor, mode="max", every_n_epochs=0, filename="best")
-
-    def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
-        if self.dirpath is None:
-            self.dirpath = run_checkpoint_dir(trainer)
-        super().setup(trainer, pl_module, stage)
 
     def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         counters = getattr(trainer.datamodule, "counters", None)
@@ -213,16 +228,12 @@ class AtomicCheckpointIO(TorchCheckpointIO):
 
 
 def _fsync_directory(directory: str) -> None:
-    try:
+    with contextlib.suppress(OSError):  # e.g. Windows, where directories cannot be opened
         fd = os.open(directory, os.O_RDONLY)
-    except OSError:  # e.g. Windows, where directories cannot be opened
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
 
 
 def check_checkpoint_file(path: str | os.PathLike) -> dict[str, Any] | None:

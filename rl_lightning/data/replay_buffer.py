@@ -18,7 +18,7 @@ from typing import Any
 import torch
 from tensordict import TensorDict
 
-from rl_lightning.checks import check_replay_sizes
+from rl_lightning.checks import check_one_of, check_replay_sizes
 
 STORAGES = ("memory", "memmap")
 
@@ -43,8 +43,7 @@ class ReplayBuffer:
         self, capacity: int, batch_size: int, storage: str = "memory", scratch_dir: str | None = None,
         device: torch.device | str = "auto",
     ):  # fmt: skip
-        if storage not in STORAGES:
-            raise ValueError(f"storage must be one of {STORAGES}, got {storage!r}.")
+        check_one_of(STORAGES, storage=storage)
         check_replay_sizes(capacity, batch_size)
         self.capacity, self.batch_size = capacity, batch_size
         self.memmap, self.scratch_dir = storage == "memmap", scratch_dir

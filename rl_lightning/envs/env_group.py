@@ -30,6 +30,7 @@ from tensordict import TensorDict, is_tensor_collection
 
 from rl_lightning.checks import (
     check_max_env_restarts,
+    check_one_of,
     check_positive_int,
     check_value_options,
     check_worker_options,
@@ -92,15 +93,11 @@ def check_env_settings(
     wrappers = check_wrappers(wrappers)
     check_positive_int(num_envs=num_envs)
     check_positive_int(max_episode_steps=max_episode_steps, none="None")
-    if vectorization not in VECTORIZATION:
-        raise ValueError(f"vectorization must be one of {VECTORIZATION}, got {vectorization!r}.")
+    check_one_of(VECTORIZATION, vectorization=vectorization)
     check_max_env_restarts(max_env_restarts)
     check_value_options(obs_bound, obs_bound_mode, on_nonfinite)
     check_worker_options(worker_start_method, worker_timeout)
-    if backend not in BACKENDS:
-        raise ValueError(
-            f"backend must be one of {BACKENDS}, got {backend!r} (Hydra: env.backend=gymnasium, torch or envpool)."
-        )
+    check_one_of(BACKENDS, " (Hydra: env.backend=gymnasium, torch or envpool)", backend=backend)
     if env_factory is not None and backend != "torch":
         raise ValueError(
             f"env_factory={factory_path(env_factory)!r} builds a batched tensor env, which backend={backend!r} does "

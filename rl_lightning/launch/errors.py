@@ -33,16 +33,11 @@ class ConfigError(Exception):
 def _single_run_overrides(overrides: Sequence[str]) -> list[str]:
     """Command-line overrides with every sweep (``seed=1,2,3``) replaced by its first value."""
     parsed = OverridesParser.create().parse_overrides(list(overrides))
-    result = []
-    for override in parsed:
-        if override.key_or_group.startswith("hydra"):
-            continue
-        if override.is_sweep_override():
-            first = next(iter(override.sweep_string_iterator()))
-            result.append(f"{override.get_key_element()}={first}")
-        else:
-            result.append(override.input_line)
-    return result
+    return [
+        f"{o.get_key_element()}={next(iter(o.sweep_string_iterator()))}" if o.is_sweep_override() else o.input_line
+        for o in parsed
+        if not o.key_or_group.startswith("hydra")
+    ]
 
 
 def check_overrides(config_dir: str, config_name: str, overrides: Sequence[str]) -> None:
@@ -181,9 +176,8 @@ def raised_by_library(err: BaseException) -> bool:
     while tb.tb_next is not None:
         tb = tb.tb_next
     filename = os.path.abspath(tb.tb_frame.f_code.co_filename)
-    if not filename.startswith(_PACKAGE_DIR + os.sep):
-        return False
-    return linecache.getline(filename, tb.tb_lineno).lstrip().startswith("raise ")
+    in_package = filename.startswith(_PACKAGE_DIR + os.sep)
+    return in_package and linecache.getline(filename, tb.tb_lineno).lstrip().startswith("raise ")
 
 
 def library_error(err: BaseException | None) -> BaseException | None:

@@ -21,6 +21,8 @@ import time
 import torch
 from torch import nn
 
+from rl_lightning.checks import check_one_of, check_positive_int
+
 #: Spellings accepted for ``dtype``.
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16, "float64": torch.float64}
 
@@ -80,10 +82,8 @@ class ActorCopy:
         sync_interval: int = 1,
         verify: bool = False,
     ):
-        if dtype not in DTYPES:
-            raise ValueError(f"actor dtype must be one of {sorted(DTYPES)}, got {dtype!r}.")
-        if not isinstance(sync_interval, int) or isinstance(sync_interval, bool) or sync_interval <= 0:
-            raise ValueError(f"sync_interval must be a positive integer, got {sync_interval!r}.")
+        check_one_of(sorted(DTYPES), " (the acting copy's)", dtype=dtype)
+        check_positive_int(sync_interval=sync_interval)
         self.learner = learner
         self.device = torch.device(device)
         self.dtype = DTYPES[dtype]

@@ -25,7 +25,7 @@ import gymnasium as gym
 import torch
 from torch import nn
 
-from rl_lightning.checks import check_positive_int
+from rl_lightning.checks import check_one_of, check_positive_int
 from rl_lightning.nets.actor_critic import ActorCritic
 from rl_lightning.nets.encoders import EncoderSettings
 from rl_lightning.nets.mlp import mlp
@@ -42,8 +42,8 @@ def check_recurrent_settings(
             "recurrent=True builds its own heads after the recurrent core; a custom actor or critic cannot be "
             "combined with it. Drop algo.actor / algo.critic, or set recurrent=false."
         )
-    if recurrent and cell not in CELLS:
-        raise ValueError(f"cell must be one of {CELLS}, got {cell!r} (Hydra: algo.cell=lstm).")
+    if recurrent:
+        check_one_of(CELLS, " (Hydra: algo.cell=lstm)", cell=cell)
     if not recurrent and bptt_length is not None:
         raise ValueError(
             f"bptt_length={bptt_length} truncates the backpropagation through a recurrent core; this policy "

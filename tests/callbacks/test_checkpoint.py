@@ -134,6 +134,27 @@ def test_keep_last_bounds_the_interval_checkpoints(tmp_path):
     assert names == ["epoch=3-env_steps=128.ckpt", "epoch=4-env_steps=160.ckpt", "last.ckpt"]
 
 
+def test_resuming_an_older_checkpoint_of_the_run_warns_of_what_it_overwrites(tmp_path):
+    """Test that a resume from last.ckpt says nothing, and one from an older checkpoint of the same run directory
+    names the later checkpoints it will overwrite before it overwrites any."""
+    import warnings
+
+    from tests.helpers import quiet_trainer, tiny_ppo, tiny_rollout_data
+
+    def resume(name: str, max_epochs: int) -> None:
+        model, data = tiny_ppo(total_timesteps=10_000, save_interval=1), tiny_rollout_data(eval_interval=100)
+        quiet_trainer(tmp_path, max_epochs=max_epochs).fit(model, data, ckpt_path=str(tmp_path / "checkpoints" / name))
+
+    _fit_ppo(tmp_path)  # checkpoints at 32 ... 160 env steps, last.ckpt at 160
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        resume("last.ckpt", max_epochs=6)
+    assert not [w for w in caught if "later env steps" in str(w.message)]
+    later = r"4 checkpoint\(s\) of later env steps \(epoch=2-env_steps=96.ckpt to epoch=5-env_steps=192.ckpt\)"
+    with pytest.warns(UserWarning, match=rf"env step 64 in .*{later}: this run overwrites them"):
+        resume("epoch=1-env_steps=64.ckpt", max_epochs=3)
+
+
 @pytest.mark.parametrize("keep_last", [0, -1, 2.5, True])
 def test_impossible_keep_last_is_refused(keep_last):
     """Test that keep_last must be a positive integer or None, named in the error."""
