@@ -20,9 +20,7 @@ STORED_SPACES = "Box, Discrete, MultiDiscrete, MultiBinary and Dict"
 def _bound(values: np.ndarray) -> Any:
     """One number where every entry is the same (JSON-safe: ``inf`` stays a float), else the nested list."""
     flat = values.reshape(-1)
-    if flat.size and (flat == flat[0]).all():
-        return flat[0].item()
-    return values.tolist()
+    return flat[0].item() if flat.size and (flat == flat[0]).all() else values.tolist()
 
 
 def space_to_dict(space: gym.Space) -> dict[str, Any]:

@@ -119,9 +119,7 @@ def _checkpoint_path(module: pl.LightningModule) -> str | None:
 def _describe_space(space: gym.Space) -> str:
     if isinstance(space, gym.spaces.Box):
         return f"Box{tuple(space.shape)}"
-    if isinstance(space, gym.spaces.Discrete):
-        return f"Discrete({int(space.n)})"
-    return str(space)
+    return f"Discrete({int(space.n)})" if isinstance(space, gym.spaces.Discrete) else str(space)
 
 
 def _spaces_mismatch(module: pl.LightningModule, where: str, checkpoint: dict[str, Any], spaces: tuple) -> str:

@@ -24,9 +24,7 @@ def explained_variance(value: torch.Tensor, returns: torch.Tensor) -> float:
 def global_sums(module: pl.LightningModule, values: Sequence[float]) -> torch.Tensor:
     """``values`` summed over all ranks (a collective under DDP: every rank must call it)."""
     local = torch.tensor([float(v) for v in values], dtype=torch.float64, device=module.device)
-    if module.trainer.world_size > 1:
-        return module.trainer.strategy.reduce(local, reduce_op="sum").cpu()
-    return local.cpu()
+    return (module.trainer.strategy.reduce(local, reduce_op="sum") if module.trainer.world_size > 1 else local).cpu()
 
 
 def env_step_axis(env_steps: int) -> dict[str, float]:

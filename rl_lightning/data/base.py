@@ -34,6 +34,8 @@ warnings.filterwarnings("ignore", ".*IterableDataset.*has .__len__. defined.*")
 # The streams are resumable through the data module's own state (env-step position, the chunk cut
 # short): Lightning's warning about resuming mid-epoch, which reads only the DataLoader, does not apply.
 warnings.filterwarnings("ignore", ".*resuming from a checkpoint that ended before the epoch ended.*")
+# Lightning's own use of a torch API that torch 2.13 deprecates: nothing a user can act on.
+warnings.filterwarnings("ignore", r".*isinstance\(treespec, LeafSpec\)` is deprecated")
 
 
 #: Validation's reset seeds start this far from the run's seed, the final test's TEST_SEED_OFFSET further;
@@ -266,12 +268,10 @@ class EnvDataModule(pl.LightningDataModule):
             # The interval applies inside fit; trainer.validate() on its own always evaluates.
             if not gated or trainer is None or trainer.state.fn != TrainerFn.FITTING:
                 return True
-            if trainer.sanity_checking:
-                return False
             # Counted in collections (rollouts, replay epochs) rather than Lightning's epochs: a resume
             # from a checkpoint written inside an epoch can leave the two one apart, and evaluations
             # must fall on the uninterrupted run's env-step grid (issue 25's fifth defect).
-            return self.evaluation_due
+            return not trainer.sanity_checking and self.evaluation_due
 
         share = episodes_per_env(hp.eval_episodes, self.world_size)[self.rank]
         loaders = []

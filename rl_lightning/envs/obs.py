@@ -28,9 +28,7 @@ def map_obs(fn: Callable[..., Any], obs: Obs, *others: Obs) -> Obs:
 
 def leaves(obs: Obs) -> list[Any]:
     """The arrays (or tensors) of ``obs``, in key order."""
-    if isinstance(obs, Mapping):
-        return [leaf for key in obs.keys() for leaf in leaves(obs[key])]
-    return [obs]
+    return [leaf for key in obs.keys() for leaf in leaves(obs[key])] if isinstance(obs, Mapping) else [obs]
 
 
 def storage_dtype(space: gym.Space | np.ndarray) -> np.dtype:

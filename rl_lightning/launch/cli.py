@@ -33,6 +33,7 @@ import signal
 import sys
 import tempfile
 import time
+import warnings
 from collections.abc import Sequence
 from typing import Any, NoReturn
 
@@ -292,12 +293,12 @@ class RLCLI(LightningCLI):
 
     def validate(self, **kwargs: Any) -> None:
         """``validate``, as :meth:`fit`."""
-        with self._refusals_in_one_line():
+        with self._refusals_in_one_line(), _evaluation_warnings():
             self.trainer.validate(**kwargs)
 
     def test(self, **kwargs: Any) -> None:
         """``test``, as :meth:`fit`."""
-        with self._refusals_in_one_line():
+        with self._refusals_in_one_line(), _evaluation_warnings():
             self.trainer.test(**kwargs)
 
     @contextlib.contextmanager
@@ -508,6 +509,14 @@ def _with_checkpoint_config(args: list[str]) -> tuple[list[str], dict | None]:
         yaml.safe_dump(config, f)
     atexit.register(os.unlink, f.name)
     return [args[0], "--config", f.name, *args[1:]], config
+
+
+@contextlib.contextmanager
+def _evaluation_warnings():
+    """Without Lightning's advice to add the checkpoint's callbacks: the library's act only in a fit, not here."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", ".*callbacks used to create the checkpoint need to be provided")
+        yield
 
 
 #: Subcommands that are not Lightning's, each an argparse ``main`` of its own.

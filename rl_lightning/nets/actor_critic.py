@@ -202,9 +202,7 @@ class ActorCritic(nn.Module):
             return out.argmax(-1)
         if self.nvec:
             return self._per_entry_argmax(out)
-        if self.action_kind == "bernoulli":
-            return (out > 0).long()  # p > 0.5
-        return out
+        return (out > 0).long() if self.action_kind == "bernoulli" else out  # bernoulli: p > 0.5
 
     @staticmethod
     def _categorical(logits: torch.Tensor, action: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -506,6 +506,4 @@ def build_encoder(
                     f"{_SETTING}.{reader}_keys names {unrouted}, which neither {_SETTING}.cnn_keys nor mlp_keys "
                     "routes; add them to one of the lists."
                 )
-    if needs_encoder(space):
-        return MultiInputEncoder(space, settings, normalize_obs)
-    return None
+    return MultiInputEncoder(space, settings, normalize_obs) if needs_encoder(space) else None
