@@ -176,9 +176,7 @@ def metadata_json(metadata: Mapping[str, Any]) -> str:
             return "inf" if value > 0 else "-inf"
         if isinstance(value, Mapping):
             return {k: plain(v) for k, v in value.items()}
-        if isinstance(value, (list, tuple)):
-            return [plain(v) for v in value]
-        return value
+        return [plain(v) for v in value] if isinstance(value, (list, tuple)) else value
 
     return json.dumps(plain(metadata), allow_nan=False)
 

@@ -171,9 +171,8 @@ def resumable_stop(trainer: pl.Trainer, exception: BaseException) -> bool:
     """Whether ``exception`` ends a fit with a checkpoint to resume from, written by every rank together: a signal
     (:class:`~rl_lightning.faults.TrainingInterrupted`) or an env fault during fit, but not an env fault under DDP,
     raised on one rank only (see :class:`Interruption`)."""
-    if not isinstance(exception, (TrainingInterrupted, EnvFault)) or trainer.state.fn != TrainerFn.FITTING:
-        return False
-    return not (isinstance(exception, EnvFault) and trainer.world_size > 1)
+    stop = isinstance(exception, (TrainingInterrupted, EnvFault)) and trainer.state.fn == TrainerFn.FITTING
+    return stop and not (isinstance(exception, EnvFault) and trainer.world_size > 1)
 
 
 def stop_if_requested(trainer: pl.Trainer, device: torch.device) -> None:

@@ -53,6 +53,10 @@ VECTORIZATION = ("sync", "async")
 BACKENDS = ("gymnasium", "torch", "envpool")
 
 
+#: Packages that register their gymnasium ids when imported, by the ids' prefix (named first: ``'ale_py:ALE/Pong-v5'``).
+REGISTERED_ON_IMPORT = {"ALE/": "ale_py", "MiniGrid-": "minigrid", "BabyAI-": "minigrid"}
+
+
 def check_env_id(env_id: str) -> None:
     """Raise a clear error if ``env_id`` is not registered with gymnasium (``"module:id"`` imports the module, which
     registers the id, first, as ``gymnasium.make`` does)."""
@@ -69,8 +73,10 @@ def check_env_id(env_id: str) -> None:
             ) from None
     if name in gym.registry:
         return
-    # Ids of other namespaces rarely are what was meant: suggest only close ones.
-    hint = did_you_mean(name, gym.registry, cutoff=0.8)
+    package = next((p for prefix, p in REGISTERED_ON_IMPORT.items() if name.startswith(prefix) and not module), None)
+    hint = did_you_mean(name, gym.registry, cutoff=0.8)  # other namespaces' ids are rarely what was meant: close ones
+    if package:  # a package's id without the package, which registers its ids when imported
+        hint = f" Try env_id='{package}:{name}': '{package}' registers its ids when imported."
     where = f" The module '{module}' did not register it." if module else ""
     raise ValueError(
         f"Unknown environment id '{env_id}'.{hint}{where} Register a custom env with "

@@ -103,6 +103,9 @@ def test_async_workers_are_forked_not_spawned_after_torchrl_import():
     "kwargs, match",
     [
         ({"env_id": "CartPol-v1"}, "Unknown environment id 'CartPol-v1'.*CartPole-v1"),
+        # A package's id without the package (ALE's, MiniGrid's register when imported): the spelling that imports it.
+        ({"env_id": "ALE/NoSuchGame-v5"}, "Try env_id='ale_py:ALE/NoSuchGame-v5': 'ale_py' registers its ids"),
+        ({"env_id": "MiniGrid-NoSuch-v0"}, "Try env_id='minigrid:MiniGrid-NoSuch-v0': 'minigrid' registers"),
         ({"env_id": "CartPole-v1", "num_envs": 0}, "num_envs must be a positive integer"),
         ({"env_id": "CartPole-v1", "obj_set": "valid"}, "Unknown object set 'valid'"),
         ({"env_id": "CartPole-v1", "vectorization": "threads"}, "vectorization must be one of"),
