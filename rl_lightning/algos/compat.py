@@ -124,28 +124,30 @@ def _describe_space(space: gym.Space) -> str:
 
 def _spaces_mismatch(module: pl.LightningModule, where: str, checkpoint: dict[str, Any], spaces: tuple) -> str:
     """Explain a checkpoint trained on other spaces than the env this model was built for."""
-    saved_env = (checkpoint.get("datamodule_hyper_parameters") or {}).get("env_id")
+    saved_data = checkpoint.get("datamodule_hyper_parameters") or {}
     trainer = attached_trainer(module)
     datamodule = getattr(trainer, "datamodule", None) if trainer else (_LOADING.get() or {}).get("datamodule")
     env = datamodule.env_id if isinstance(datamodule, EnvDataModule) else "the data module's env"
+    own_data = dict(datamodule.hparams) if isinstance(datamodule, EnvDataModule) else {}
+    # The settings that shape the spaces and differ (CartPole with or without a wrapper that drops entries): named.
+    differ = [f"{key}={saved_data[key]!r}" for key in ("env_id", "env_factory", "backend", "wrappers")
+              if key in saved_data and _plain_value(own_data.get(key)) != _plain_value(saved_data[key])]  # fmt: skip
+    saved_env, settings = saved_data.get("env_id"), f" ({', '.join(differ)})" if differ else ""
     saved = f"{_describe_space(spaces[0])} observations, {_describe_space(spaces[1])} actions"
     own = f"{_describe_space(module.spaces[0])} observations, {_describe_space(module.spaces[1])} actions"
     if own == saved:  # the same shapes: the bounds differ
         saved, own = (f"{space[0]} observations, {space[1]} actions" for space in (spaces, module.spaces))
     return (
         f"{where} was trained on {saved_env or 'another env'} ({saved}), but this {type(module).__name__} was "
-        f"built for {env} ({own}). Give the data module the env the "
-        f"checkpoint was trained on{f' (env_id={saved_env!r})' if saved_env else ''}, or train from scratch without "
-        "the checkpoint."
+        f"built for {env} ({own}). Give the data module the env settings the checkpoint was trained on"
+        f"{settings}, or train from scratch without the checkpoint."
     )
 
 
 def _plain_value(value: Any) -> Any:
     if isinstance(value, (list, tuple)):
         return [_plain_value(v) for v in value]
-    if isinstance(value, Mapping):
-        return {k: _plain_value(v) for k, v in value.items()}
-    return value
+    return {k: _plain_value(v) for k, v in value.items()} if isinstance(value, Mapping) else value
 
 
 def _saved_hparams(checkpoint: dict[str, Any], loading: dict[str, Any]) -> dict[str, Any]:

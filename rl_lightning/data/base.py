@@ -56,9 +56,7 @@ def _numpy_state_to_plain(state: tuple) -> tuple:
 
 def eval_prefix(obj_set: str, train_obj_set: str) -> str:
     """Metric prefix of an object set: ``eval`` for the training set, ``eval_ood`` for ``test``."""
-    if obj_set == train_obj_set:
-        return "eval"
-    return "eval_ood" if obj_set == "test" else f"eval_{obj_set}"
+    return "eval" if obj_set == train_obj_set else "eval_ood" if obj_set == "test" else f"eval_{obj_set}"
 
 
 class EnvDataModule(pl.LightningDataModule):

@@ -256,9 +256,8 @@ class SquashedGaussianActor(nn.Module):
         Returns ``(action, None, None, None)``: off-policy evaluation uses no log-probability,
         value (``value`` is the protocol's and ignored) or state.
         """
-        if not deterministic:
-            return self.explore(obs), None, None, None
-        return _squash(self._loc_scale(obs)[0], self.low, self.high), None, None, None
+        action = _squash(self._loc_scale(obs)[0], self.low, self.high) if deterministic else self.explore(obs)
+        return action, None, None, None
 
     def forward(self, obs: Obs) -> torch.Tensor:
         """Deterministic actions for observations ``[B, obs_dim]``."""

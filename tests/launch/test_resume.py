@@ -36,8 +36,13 @@ def finished_run(tmp_path_factory):
         ([*TINY, "env.env_id=Acrobot-v1"], ["trained on CartPole-v1", "built for Acrobot-v1"]),
         (["+experiment=dqn"], ["holds a PPO model, not a DQN one"]),
         ([*TINY, "algo.hidden_sizes=[32]"], ["hidden_sizes: checkpoint [64, 64], this model [32]"]),
+        # The same env id with a wrapper that drops entries: the setting that differs is named, not the id.
+        (
+            [*TINY, "env.wrappers=[{wrapper:rl_lightning.envs.wrappers.KeepEntries,indices:[0,2]}]"],
+            ["trained on CartPole-v1 (Box(4,)", "built for CartPole-v1 (Box(2,)", "trained on (wrappers=[])"],
+        ),
     ],
-    ids=["other-env", "other-algorithm", "other-settings"],
+    ids=["other-env", "other-algorithm", "other-settings", "other-wrappers"],
 )
 def test_a_refused_resume_touches_nothing_in_the_run_directory(finished_run, overrides, expected):
     """Test that resuming with another env, algorithm or network stops with the reason, files byte-identical."""
