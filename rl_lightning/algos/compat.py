@@ -124,15 +124,18 @@ def _describe_space(space: gym.Space) -> str:
 
 def _spaces_mismatch(module: pl.LightningModule, where: str, checkpoint: dict[str, Any], spaces: tuple) -> str:
     """Explain a checkpoint trained on other spaces than the env this model was built for."""
-    saved_data = checkpoint.get("datamodule_hyper_parameters") or {}
+    saved_data = _plain_value(dict(checkpoint.get("datamodule_hyper_parameters") or {}))
     trainer = attached_trainer(module)
     datamodule = getattr(trainer, "datamodule", None) if trainer else (_LOADING.get() or {}).get("datamodule")
     env = datamodule.env_id if isinstance(datamodule, EnvDataModule) else "the data module's env"
-    own_data = dict(datamodule.hparams) if isinstance(datamodule, EnvDataModule) else {}
-    # The settings that shape the spaces and differ (CartPole with or without a wrapper that drops entries): named.
-    differ = [f"{key}={saved_data[key]!r}" for key in ("env_id", "env_factory", "backend", "wrappers")
-              if key in saved_data and _plain_value(own_data.get(key)) != _plain_value(saved_data[key])]  # fmt: skip
-    saved_env, settings = saved_data.get("env_id"), f" ({', '.join(differ)})" if differ else ""
+    own_data = _plain_value(dict(datamodule.hparams)) if isinstance(datamodule, EnvDataModule) else {}
+    saved_env = saved_data.get("env_id")
+    # The settings that shape the spaces and differ (CartPole with or without a wrapper that drops entries): named;
+    # where none does, the object sets' variations (their env ids, make_kwargs) are what is left.
+    differ = [f"{key}={saved_data[key]!r}" for key in ("env_id", "env_factory", "backend", "wrappers", "train_obj_set")
+              if key in own_data and key in saved_data and own_data[key] != saved_data[key]]  # fmt: skip
+    fallback = ["obj_sets as in the checkpoint"] if own_data else [f"env_id={saved_env!r}"] if saved_env else []
+    settings = f" ({', '.join(differ or fallback)})" if differ or fallback else ""
     saved = f"{_describe_space(spaces[0])} observations, {_describe_space(spaces[1])} actions"
     own = f"{_describe_space(module.spaces[0])} observations, {_describe_space(module.spaces[1])} actions"
     if own == saved:  # the same shapes: the bounds differ

@@ -116,12 +116,13 @@ class IntervalCheckpoint(RunCheckpoint):
         self._write_last(trainer, env_steps)
         if self.keep_last is None or not trainer.is_global_zero:
             return
-        # Read from the directory rather than kept in memory, so a resumed run prunes what
-        # the interrupted one wrote too.
-        for *_, name in self._numbered()[: -self.keep_last]:
+        # Read from the directory, so a resumed run prunes what the interrupted one wrote too; files of later env
+        # steps (a resume from an older checkpoint) are not this run's: they stay until it overwrites them.
+        for *_, name in [entry for entry in self._numbered() if entry[0] <= env_steps][: -self.keep_last]:
             trainer.strategy.remove_checkpoint(os.path.join(self.dirpath, name))
 
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        super().on_train_start(trainer, pl_module)
         # A resume from an older checkpoint of this run goes on over the newer files: said before they are replaced.
         env_steps = int(getattr(pl_module, "env_steps", trainer.global_step))
         later = [name for steps, _, name in self._numbered() if steps > env_steps]

@@ -75,7 +75,7 @@ def check_env_id(env_id: str) -> None:
         return
     package = next((p for prefix, p in REGISTERED_ON_IMPORT.items() if name.startswith(prefix) and not module), None)
     hint = did_you_mean(name, gym.registry, cutoff=0.8)  # other namespaces' ids are rarely what was meant: close ones
-    if package:  # a package's id without the package, which registers its ids when imported
+    if package and not hint:  # a package's id without the package (not imported), which registers its ids then
         hint = f" Try env_id='{package}:{name}': '{package}' registers its ids when imported."
     where = f" The module '{module}' did not register it." if module else ""
     raise ValueError(

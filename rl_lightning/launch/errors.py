@@ -147,9 +147,8 @@ def explain_build_error(err: Exception, cfg: DictConfig) -> str | None:
 def _config_key(key: str, cfg: DictConfig) -> str:
     """Where a data-module argument lives in the config: the env group's keys are merged into ``data``."""
     group, _, name = key.partition(".")
-    if group == "data" and isinstance(cfg.get("env"), DictConfig) and name in cfg.env.keys():  # "???" too
-        return f"env.{name}"
-    return key
+    in_env = group == "data" and isinstance(cfg.get("env"), DictConfig) and name in cfg.env.keys()  # "???" too
+    return f"env.{name}" if in_env else key
 
 
 def _key_named_in(text: str, cfg: DictConfig, group: str | None) -> str | None:

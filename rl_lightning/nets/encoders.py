@@ -210,9 +210,7 @@ def _vector_input(key: str, space: gym.Space) -> VectorInput | None:
         return VectorInput(
             key, "onehot", int(space.nvec.sum()), tuple(space.nvec.tolist()), tuple(space.start.tolist())
         )
-    if isinstance(space, gym.spaces.MultiBinary):
-        return VectorInput(key, "binary", int(np.prod(space.n)))
-    return None
+    return VectorInput(key, "binary", int(np.prod(space.n))) if isinstance(space, gym.spaces.MultiBinary) else None
 
 
 def _neither(key: str, space: gym.Space) -> ValueError:

@@ -469,3 +469,20 @@ def test_normalize_reward_scales_what_the_update_learns_from_and_reports_raw_ret
     loaded = PPO.load_from_checkpoint(os.path.join(tmp_path, "checkpoints", "last.ckpt"))
     assert float(loaded.reward_scaler.stats.var) == var
     assert tiny_ppo().reward_scaler is None
+
+
+def test_a_resume_whose_spaces_come_from_other_object_sets_names_the_object_sets(tmp_path):
+    """Test that a checkpoint trained on variations of another env (same env_id, other spaces) is refused naming the
+    object sets, as the setting that differs, rather than the env id, which is the same."""
+    from rl_lightning.algos.loading import check_resume
+    from tests.helpers import quiet_trainer, tiny_ppo, tiny_rollout_data
+
+    sets = {
+        "train": [{"env_id": "Acrobot-v1", "seeds": [0, 1000]}],
+        "test": [{"env_id": "Acrobot-v1", "seeds": [1000, 2000]}],
+    }
+    quiet_trainer(tmp_path, max_epochs=1).fit(tiny_ppo(save_interval=1), tiny_rollout_data(obj_sets=sets))
+    with pytest.raises(
+        ValueError, match=r"built for CartPole-v1 \(Box\(4,\).*trained on \(obj_sets as in the checkpoint\)"
+    ):
+        check_resume(tiny_ppo(save_interval=1), tiny_rollout_data(), tmp_path / "checkpoints" / "last.ckpt")

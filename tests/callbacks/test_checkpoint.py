@@ -155,6 +155,36 @@ def test_resuming_an_older_checkpoint_of_the_run_warns_of_what_it_overwrites(tmp
         resume("epoch=1-env_steps=64.ckpt", max_epochs=3)
 
 
+def test_keep_last_prunes_the_run_s_own_checkpoints_after_a_resume_from_an_older_one(tmp_path):
+    """Test that keep_last, after a resume from an older checkpoint, keeps the checkpoints the resumed run writes:
+    the later files of the earlier run are not counted (they stay until overwritten)."""
+    import shutil
+
+    from tests.helpers import quiet_trainer, tiny_ppo, tiny_rollout_data
+
+    _fit_ppo(tmp_path, keep_last=2)  # leaves epoch=3 (128) and epoch=4 (160)
+    older = tmp_path / "older.ckpt"
+    pl.seed_everything(0)
+    quiet_trainer(tmp_path / "first", max_epochs=2).fit(
+        tiny_ppo(total_timesteps=10_000, save_interval=1), tiny_rollout_data(eval_interval=100)
+    )
+    shutil.copy(tmp_path / "first" / "checkpoints" / "epoch=1-env_steps=64.ckpt", older)
+    with pytest.warns(UserWarning, match="later env steps"):
+        quiet_trainer(tmp_path, max_epochs=4).fit(
+            tiny_ppo(total_timesteps=10_000, save_interval=1, keep_last=2), tiny_rollout_data(eval_interval=100),
+            ckpt_path=str(older),
+        )  # fmt: skip
+    names = sorted(os.listdir(tmp_path / "checkpoints"))
+    # The resumed run's 96 and 128 (the earlier 128 overwritten) and the earlier run's 160, until overwritten. Before,
+    # 96 was pruned as soon as it was written: the earlier run's 128 and 160 counted as the newest two.
+    assert names == [
+        "epoch=2-env_steps=96.ckpt",
+        "epoch=3-env_steps=128.ckpt",
+        "epoch=4-env_steps=160.ckpt",
+        "last.ckpt",
+    ]
+
+
 @pytest.mark.parametrize("keep_last", [0, -1, 2.5, True])
 def test_impossible_keep_last_is_refused(keep_last):
     """Test that keep_last must be a positive integer or None, named in the error."""

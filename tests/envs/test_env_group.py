@@ -124,6 +124,19 @@ def test_bad_input_rejected(kwargs, match):
         EnvGroup(**kwargs)
 
 
+def test_a_typo_in_a_package_id_gets_the_close_ids_once_the_package_registered_them():
+    """Test that with ale_py imported (its ids registered), ALE/Pongg-v5 is answered with the close ids, not with the
+    package-first spelling, which would fail the same way."""
+    import ale_py
+
+    from rl_lightning.envs.env_group import check_env_id
+
+    gym.register_envs(ale_py)
+    with pytest.raises(ValueError, match="Did you mean 'ALE/Pong-v5'") as info:
+        check_env_id("ALE/Pongg-v5")
+    assert "Try env_id=" not in str(info.value)
+
+
 PIXEL_GOAL = "tests.envs.pixel_goal:pixel_goal/PixelGoal-v0"
 PIXEL_SETS = {"train": [{}], "test": [{}]}
 
