@@ -40,8 +40,7 @@ def check_positive(**values: Any) -> None:
 
 
 def check_one_of(options: Sequence[Any], hint: str = "", **values: Any) -> None:
-    """Raise a ``ValueError`` naming the first argument that is not one of ``options`` (``hint``: added to the message,
-    e.g. where to set it)."""
+    """Raise a ``ValueError`` naming the first argument that is not one of ``options`` (``hint``: where to set it)."""
     for name, value in values.items():
         if value not in options:
             raise ValueError(f"{name} must be one of {tuple(options)}, got {value!r}{hint}.")

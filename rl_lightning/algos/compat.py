@@ -130,8 +130,7 @@ def _spaces_mismatch(module: pl.LightningModule, where: str, checkpoint: dict[st
     env = datamodule.env_id if isinstance(datamodule, EnvDataModule) else "the data module's env"
     own_data = _plain_value(dict(datamodule.hparams)) if isinstance(datamodule, EnvDataModule) else {}
     saved_env = saved_data.get("env_id")
-    # The settings that shape the spaces and differ (CartPole with or without a wrapper that drops entries): named;
-    # where none does, the object sets' variations (their env ids, make_kwargs) are what is left.
+    # The settings that shape the spaces and differ are named; where none does, the object sets' variations are left.
     differ = [f"{key}={saved_data[key]!r}" for key in ("env_id", "env_factory", "backend", "wrappers", "train_obj_set")
               if key in own_data and key in saved_data and own_data[key] != saved_data[key]]  # fmt: skip
     fallback = ["obj_sets as in the checkpoint"] if own_data else [f"env_id={saved_env!r}"] if saved_env else []

@@ -38,13 +38,10 @@ def adam(params, lr: float, eps: float = 1e-8) -> torch.optim.Adam:
 
 def _named_loss_tensors(losses: Any) -> dict[str, torch.Tensor]:
     """The scalar tensors of loss terms given as a mapping, a NamedTuple or a dataclass."""
-    if dataclasses.is_dataclass(losses):
-        items = vars(losses).items()
-    elif hasattr(losses, "_asdict"):
-        items = losses._asdict().items()
-    else:
-        items = (losses or {}).items()
-    return {k: v for k, v in items if isinstance(v, torch.Tensor) and v.numel() == 1}
+    named = (
+        vars(losses) if dataclasses.is_dataclass(losses) else losses._asdict() if hasattr(losses, "_asdict") else losses
+    )
+    return {k: v for k, v in (named or {}).items() if isinstance(v, torch.Tensor) and v.numel() == 1}
 
 
 class UpdateGuard:

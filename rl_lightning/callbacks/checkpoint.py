@@ -72,6 +72,18 @@ class RunCheckpoint(ModelCheckpoint):
             self.dirpath = run_checkpoint_dir(trainer)
         super().setup(trainer, pl_module, stage)
 
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        # From another directory: a copied or moved run's best.ckpt and last.ckpt are read here, with the best score
+        # (Lightning keeps only the old best path); else the earlier files stay; a best found nowhere is written anew.
+        if state_dict.get("dirpath") not in (None, self.dirpath):
+            state_dict = {**state_dict, "dirpath": self.dirpath}
+            for key in ("best_model_path", "last_model_path"):
+                here = os.path.join(self.dirpath, os.path.basename(state_dict.get(key) or ""))
+                state_dict[key] = here if os.path.isfile(here) else state_dict.get(key)
+            if state_dict.get("best_model_path") and not os.path.isfile(state_dict["best_model_path"]):
+                state_dict["best_model_score"] = None
+        super().load_state_dict(state_dict)
+
 
 class IntervalCheckpoint(RunCheckpoint):
     """A numbered checkpoint every ``save_interval`` collections, and a ``last.ckpt`` that always holds the end.
@@ -135,8 +147,7 @@ class IntervalCheckpoint(RunCheckpoint):
             )
 
     def _numbered(self) -> list[tuple[int, int, str]]:
-        """``(env_steps, epoch, name)`` of the numbered checkpoints in the directory, oldest first (remote directories:
-        none; pruning them is left to the store's own retention rules)."""
+        """``(env_steps, epoch, name)`` of the numbered checkpoints here, oldest first (none in a remote directory)."""
         if "://" in str(self.dirpath) or not os.path.isdir(self.dirpath):
             return []
         return sorted((int(m.group(2)), int(m.group(1)), name) for name in os.listdir(self.dirpath)

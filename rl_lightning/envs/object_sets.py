@@ -226,10 +226,8 @@ class ObjectSetWrapper(gym.Wrapper):
         variations = self.obj_sets[self.obj_set]
         variation = variations[int(self._rng.integers(len(variations)))] if len(variations) > 1 else variations[0]
         self._apply(variation)
-        if variation.seeds is not None:
-            episode_seed = int(self._rng.integers(*variation.seeds))
-        else:
-            episode_seed = None if self._seeded_once else int(self._rng.integers(2**31 - 1))
+        episode_seed = (int(self._rng.integers(*variation.seeds)) if variation.seeds is not None
+                        else None if self._seeded_once else int(self._rng.integers(2**31 - 1)))  # fmt: skip
         self._seeded_once = True
         obs, info = self.env.reset(seed=episode_seed, options=options)
         info["variation"] = variation.name

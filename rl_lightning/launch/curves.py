@@ -104,7 +104,8 @@ def plot_runs(paths: Sequence[str | Sequence[str]], out: str, title: str | None 
             if not curves:
                 continue
             steps, mean, low, high = aggregate(curves)
-            line = ax.plot(steps, mean, label=f"{label} ({len(curves)} seed{'s' * (len(curves) > 1)})")[0]
+            dot = "o" if len(steps) == 1 else None  # a run evaluated once: a line of one point draws nothing
+            line = ax.plot(steps, mean, marker=dot, label=f"{label} ({len(curves)} seed{'s' * (len(curves) > 1)})")[0]
             if len(curves) > 1:
                 ax.fill_between(steps, low, high, color=line.get_color(), alpha=0.2, linewidth=0)
     for ax, (_, name) in zip(axes, PANELS, strict=True):

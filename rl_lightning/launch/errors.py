@@ -33,11 +33,8 @@ class ConfigError(Exception):
 def _single_run_overrides(overrides: Sequence[str]) -> list[str]:
     """Command-line overrides with every sweep (``seed=1,2,3``) replaced by its first value."""
     parsed = OverridesParser.create().parse_overrides(list(overrides))
-    return [
-        f"{o.get_key_element()}={next(iter(o.sweep_string_iterator()))}" if o.is_sweep_override() else o.input_line
-        for o in parsed
-        if not o.key_or_group.startswith("hydra")
-    ]
+    return [f"{o.get_key_element()}={next(iter(o.sweep_string_iterator()))}" if o.is_sweep_override() else o.input_line
+            for o in parsed if not o.key_or_group.startswith("hydra")]  # fmt: skip
 
 
 def check_overrides(config_dir: str, config_name: str, overrides: Sequence[str]) -> None:

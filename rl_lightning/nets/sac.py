@@ -215,10 +215,8 @@ class SquashedGaussianActor(nn.Module):
 
     def _loc_scale(self, obs: Obs) -> tuple[torch.Tensor, torch.Tensor]:
         # In the weights' dtype (bf16 in a reduced-precision acting copy), out in float32.
-        if self.encoder is not None:
-            x = self.encoder(obs)
-        else:
-            x = obs.reshape(obs.shape[0], self.obs_dim).to(weight_dtype(self))
+        flat = self.encoder is None
+        x = obs.reshape(obs.shape[0], self.obs_dim).to(weight_dtype(self)) if flat else self.encoder(obs)
         loc, scale = self.net(x)
         return loc.float(), scale.float()
 

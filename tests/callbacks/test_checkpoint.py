@@ -295,3 +295,34 @@ def test_checkpoint_writes_reach_the_loggers_after_save_checkpoint_hook(tmp_path
     trainer = quiet_trainer(tmp_path, max_epochs=2, logger=Recording(tmp_path))
     trainer.fit(tiny_ppo(total_timesteps=10_000, save_interval=1), tiny_rollout_data())
     assert calls.count("IntervalCheckpoint") == 4 and calls.count("BestCheckpoint") >= 1  # 2 numbered, 2 last
+
+
+def test_a_copied_or_moved_run_resumes_with_its_own_best_and_last_checkpoints(tmp_path):
+    """Test that a resume from another directory than the checkpoint's reads best.ckpt and last.ckpt in the new place
+    when they are there (a copied or moved run), keeps the best score (Lightning kept only the old best path, so a worse
+    evaluation overwrote best.ckpt), keeps the earlier run's files otherwise, and forgets a best found nowhere."""
+    old, new = tmp_path / "old" / "checkpoints", tmp_path / "new" / "checkpoints"
+    saved = {"dirpath": str(old), "best_model_path": str(old / "best.ckpt"), "last_model_path": str(old / "last.ckpt"),
+             "best_model_score": torch.tensor(119.8), "monitor": "eval/return_mean", "current_score": None,
+             "best_k_models": {}, "kth_best_model_path": "", "kth_value": None}  # fmt: skip
+
+    def restored(*files: os.PathLike) -> BestCheckpoint:
+        for file in files:
+            file.parent.mkdir(parents=True, exist_ok=True)
+            file.write_bytes(b"")
+        callback = BestCheckpoint(dirpath=str(new))
+        callback.load_state_dict(dict(saved))
+        return callback
+
+    copied = restored(old / "best.ckpt", new / "best.ckpt", new / "last.ckpt")  # copied: both directories hold files
+    assert copied.best_model_path == str(new / "best.ckpt") and copied.last_model_path == str(new / "last.ckpt")
+    assert float(copied.best_model_score) == pytest.approx(119.8)
+    (old / "best.ckpt").unlink()  # moved: only the new directory holds them
+    assert restored().best_model_path == str(new / "best.ckpt") and float(restored().best_model_score) > 119
+    for file in new.iterdir():
+        file.unlink()
+    (old / "best.ckpt").write_bytes(b"")  # resumed into a new directory: the earlier run's best stays the best
+    elsewhere = restored()
+    assert elsewhere.best_model_path == str(old / "best.ckpt") and float(elsewhere.best_model_score) > 119
+    (old / "best.ckpt").unlink()  # a best file found nowhere: the next evaluation writes one
+    assert restored().best_model_score is None

@@ -58,6 +58,21 @@ def test_plot_counts_seeds_per_path_and_refuses_paths_without_metrics(tmp_path):
         plot_runs([str(tmp_path / "empty")], str(tmp_path / "none.png"))
 
 
+def test_a_run_evaluated_once_is_drawn_as_a_point(tmp_path, monkeypatch):
+    """Test that a curve of one evaluation (a short run's final test only) gets a marker: a line of one point is
+    invisible, and the plot came out as empty axes."""
+    from matplotlib.axes import Axes
+
+    _write_csv(tmp_path / "short", [{"step": 512, "eval/return_mean": 9.0, "eval_ood/return_mean": 8.0}])
+    _write_csv(tmp_path / "long", [{"step": s, "eval/return_mean": 1.0, "eval_ood/return_mean": 1.0} for s in (1, 2)])
+    markers, plot = [], Axes.plot
+    monkeypatch.setattr(
+        Axes, "plot", lambda ax, *args, **kwargs: markers.append(kwargs.get("marker")) or plot(ax, *args, **kwargs)
+    )
+    plot_runs([str(tmp_path / "short"), str(tmp_path / "long")], str(tmp_path / "out.png"))
+    assert markers == ["o", "o", None, None]  # both panels of the short run, then of the long one
+
+
 def test_plot_refuses_an_output_format_matplotlib_does_not_write(tmp_path, capsys):
     """Test that `plot --out curves.xyz` ends with the usage line naming the formats, before any directory is made."""
     from rl_lightning.launch.curves import main
