@@ -229,8 +229,8 @@ class RLCLI(LightningCLI):
             args=None if from_argv else args,
             run=run,
             parser_class=_Parser,
-            # A fit goes on over its run's config.yaml (a resume; or one a refused run left: fit refuses a
-            # directory holding a run's results); validate and test write their own beside it.
+            parser_kwargs={"description": f"Subcommands: {', '.join(SUBCOMMANDS + tuple(TOOLS))} (each with --help)."},
+            # A fit goes on over its run's config.yaml (a resume, or one a refused run left); validate, test: their own.
             save_config_kwargs={"overwrite": True, "config_filename": config_file},
         )
 

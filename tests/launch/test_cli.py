@@ -311,3 +311,13 @@ def test_cli_sigterm_prints_a_resume_command_that_finishes_the_budget(tmp_path):
     # ... and its W&B run went on under the interrupted run's id.
     runs = [name for name in os.listdir(root / "wandb") if name.startswith("offline-run-")]
     assert len(runs) == 2 and len({name.rsplit("-", 1)[1] for name in runs}) == 1, runs
+
+
+def test_top_level_help_names_every_subcommand(capsys):
+    """Test that `rl-lightning --help` names play, export and plot beside Lightning's fit, validate and test (its usage
+    line, Lightning's, lists only those three)."""
+    with pytest.raises(SystemExit) as info:
+        main(["--help"])
+    assert info.value.code == 0
+    out = capsys.readouterr().out
+    assert "Subcommands: fit, validate, test, plot, play, export" in out
