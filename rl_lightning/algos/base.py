@@ -335,6 +335,8 @@ class RLModule(pl.LightningModule):
         if logged:
             metrics.log_epoch(self, metrics.with_generalization_gap(logged, means), {})
         datamodule.mark_evaluated()
+        for best in (c for c in self.trainer.callbacks if isinstance(c, BestCheckpoint)):
+            best.offer(self.trainer, logged.get(best.monitor))
 
     def on_validation_start(self) -> None:
         self.loops_started = not self.trainer.sanity_checking

@@ -197,9 +197,14 @@ class BestCheckpoint(RunCheckpoint):
 
     def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         counters = getattr(trainer.datamodule, "counters", None)
-        evaluated_now = counters is None or counters.evaluated == counters.iterations
-        score = trainer.callback_metrics.get(self.monitor)
-        if trainer.sanity_checking or score is None or not evaluated_now or not torch.isfinite(score):
+        if counters is None or counters.evaluated == counters.iterations:
+            self.offer(trainer, trainer.callback_metrics.get(self.monitor))
+
+    def offer(self, trainer: pl.Trainer, score: torch.Tensor | float | None) -> None:
+        """Write the trainer's state as ``best.ckpt`` if ``score``, its evaluation's, beats every earlier one (also
+        called for the evaluation a resume reruns, ``RLModule._evaluate_cut``, outside the validation loop)."""
+        score = None if score is None else torch.as_tensor(score, dtype=torch.float32)
+        if trainer.sanity_checking or score is None or not torch.isfinite(score):
             return
         if self.best_model_score is None or score > self.best_model_score:
             # Set before saving: they are part of the callback's state in the file.

@@ -100,12 +100,10 @@ class NoObjectSetsWarning(UserWarning):
 def resolve_obj_sets(env_id: str, obj_sets: UserObjSets) -> ObjSets:
     """The object sets for ``env_id`` (filling variations that name no id): ``obj_sets``, else the shipped ones,
     else the env itself (with a :class:`NoObjectSetsWarning`); each a non-empty list of variations."""
+    if obj_sets is None and env_id not in SHIPPED_OBJ_SETS:
+        warnings.warn(NoObjectSetsWarning(env_id), stacklevel=3)
     if obj_sets is None:
-        if env_id in SHIPPED_OBJ_SETS:
-            obj_sets = SHIPPED_OBJ_SETS[env_id]
-        else:
-            warnings.warn(NoObjectSetsWarning(env_id), stacklevel=3)
-            obj_sets = {"train": [{}], "test": [{}]}
+        obj_sets = SHIPPED_OBJ_SETS.get(env_id, {"train": [{}], "test": [{}]})
     if not isinstance(obj_sets, Mapping) or not obj_sets:
         raise ValueError(f"obj_sets must be a non-empty mapping of set name -> variations, got {obj_sets!r}.")
     resolved: ObjSets = {}

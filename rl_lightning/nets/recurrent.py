@@ -55,11 +55,8 @@ def check_recurrent_settings(
 
 def _core(cell: str, in_features: int, size: int) -> nn.RNNBase:
     core = (nn.LSTM if cell == "lstm" else nn.GRU)(in_features, size)
-    for name, param in core.named_parameters():
-        if "bias" in name:
-            nn.init.constant_(param, 0.0)
-        else:
-            nn.init.orthogonal_(param, 1.0)
+    for name, param in core.named_parameters():  # zero biases, orthogonal weights (CleanRL's ppo_atari_lstm.py)
+        nn.init.constant_(param, 0.0) if "bias" in name else nn.init.orthogonal_(param, 1.0)
     return core
 
 
@@ -129,12 +126,9 @@ class RecurrentActorCritic(ActorCritic):
         for first, end in zip(cuts[:-1], cuts[1:], strict=True):
             state = state * keep[first]
             parts = state.transpose(0, 1).contiguous()  # [C, B, H]
-            if self.cell == "lstm":
-                out, (h, c) = core(x[first:end], (parts[0:1], parts[1:2]))
-                state = torch.cat([h, c]).transpose(0, 1)
-            else:
-                out, h = core(x[first:end], parts[0:1])
-                state = h.transpose(0, 1)
+            lstm = self.cell == "lstm"  # its state is (h, c), a GRU's h
+            out, hidden = core(x[first:end], (parts[0:1], parts[1:2]) if lstm else parts[0:1])
+            state = (torch.cat(hidden) if lstm else hidden).transpose(0, 1)
             outputs.append(out)
         return torch.cat(outputs), state
 

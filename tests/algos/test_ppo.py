@@ -149,6 +149,29 @@ def test_the_evaluation_a_resume_reruns_is_logged_at_the_checkpoints_env_step(tm
     assert float(evaluated[-1]["step"]) == data.env_steps and float(evaluated[-1]["eval_ood/return_mean"]) > 0
 
 
+def test_the_evaluation_a_resume_reruns_is_offered_to_best_ckpt(tmp_path):
+    """Test that the rerun evaluation writes best.ckpt with the restored weights when it beats every earlier
+    evaluation, and leaves it when it does not (it was never offered: a resumed run's best could miss it)."""
+    model, data, t = fit(tmp_path=tmp_path, max_epochs=1, model_kwargs={"save_interval": 1})
+    best = next(c for c in t.callbacks if type(c).__name__ == "BestCheckpoint")
+    path = tmp_path / "checkpoints" / "best.ckpt"
+    best.best_model_score = torch.tensor(1e9)  # an earlier evaluation no rerun beats
+    os.remove(path)
+    data.counters.evaluated = 0
+    model._evaluate_cut(data)
+    assert not path.exists() and best.best_model_score == 1e9
+    best.best_model_score = torch.tensor(0.0)  # below any CartPole return
+    with torch.no_grad():
+        next(model.policy.parameters()).add_(1.0)  # weights no earlier checkpoint holds
+    data.counters.evaluated = 0
+    model._evaluate_cut(data)
+    saved = torch.load(path, weights_only=True)
+    name, weight = next(iter(model.state_dict().items()))
+    torch.testing.assert_close(saved["state_dict"][name], weight)
+    state = next(value for key, value in saved["callbacks"].items() if key.startswith("BestCheckpoint"))
+    assert state["best_model_score"] == best.best_model_score > 0.0  # the rerun's score, in the file
+
+
 def test_interval_checkpoints_and_final_last(tmp_path):
     """Test that checkpoints are written every save_interval epochs and last.ckpt holds the end."""
     fit(tmp_path=tmp_path, max_epochs=5, model_kwargs={"save_interval": 2})
