@@ -147,8 +147,8 @@ class RLModule(pl.LightningModule):
         if expected is not None and not isinstance(datamodule, expected):
             raise TypeError(
                 f"{type(self).__name__} learns from a {expected.__name__}, got a {type(datamodule).__name__}. "
-                f"Pass {expected.__name__}(env_id=...) (with Hydra: the data group that goes with algo="
-                f"{type(self).__name__.lower()}, as its experiments set)."
+                f"Pass {expected.__name__}(env_id=...) (the CLI: --data {expected.__name__}; Hydra: the data group "
+                f"that goes with algo={type(self).__name__.lower()}, as its experiments set)."
             )
         self._ensure_policy(*datamodule.env_spaces())
 

@@ -68,8 +68,7 @@ class RunCheckpoint(ModelCheckpoint):
     """A ``ModelCheckpoint`` whose directory is the run's (:func:`run_checkpoint_dir`) unless ``dirpath`` is given."""
 
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
-        if self.dirpath is None:
-            self.dirpath = run_checkpoint_dir(trainer)
+        self.dirpath = run_checkpoint_dir(trainer) if self.dirpath is None else self.dirpath
         super().setup(trainer, pl_module, stage)
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:

@@ -94,9 +94,11 @@ def plot_runs(paths: Sequence[str | Sequence[str]], out: str, title: str | None 
         runs = [r for r in runs if r]
         if not runs:
             raise FileNotFoundError(
-                f"No evaluation curves under '{path}': plotting reads metrics.csv (logger=csv) or TensorBoard "
-                "events (logger=tensorboard); W&B-only runs are read by W&B. Rerun with logger=[wandb,csv]."
-            )
+                f"No evaluation curves under '{path}': "
+                + ("no such file or directory; check the path." if not os.path.exists(path) else "plotting reads "
+                   "metrics.csv (logger=csv) or TensorBoard events (logger=tensorboard); W&B-only runs are read by "
+                   "W&B. Rerun with logger=[wandb,csv].")
+            )  # fmt: skip
         seeds[path] = len(runs)
         label = os.path.basename(os.path.normpath(path))
         for ax, (key, _) in zip(axes, PANELS, strict=True):

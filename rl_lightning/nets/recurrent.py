@@ -141,8 +141,7 @@ class RecurrentActorCritic(ActorCritic):
         through unchanged (acting needs the actor only; the critic input is then ``None``).
         """
         T, B = starts.shape
-        if state is None:
-            state = self.initial_state(B, starts.device)
+        state = self.initial_state(B, starts.device) if state is None else state
         flat = obs.flatten(0, 1)
         x = self.features(flat)
         inputs = [x.reshape(T, B, -1)]

@@ -423,6 +423,12 @@ ROWS = [
     ),
     (
         "cli",
+        "sac-without-its-data-module",  # the CLI's default --data is PPO's
+        ["fit", "--model", "SAC", "--data.env_id", "Pendulum-v1"],
+        ["SAC learns from a ReplayDataModule, got a RolloutDataModule", "the CLI: --data ReplayDataModule"],
+    ),
+    (
+        "cli",
         "ppo-on-replay-data",
         ["fit", "--model", "PPO", "--data", "ReplayDataModule", "--data.env_id", "CartPole-v1"],
         ["PPO learns from a RolloutDataModule, got a ReplayDataModule"],

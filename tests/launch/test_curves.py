@@ -44,7 +44,8 @@ def test_aggregate_interpolates_seeds_onto_shared_steps():
 
 
 def test_plot_counts_seeds_per_path_and_refuses_paths_without_metrics(tmp_path):
-    """Test that each path's runs are found recursively, and a path without metrics gets a message naming the fix."""
+    """Test that each path's runs are found recursively, and a path without metrics, or that does not exist, gets a
+    message naming the fix."""
     for seed in range(3):
         _write_csv(
             tmp_path / "sweep" / str(seed),
@@ -56,6 +57,8 @@ def test_plot_counts_seeds_per_path_and_refuses_paths_without_metrics(tmp_path):
     (tmp_path / "empty").mkdir()
     with pytest.raises(FileNotFoundError, match="logger=\\[wandb,csv\\]"):
         plot_runs([str(tmp_path / "empty")], str(tmp_path / "none.png"))
+    with pytest.raises(FileNotFoundError, match="'.*swep': no such file or directory; check the path"):  # a typo
+        plot_runs([str(tmp_path / "swep")], str(tmp_path / "none.png"))
 
 
 def test_a_run_evaluated_once_is_drawn_as_a_point(tmp_path, monkeypatch):
