@@ -17,6 +17,14 @@ import numpy as np
 STORED_SPACES = "Box, Discrete, MultiDiscrete, MultiBinary and Dict"
 
 
+def env_action(space: gym.Space, action: np.ndarray) -> np.ndarray:
+    """A policy's actions as ``space`` takes them: a ``Box``'s clipped to its bounds (the log-probability refers to
+    the sample), ``Discrete`` and ``MultiDiscrete`` indices shifted by ``start`` (the policy counts from 0)."""
+    if isinstance(space, gym.spaces.Box):
+        return np.clip(action, space.low, space.high)
+    return action if getattr(space, "start", None) is None else action + space.start
+
+
 def _bound(values: np.ndarray) -> Any:
     """One number where every entry is the same (JSON-safe: ``inf`` stays a float), else the nested list."""
     flat = values.reshape(-1)

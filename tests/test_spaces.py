@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from rl_lightning.spaces import space_from_dict, space_to_dict
+from rl_lightning.spaces import env_action, space_from_dict, space_to_dict
 
 SPACES = {
     "cartpole": gym.spaces.Box(
@@ -57,3 +57,15 @@ def test_an_earlier_versions_box_without_shape_still_loads():
 def test_other_spaces_are_refused_naming_the_space_and_a_wrapper(space):
     with pytest.raises(TypeError, match=r"(?s)got (Tuple|Text).*gymnasium\.wrappers"):
         space_to_dict(space)
+
+
+def test_env_action_clips_box_actions_and_shifts_indices_by_start():
+    """Test the one mapping from a policy's actions to the env's (predict and the single-env evaluation): a Box's
+    clipped to its bounds, Discrete and MultiDiscrete indices shifted by start, other spaces' unchanged."""
+    box = gym.spaces.Box(np.array([-1.0, 0.0]), np.array([1.0, 2.0]))
+    np.testing.assert_array_equal(env_action(box, np.array([[-3.0, 5.0], [0.5, 1.0]])), [[-1.0, 2.0], [0.5, 1.0]])
+    np.testing.assert_array_equal(env_action(gym.spaces.Discrete(3, start=-1), np.array([0, 2])), [-1, 1])
+    np.testing.assert_array_equal(env_action(gym.spaces.Discrete(3), np.array([0, 2])), [0, 2])
+    multi = gym.spaces.MultiDiscrete([2, 3], start=[1, 5])
+    np.testing.assert_array_equal(env_action(multi, np.array([[0, 2]])), [[1, 7]])
+    np.testing.assert_array_equal(env_action(gym.spaces.MultiBinary(2), np.array([[1, 0]])), [[1, 0]])

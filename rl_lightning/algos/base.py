@@ -33,6 +33,7 @@ from rl_lightning.envs.obs import Obs, clip_floats, leaves, map_obs, single_to_b
 from rl_lightning.loggers import LOGGERS_KEY, logger_state, rewind_loggers
 from rl_lightning.nets.actor_copy import ActorCopy
 from rl_lightning.nets.encoders import actor_space
+from rl_lightning.spaces import env_action
 
 
 class RLModule(pl.LightningModule):
@@ -220,11 +221,7 @@ class RLModule(pl.LightningModule):
                 raise ValueError(f"episode_start has {starts.numel()} entries, expected one per observation ({batch}).")
         action, _, _, next_state = self.policy.act(obs_t, state if state is not None else initial, starts,
                                                    deterministic, value=False)  # fmt: skip
-        action = action.cpu().numpy()
-        if isinstance(action_space, gym.spaces.Box):
-            action = np.clip(action, action_space.low, action_space.high)
-        elif getattr(action_space, "start", None) is not None:
-            action = action + action_space.start
+        action = env_action(action_space, action.cpu().numpy())
         action = action[0] if single else action
         return action if next_state is None else (action, next_state.cpu().numpy())
 

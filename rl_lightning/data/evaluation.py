@@ -23,6 +23,7 @@ from rl_lightning.data.protocol import RolloutPolicy
 from rl_lightning.envs import EnvGroup, EpisodeStats
 from rl_lightning.envs.obs import clip_floats, map_obs, to_tensor
 from rl_lightning.faults import interrupt_request
+from rl_lightning.spaces import env_action
 from rl_lightning.video import VideoWriter
 
 
@@ -144,7 +145,6 @@ def play_episode(
     if video is not None:
         video.add(env.render())
     total, length = 0.0, 0
-    bounds = env.action_space
     while True:
         if video is not None and max_frames is not None and video.frames >= max_frames:
             return Episode(total, length, math.nan, variation, ended=False)
@@ -154,12 +154,8 @@ def play_episode(
         obs_t = to_tensor(map_obs(lambda x: np.asarray(x)[None], obs), device, batch_dims=1)
         action, _, _, state = policy.act(obs_t, state, start, deterministic, value=False)
         start = torch.zeros_like(start)
-        action = action[0].cpu().numpy()
-        if isinstance(bounds, gym.spaces.Box):
-            action = np.clip(action, bounds.low, bounds.high)
-        elif getattr(bounds, "start", None) is not None:
-            action = action + bounds.start
-        obs, reward, terminated, truncated, info = env.step(action.astype(bounds.dtype))
+        action = env_action(env.action_space, action[0].cpu().numpy())
+        obs, reward, terminated, truncated, info = env.step(action.astype(env.action_space.dtype))
         total += float(reward)
         length += 1
         if video is not None:
