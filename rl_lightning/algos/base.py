@@ -3,7 +3,7 @@
 It builds the policy from the data module's spaces (or from the spaces stored in a
 checkpoint), guards every update (``algos/update.py``), logs the epoch's rollout and
 evaluation metrics (``algos/metrics.py``), checks checkpoints before loading them
-(``algos/compat.py``) and adds the env-step budget and interval checkpoints to whatever
+(``algos/ckpt.py``) and adds the env-step budget and interval checkpoints to whatever
 ``Trainer`` runs it.
 """
 
@@ -21,7 +21,7 @@ import torch
 from lightning.pytorch.trainer.states import TrainerFn
 from torch import nn
 
-from rl_lightning.algos import compat, metrics
+from rl_lightning.algos import ckpt, metrics
 from rl_lightning.algos.checks import check_clipping_strategy
 from rl_lightning.algos.update import UpdateGuard
 from rl_lightning.callbacks import BestCheckpoint, EnvStepBudget, FlushDenormals, Interruption, IntervalCheckpoint
@@ -248,7 +248,7 @@ class RLModule(pl.LightningModule):
 
     # ---------------------------------------------------------------- progress
     def _data_counter(self, name: str) -> int:
-        datamodule = getattr(compat.attached_trainer(self), "datamodule", None)
+        datamodule = getattr(ckpt.attached_trainer(self), "datamodule", None)
         return int(getattr(datamodule, name, 0))
 
     @property
@@ -264,7 +264,7 @@ class RLModule(pl.LightningModule):
     def configure_callbacks(self) -> Sequence[pl.Callback]:
         """When fitting: the budget, a checkpoint on interruption; with ``save_interval``, interval
         checkpoints (the last ``keep_last`` kept) and ``best.ckpt``."""
-        if compat.attached_trainer(self) is None or self.trainer.state.fn != TrainerFn.FITTING:
+        if ckpt.attached_trainer(self) is None or self.trainer.state.fn != TrainerFn.FITTING:
             return []
         callbacks: list[pl.Callback] = [EnvStepBudget(self.total_timesteps)]
         if self.flush_denormal:
@@ -320,7 +320,7 @@ class RLModule(pl.LightningModule):
         evaluation undone, and Lightning does not rerun it. It runs here, on the restored
         weights, and is logged at the checkpoint's env step, so the evaluations of a resumed
         run fall on the same env steps as an uninterrupted one's. It goes straight to the
-        loggers (Lightning's validation loop is not running); ``best.ckpt`` does not see it.
+        loggers (Lightning's validation loop is not running) and is offered to ``best.ckpt``.
         """
         if self.acting_copy is not None:
             self.acting_copy.sync()
@@ -435,17 +435,17 @@ class RLModule(pl.LightningModule):
         overrides = {
             k: v for k, v in kwargs.items() if k not in ("map_location", "hparams_file", "strict", "weights_only")
         }
-        with compat.loading(path, kwargs.get("strict") is not False, overrides):
+        with ckpt.loading(path, kwargs.get("strict") is not False, overrides):
             return super().load_from_checkpoint(checkpoint_path, *args, **kwargs)
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         """Store the algorithm and env spaces so the policy can be rebuilt without envs, and the loggers' run ids."""
-        checkpoint[CHECKPOINT_KEY] = compat.checkpoint_entry(self)
-        if compat.attached_trainer(self) is not None:  # the W&B run id, which a resume continues
+        checkpoint[CHECKPOINT_KEY] = ckpt.checkpoint_entry(self)
+        if ckpt.attached_trainer(self) is not None:  # the W&B run id, which a resume continues
             checkpoint[LOGGERS_KEY] = logger_state(self.trainer.loggers)
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        """Check the checkpoint (``algos/compat.py``), then rebuild the policy from its spaces before the weights load.
+        """Check the checkpoint (``algos/ckpt.py``), then rebuild the policy from its spaces before the weights load.
 
         Raises:
             ValueError: Naming the file and the fix when the checkpoint was not written by
@@ -453,5 +453,5 @@ class RLModule(pl.LightningModule):
                 action spaces than this model's env, or its weights do not fit this model's
                 settings (the settings that differ are listed).
         """
-        self._ensure_policy(*compat.checked_spaces(self, checkpoint))
-        compat.check_weights(self, checkpoint)
+        self._ensure_policy(*ckpt.checked_spaces(self, checkpoint))
+        ckpt.check_weights(self, checkpoint)

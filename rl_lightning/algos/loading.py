@@ -6,7 +6,7 @@ import copy
 import os
 from typing import Any
 
-from rl_lightning.algos import compat
+from rl_lightning.algos import ckpt
 from rl_lightning.algos.base import CHECKPOINT_KEY, RLModule
 from rl_lightning.algos.dqn import DQN
 from rl_lightning.algos.ppo import PPO
@@ -58,7 +58,7 @@ def check_resume(model: RLModule, datamodule: EnvDataModule, path: str | os.Path
     checkpoint = read_checkpoint(path)
     probe = copy.deepcopy(model)
     probe._ensure_policy(*datamodule.env_spaces())
-    with compat.loading(os.fspath(path), strict=probe.strict_loading, overrides={}, datamodule=datamodule):
+    with ckpt.loading(os.fspath(path), strict=probe.strict_loading, overrides={}, datamodule=datamodule):
         probe.on_load_checkpoint(checkpoint)
     return dict(checkpoint.get(LOGGERS_KEY, {}))
 

@@ -14,7 +14,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from rl_lightning.algos.compat import attached_trainer
+from rl_lightning.algos.ckpt import attached_trainer
 from rl_lightning.checks import ON_NONFINITE, check_one_of
 from rl_lightning.faults import NumericalFault
 

@@ -58,7 +58,7 @@ def run_checkpoint_dir(trainer: pl.Trainer) -> str:
     return os.path.join(trainer.log_dir or trainer.default_root_dir, "checkpoints")
 
 
-#: The checkpoint entry holding the algorithm's name, the data module's class and the spaces (``algos/compat.py``).
+#: The checkpoint entry holding the algorithm's name, the data module's class and the spaces (``algos/ckpt.py``).
 CHECKPOINT_KEY = "rl_lightning"
 #: ``epoch=E-env_steps=S.ckpt``, the names ``IntervalCheckpoint`` writes (``-vN`` when a name repeats).
 _NUMBERED = re.compile(r"epoch=(\d+)-env_steps=(\d+)(?:-v\d+)?\.ckpt")

@@ -1,4 +1,4 @@
-"""Checkpoint compatibility: what a checkpoint stores about its algorithm and spaces, and the checks before loading.
+"""What a checkpoint stores about its algorithm and spaces, and the checks against it before loading.
 
 Every check runs before Lightning loads a tensor or the data module's counters, so a refused
 checkpoint leaves the run (and the file) as it was, and the message names the file, the
