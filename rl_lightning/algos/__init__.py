@@ -9,17 +9,6 @@ from rl_lightning.algos.ppo_loss import PPOLossTerms, compute_gae, ppo_loss
 from rl_lightning.algos.sac import SAC
 
 __all__ = [
-    "ALGORITHMS",
-    "DQN",
-    "DQNLossTerms",
-    "PPO",
-    "PPOLossTerms",
-    "RLModule",
-    "SAC",
-    "dqn_loss",
-    "load_checkpoint",
-    "load_with_data_settings",
-    "compute_gae",
-    "ppo_loss",
-    "read_checkpoint",
-]
+    "ALGORITHMS", "DQN", "DQNLossTerms", "PPO", "PPOLossTerms", "RLModule", "SAC", "dqn_loss", "load_checkpoint",
+    "load_with_data_settings", "compute_gae", "ppo_loss", "read_checkpoint"
+]  # fmt: skip

@@ -146,8 +146,8 @@ def _nonfinite_report(module: nn.Module, optimizer: torch.optim.Optimizer, losse
 
 
 def _last_good_checkpoint(module: nn.Module) -> str:
-    callback = getattr(attached_trainer(module), "checkpoint_callback", None)
-    path = getattr(callback, "last_model_path", "") or ""
+    callbacks = getattr(attached_trainer(module), "checkpoint_callbacks", ())
+    path = next((c.last_model_path for c in callbacks if c.last_model_path), "")
     if path and os.path.isfile(path):
         return f"The last good checkpoint is {path}."
     return "No checkpoint was written before it (set algo.save_interval to keep some)."

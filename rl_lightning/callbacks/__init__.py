@@ -11,15 +11,6 @@ from rl_lightning.callbacks.timing import PhaseTimer
 from rl_lightning.callbacks.video import EvaluationVideo
 
 __all__ = [
-    "ActorSync",
-    "AtomicCheckpointIO",
-    "BestCheckpoint",
-    "EnvStepBudget",
-    "EnvStepProgressBar",
-    "EvaluationVideo",
-    "FlushDenormals",
-    "Interruption",
-    "IntervalCheckpoint",
-    "OptimizerOffload",
-    "PhaseTimer",
-]
+    "ActorSync", "AtomicCheckpointIO", "BestCheckpoint", "EnvStepBudget", "EnvStepProgressBar", "EvaluationVideo",
+    "FlushDenormals", "Interruption", "IntervalCheckpoint", "OptimizerOffload", "PhaseTimer"
+]  # fmt: skip

@@ -335,7 +335,7 @@ def train(cfg: DictConfig) -> RunSummary | None:
             metrics = {k: v for r in results for k, v in r.items()}
         else:
             metrics = dict(trainer.callback_metrics)
-        checkpoint = trainer.checkpoint_callback.last_model_path if trainer.checkpoint_callback else None
+        checkpoint = next((c.last_model_path for c in trainer.checkpoint_callbacks if c.last_model_path), None)
         summary = RunSummary.from_metrics(
             metrics,
             tested_checkpoint=tested,

@@ -172,6 +172,32 @@ def test_the_evaluation_a_resume_reruns_is_offered_to_best_ckpt(tmp_path):
     assert state["best_model_score"] == best.best_model_score > 0.0  # the rerun's score, in the file
 
 
+class _LastHoldsTheBest(pl.Callback):
+    """At each epoch's start: the best score stored in last.ckpt (written at the previous epoch's end) against the
+    BestCheckpoint's, which that epoch's evaluation may have raised."""
+
+    def __init__(self):
+        self.pairs = []
+
+    def on_train_epoch_start(self, trainer, pl_module):
+        best = next(c for c in trainer.callbacks if type(c).__name__ == "BestCheckpoint")
+        if best.best_model_score is not None:
+            saved = torch.load(os.path.join(best.dirpath, "last.ckpt"), weights_only=True)["callbacks"]
+            stored = next(value for key, value in saved.items() if key.startswith("BestCheckpoint"))
+            self.pairs.append((stored["best_model_score"], best.best_model_score))
+
+
+def test_last_ckpt_holds_the_best_score_of_its_own_epoch(tmp_path):
+    """Test that a checkpoint written at an epoch whose evaluation set a new best carries that best score: it held
+    the one before, so a resume from it let a worse evaluation overwrite best.ckpt."""
+    spy = _LastHoldsTheBest()
+    _, _, t = fit(tmp_path=tmp_path, max_epochs=3, model_kwargs={"save_interval": 1}, callbacks=[spy])
+    assert t.checkpoint_callback.best_model_path.endswith("best.ckpt")  # Lightning's ckpt_path="best" reads it
+    assert len(spy.pairs) == 2
+    for stored, current in spy.pairs:
+        assert stored is not None and float(stored) == float(current)
+
+
 def test_interval_checkpoints_and_final_last(tmp_path):
     """Test that checkpoints are written every save_interval epochs and last.ckpt holds the end."""
     fit(tmp_path=tmp_path, max_epochs=5, model_kwargs={"save_interval": 2})
