@@ -25,6 +25,20 @@ def env_action(space: gym.Space, action: np.ndarray) -> np.ndarray:
     return action if getattr(space, "start", None) is None else action + space.start
 
 
+def describe(observation_space: gym.Space, action_space: gym.Space) -> str:
+    """``"Box(4,) observations, Discrete(2) actions"``: what a policy is built for, bounds aside (equal descriptions:
+    one policy acts in both)."""
+    return f"{_shape_of(observation_space)} observations, {_shape_of(action_space)} actions"
+
+
+def _shape_of(space: gym.Space) -> str:
+    if isinstance(space, gym.spaces.Dict):
+        return f"Dict({', '.join(f'{key}: {_shape_of(sub)}' for key, sub in space.spaces.items())})"
+    if isinstance(space, gym.spaces.Box):
+        return f"Box{tuple(space.shape)}"
+    return f"Discrete({int(space.n)})" if isinstance(space, gym.spaces.Discrete) else str(space)
+
+
 def _bound(values: np.ndarray) -> Any:
     """One number where every entry is the same (JSON-safe: ``inf`` stays a float), else the nested list."""
     flat = values.reshape(-1)

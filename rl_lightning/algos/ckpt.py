@@ -19,7 +19,7 @@ import torch
 
 from rl_lightning.callbacks.checkpoint import CHECKPOINT_KEY
 from rl_lightning.data.base import EnvDataModule
-from rl_lightning.spaces import space_from_dict, space_to_dict
+from rl_lightning.spaces import describe, space_from_dict, space_to_dict
 
 
 def attached_trainer(module: Any) -> pl.Trainer | None:
@@ -116,12 +116,6 @@ def _checkpoint_path(module: pl.LightningModule) -> str | None:
     return None if path is None else os.fspath(path)
 
 
-def _describe_space(space: gym.Space) -> str:
-    if isinstance(space, gym.spaces.Box):
-        return f"Box{tuple(space.shape)}"
-    return f"Discrete({int(space.n)})" if isinstance(space, gym.spaces.Discrete) else str(space)
-
-
 def _spaces_mismatch(module: pl.LightningModule, where: str, checkpoint: dict[str, Any], spaces: tuple) -> str:
     """Explain a checkpoint trained on other spaces than the env this model was built for."""
     saved_data = _plain_value(dict(checkpoint.get("datamodule_hyper_parameters") or {}))
@@ -135,8 +129,7 @@ def _spaces_mismatch(module: pl.LightningModule, where: str, checkpoint: dict[st
               if key in own_data and key in saved_data and own_data[key] != saved_data[key]]  # fmt: skip
     fallback = ["obj_sets as in the checkpoint"] if own_data else [f"env_id={saved_env!r}"] if saved_env else []
     settings = f" ({', '.join(differ or fallback)})" if differ or fallback else ""
-    saved = f"{_describe_space(spaces[0])} observations, {_describe_space(spaces[1])} actions"
-    own = f"{_describe_space(module.spaces[0])} observations, {_describe_space(module.spaces[1])} actions"
+    saved, own = describe(*spaces), describe(*module.spaces)
     if own == saved:  # the same shapes: the bounds differ
         saved, own = (f"{space[0]} observations, {space[1]} actions" for space in (spaces, module.spaces))
     return (

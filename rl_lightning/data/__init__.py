@@ -10,18 +10,7 @@ from rl_lightning.data.replay_datamodule import ReplayDataModule
 from rl_lightning.data.rollout import RolloutDataset
 
 __all__ = [
-    "CollectionMetrics",
-    "DataCounters",
-    "EnvDataModule",
-    "EvaluationDataset",
-    "ExplorationPolicy",
-    "ReplayDataModule",
-    "ReplayDataset",
-    "RolloutDataModule",
-    "RolloutDataset",
-    "RolloutPolicy",
-    "episodes_per_env",
-    "eval_prefix",
-    "evaluate",
-    "make_replay_buffer",
-]
+    "CollectionMetrics", "DataCounters", "EnvDataModule", "EvaluationDataset", "ExplorationPolicy", "ReplayDataModule",
+    "ReplayDataset", "RolloutDataModule", "RolloutDataset", "RolloutPolicy", "episodes_per_env", "eval_prefix",
+    "evaluate", "make_replay_buffer",
+]  # fmt: skip

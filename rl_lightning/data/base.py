@@ -26,6 +26,7 @@ from rl_lightning.data.evaluation import EvaluationDataset, episodes_per_env
 from rl_lightning.envs import EnvGroup, make_env, resolve_obj_sets
 from rl_lightning.envs.env_group import check_env_settings
 from rl_lightning.envs.torchrl_env import FACTORY_EXAMPLE, EnvFactory, factory_path, user_factory
+from rl_lightning.spaces import describe
 
 # The data streams must run in the trainer's process, next to the policy they act with,
 # and their length is exact: Lightning's advice to add dataloader workers does not apply.
@@ -208,6 +209,24 @@ class EnvDataModule(pl.LightningDataModule):
                 # ranges decide which episodes are drawn.
                 seed = hp.seed + EVAL_SEED_OFFSET + self.rank * eval_envs
                 self.eval_envs[obj_set] = self._env_group(obj_set, eval_envs, seed, hp.eval_max_episode_steps)
+        self._check_same_spaces()
+
+    def _check_same_spaces(self) -> None:
+        """One policy acts in every object set's envs: refuse, before any step, a set whose spaces differ (it would
+        fail at its first evaluation, after the training before it)."""
+        groups = {**({self.hparams.train_obj_set: self.train_envs} if self.train_envs else {}), **self.eval_envs}
+        if len(groups) < 2:
+            return
+        (first, envs), *others = groups.items()
+        expected = describe(envs.observation_space, envs.action_space)
+        for name, envs in others:
+            if (found := describe(envs.observation_space, envs.action_space)) != expected:
+                self.close()
+                raise ValueError(
+                    f"Object set '{name}' builds envs of {found}, but object set '{first}' builds envs of {expected}, "
+                    "and one policy acts in both. Give every object set variations whose envs have the same spaces "
+                    "(a variation's env_id, make_kwargs or the wrappers change them)."
+                )
 
     @property
     def env_id(self) -> str:

@@ -8,15 +8,6 @@ from rl_lightning.nets.recurrent import RecurrentActorCritic
 from rl_lightning.nets.sac import QNetwork, SquashedGaussianActor
 
 __all__ = [
-    "ActorCritic",
-    "LinearSchedule",
-    "QNetwork",
-    "QValueNetwork",
-    "RecurrentActorCritic",
-    "RewardScaler",
-    "RunningNormalizer",
-    "SquashedGaussianActor",
-    "check_spaces",
-    "layer_init",
-    "mlp",
-]
+    "ActorCritic", "LinearSchedule", "QNetwork", "QValueNetwork", "RecurrentActorCritic", "RewardScaler",
+    "RunningNormalizer", "SquashedGaussianActor", "check_spaces", "layer_init", "mlp",
+]  # fmt: skip

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from rl_lightning import RolloutDataModule
 from rl_lightning.data import DataCounters, RolloutDataset
 from rl_lightning.envs import EnvGroup
 from rl_lightning.nets import ActorCritic
@@ -221,3 +222,13 @@ def test_a_resumed_runs_training_seeds_stay_below_the_evaluation_seeds(env_steps
     data._train_stream = lambda seed: seeds.append(seed) or []  # the stream itself is not the point here
     data.train_dataloader()
     assert seeds == [expected] and expected + 4 <= 7 + 1_000_000
+
+
+def test_an_object_set_whose_envs_have_other_spaces_is_refused_at_setup():
+    """Test that a held-out set of another env's spaces is refused before any step, its envs closed: it trained,
+    then failed at the first evaluation."""
+    obj_sets = {"train": [{}], "test": [{"env_id": "Acrobot-v1"}]}
+    data = RolloutDataModule(env_id="CartPole-v1", num_envs=2, rollout_steps=8, obj_sets=obj_sets)
+    with pytest.raises(ValueError, match=r"'test' builds envs of Box\(6,\) observations, Discrete\(3\) actions"):
+        data.setup("fit")
+    assert data.train_envs is None and not data.eval_envs

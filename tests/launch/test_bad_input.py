@@ -181,6 +181,17 @@ ROWS = [
         ["+experiment=ppo_contnuous"],
         ["Unknown experiment 'ppo_contnuous'", "Did you mean 'ppo_continuous'", "+experiment="],
     ),
+    (
+        "hydra",
+        "test-set-of-other-spaces",  # trained first, then failed at the first evaluation
+        ["env.obj_sets={{train:[{{seeds:[0,10]}}],test:[{{env_id:Acrobot-v1}}]}}"],
+        [
+            "Object set 'test' builds envs of Box(6,) observations, Discrete(3) actions",
+            "object set 'train'",
+            "Box(4,) observations, Discrete(2) actions",
+            "the same spaces",
+        ],
+    ),  # fmt: skip
     ("hydra", "debug-not-a-switch", ["debug=no"], ["debug must be true or false, got 'no'", "debug=false"]),
     ("hydra", "trainer-devices-not-a-number", ["trainer.devices=abc"], ["trainer settings cannot run", "`devices`"]),
     ("hydra", "max-epochs-not-a-number", ["trainer.max_epochs=abc"], ["trainer.max_epochs must be int, got 'abc'"]),
