@@ -7,6 +7,7 @@ rollouts) and :class:`~rl_lightning.data.replay_datamodule.ReplayDataModule` (re
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import random
 import warnings
 from collections.abc import Mapping, Sequence
@@ -23,7 +24,7 @@ from torch.utils.data import DataLoader
 from rl_lightning.checks import check_positive_int, check_seed
 from rl_lightning.data.collection import CollectionMetrics, DataCounters
 from rl_lightning.data.evaluation import EvaluationDataset, episodes_per_env
-from rl_lightning.envs import EnvGroup, make_env, resolve_obj_sets
+from rl_lightning.envs import EnvGroup, check_env_id, make_env, resolve_obj_sets
 from rl_lightning.envs.env_group import check_env_settings
 from rl_lightning.envs.torchrl_env import FACTORY_EXAMPLE, EnvFactory, factory_path, user_factory
 from rl_lightning.spaces import describe
@@ -156,11 +157,14 @@ class EnvDataModule(pl.LightningDataModule):
             eval_obj_sets = [eval_obj_sets]
         self.obj_sets = resolve_obj_sets(env_id, obj_sets)
         for name in [train_obj_set, *eval_obj_sets]:
-            if name not in self.obj_sets:
+            if not isinstance(name, str) or name not in self.obj_sets:
                 raise ValueError(
-                    f"Unknown object set '{name}' for {env_id}; available: {sorted(self.obj_sets)}. "
-                    "Pick one of those or add it to obj_sets."
+                    f"Unknown object set {name!r} for {env_id}; available: {sorted(self.obj_sets)}. Pick one of those "
+                    "(train_obj_set takes one name, eval_obj_sets a list of them) or add it to obj_sets."
                 )
+        if backend == "gymnasium":  # a variation's own env id, refused before any env is built
+            for other in {v.env_id for v in itertools.chain(*self.obj_sets.values())} - {env_id}:
+                check_env_id(other)
         # Collects the subclass's constructor arguments too (Lightning walks the __init__ frames).
         self.save_hyperparameters(ignore=["obj_sets"])
         self.hparams["eval_obj_sets"] = list(eval_obj_sets)

@@ -232,3 +232,17 @@ def test_an_object_set_whose_envs_have_other_spaces_is_refused_at_setup():
     with pytest.raises(ValueError, match=r"'test' builds envs of Box\(6,\) observations, Discrete\(3\) actions"):
         data.setup("fit")
     assert data.train_envs is None and not data.eval_envs
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"train_obj_set": ["train"]}, r"Unknown object set \['train'\].*train_obj_set takes one name"),
+        ({"obj_sets": {"train": [{}], "test": [{"env_id": "CartPol-v1"}]}}, "'CartPol-v1'.*Did you mean"),
+    ],
+)
+def test_an_object_set_name_of_the_wrong_type_or_a_variation_s_unknown_env_id_is_refused(kwargs, message):
+    """Test that these are refused at construction with the fix (they raised a TypeError of an unhashable list,
+    and gymnasium's NameNotFound when the envs were built)."""
+    with pytest.raises(ValueError, match=message):
+        RolloutDataModule(env_id="CartPole-v1", num_envs=2, rollout_steps=8, **kwargs)
