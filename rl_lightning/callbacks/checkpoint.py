@@ -271,13 +271,17 @@ def check_checkpoint_file(path: str | os.PathLike) -> dict[str, Any] | None:
         raise FileNotFoundError(
             f"Checkpoint '{path}' {problem}. Pass the path of a .ckpt file from a run's checkpoints/ directory."
         )
+    with open(path, "rb") as file:
+        if (head := file.read(4)) and not b"PK\x03\x04".startswith(head):  # torch.save's zip archive begins so
+            raise ValueError(f"Cannot read checkpoint '{path}': it is not a checkpoint archive, but another kind of "
+                             "file. Pass a .ckpt file from a run's checkpoints/ directory.")  # fmt: skip
     stat = os.stat(path)
     damaged = _damaged_entry(os.path.abspath(path), stat.st_size, stat.st_mtime_ns)
     if damaged:
         raise ValueError(
             f"Cannot read checkpoint '{path}': it is not a complete checkpoint archive ({damaged} is damaged: a "
-            "write may have been interrupted, the disk corrupted it, or it is another kind of file). Use an earlier "
-            "checkpoint from the same directory."
+            "write may have been interrupted, or the disk corrupted it). Use an earlier checkpoint from the same "
+            "directory."
         )
     try:
         checkpoint = torch.load(path, weights_only=True, map_location="cpu", mmap=True)

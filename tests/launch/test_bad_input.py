@@ -117,7 +117,7 @@ ROWS = [
         "api",
         "load-text-file",
         lambda c: PPO.load_from_checkpoint(c.files.text),
-        ["{text}", "not a complete checkpoint archive"],
+        ["{text}", "it is not a checkpoint archive, but another kind of file", "checkpoints/ directory"],
     ),
     (
         "api",
