@@ -156,11 +156,11 @@ class EnvDataModule(pl.LightningDataModule):
         if isinstance(eval_obj_sets, str):
             eval_obj_sets = [eval_obj_sets]
         self.obj_sets = resolve_obj_sets(env_id, obj_sets)
-        for name in [train_obj_set, *eval_obj_sets]:
+        for key, name in [("train_obj_set", train_obj_set), *(("eval_obj_sets", name) for name in eval_obj_sets)]:
             if not isinstance(name, str) or name not in self.obj_sets:
                 raise ValueError(
-                    f"Unknown object set {name!r} for {env_id}; available: {sorted(self.obj_sets)}. Pick one of those "
-                    "(train_obj_set takes one name, eval_obj_sets a list of them) or add it to obj_sets."
+                    f"{key}: unknown object set {name!r} for {env_id}; available: {sorted(self.obj_sets)}. Pick one of "
+                    "those (train_obj_set takes one name, eval_obj_sets a list of them) or add it to obj_sets."
                 )
         if backend == "gymnasium":  # a variation's own env id, refused before any env is built
             for other in {v.env_id for v in itertools.chain(*self.obj_sets.values())} - {env_id}:

@@ -288,8 +288,8 @@ def test_rollout_success_rate_counts_the_episodes_that_ended(episode_len, rate):
     "kwargs, match",
     [
         ({"env_id": "CartPol-v1"}, "Unknown environment id 'CartPol-v1'.*CartPole-v1"),
-        ({"eval_obj_sets": ["train", "ood"]}, "Unknown object set 'ood'"),
-        ({"train_obj_set": "tset"}, "Unknown object set 'tset'"),
+        ({"eval_obj_sets": ["train", "ood"]}, "eval_obj_sets: unknown object set 'ood'"),
+        ({"train_obj_set": "tset"}, "train_obj_set: unknown object set 'tset'"),
         ({"num_envs": 0}, "num_envs must be a positive integer"),
         ({"rollout_steps": -5}, "rollout_steps must be a positive integer"),
         ({"eval_episodes": 0}, "eval_episodes must be a positive integer"),

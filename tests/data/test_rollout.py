@@ -237,7 +237,7 @@ def test_an_object_set_whose_envs_have_other_spaces_is_refused_at_setup():
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
-        ({"train_obj_set": ["train"]}, r"Unknown object set \['train'\].*train_obj_set takes one name"),
+        ({"train_obj_set": ["train"]}, r"train_obj_set: unknown object set \['train'\].*train_obj_set takes one name"),
         ({"obj_sets": {"train": [{}], "test": [{"env_id": "CartPol-v1"}]}}, "'CartPol-v1'.*Did you mean"),
     ],
 )

@@ -86,7 +86,7 @@ ROWS = [
         "api",
         "unknown-object-set",
         lambda c: RolloutDataModule(eval_obj_sets=["train", "ood"]),
-        ["Unknown object set 'ood'", "available: ['test', 'train']"],
+        ["eval_obj_sets: unknown object set 'ood'", "available: ['test', 'train']"],
     ),
     ("api", "unknown-storage", lambda c: ReplayDataModule(storage="disk"), ["storage", "'memory'", "'disk'"]),
     (
@@ -247,7 +247,13 @@ ROWS = [
         "hydra",
         "unknown-object-set",
         ["env.train_obj_set=tset"],
-        ["'env.train_obj_set'", "Unknown object set 'tset'", "env.train_obj_set=..."],
+        ["'env.train_obj_set'", "train_obj_set: unknown object set 'tset'", "env.train_obj_set=..."],
+    ),
+    (
+        "hydra",
+        "object-set-not-a-name",  # its value held no quotes: the error was put on env.eval_obj_sets, which holds 'test'
+        ["env.train_obj_set=3"],
+        ["'env.train_obj_set'", "train_obj_set: unknown object set 3", "env.train_obj_set=..."],
     ),
     (
         "hydra",
@@ -399,7 +405,7 @@ ROWS = [
         "cli",
         "unknown-object-set",
         ["fit", "--model", "PPO", "--data.eval_obj_sets", "[train,ood]"],
-        ["--data.eval_obj_sets", "Unknown object set 'ood'", "Fix --data.eval_obj_sets"],
+        ["--data.eval_obj_sets", "eval_obj_sets: unknown object set 'ood'", "Fix --data.eval_obj_sets"],
     ),
     (
         "cli",
