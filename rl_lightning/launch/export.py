@@ -42,6 +42,9 @@ def main(args: Sequence[str] | None = None) -> dict[str, Any]:
 
     if os.path.abspath(out) == os.path.abspath(ns.checkpoint):
         fail(f"--out {out} is the checkpoint itself; name another file (e.g. policy{SUFFIXES[ns.format]}).")
+    if other := next((f for f, suffix in SUFFIXES.items() if f != ns.format and out.endswith(suffix)), None):
+        fail(f"--out {out} is named as a {other} file, but --format {ns.format} writes {ns.format}: name it "
+             f"{os.path.splitext(out)[0] + SUFFIXES[ns.format]}, or pass --format {other}.")  # fmt: skip
     if os.path.isdir(out):
         example = os.path.join(out, "policy" + SUFFIXES[ns.format])
         fail(f"--out {out} is a directory; name the file to write (e.g. {example}).")

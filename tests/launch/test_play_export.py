@@ -103,6 +103,20 @@ def test_play_and_export_refuse_a_missing_or_torn_checkpoint(tmp_path, capsys):
     assert sorted(os.listdir(tmp_path)) == ["torn.ckpt"]  # nothing written
 
 
+@pytest.mark.parametrize(
+    ("fmt", "out", "fix"), [("onnx", "policy.pt", "policy.onnx"), ("torchscript", "p.onnx", "p.pt")]
+)
+def test_export_refuses_a_file_named_as_the_other_format(ppo_checkpoint, fmt, out, fix, tmp_path, capsys):
+    """Test that --out named for the other format is refused, the file there untouched (an ONNX export replaced a
+    TorchScript one under its .pt name)."""
+    (tmp_path / out).write_bytes(b"an earlier export")
+    with pytest.raises(SystemExit) as exit_info:
+        export_cli.main([ppo_checkpoint, "--format", fmt, "--out", str(tmp_path / out)])
+    assert exit_info.value.code == 2
+    assert f"but --format {fmt} writes {fmt}: name it {tmp_path / fix}" in capsys.readouterr().err
+    assert (tmp_path / out).read_bytes() == b"an earlier export"
+
+
 @pytest.mark.parametrize("fmt", ["onnx", "torchscript"])
 def test_export_command_writes_a_file_that_acts_as_the_checkpoint(ppo_checkpoint, fmt, tmp_path, capsys):
     out = str(tmp_path / f"policy.{fmt}")
