@@ -191,8 +191,9 @@ def _best_checkpoint(trainer: pl.Trainer) -> str | None:
     best = next((c for c in trainer.callbacks if isinstance(c, BestCheckpoint)), None)
     if best is None or not best.best_model_path:
         warnings.warn(
-            "test_ckpt=best, but no best.ckpt was written (algo.save_interval is null, or no evaluation ran): "
-            "the final test evaluates the final weights.",
+            "test_ckpt=best, but no best.ckpt was written (algo.save_interval is null, no evaluation ran, or "
+            "env.eval_obj_sets leaves out the training set, whose evaluation chooses it): the final test evaluates "
+            "the final weights.",
             stacklevel=2,
         )
         return None

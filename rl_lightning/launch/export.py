@@ -65,8 +65,9 @@ def main(args: Sequence[str] | None = None) -> dict[str, Any]:
     def tensor(t: dict) -> str:
         return f"{t['name']} {t['dtype']} [{', '.join(map(str, t['shape']))}]"
 
-    inputs = ", ".join(tensor(i) for i in contract["inputs"])
-    print(
-        f"Wrote {out} ({ns.format}, {algorithm}{' on ' + env if env else ''}): {inputs} -> {tensor(contract['output'])}"
+    state = [{**contract["state"], "name": n} for n in ("state_in", "state_out")] if "state" in contract else []  # RNN
+    inputs, output = (
+        ", ".join(map(tensor, group)) for group in ([*contract["inputs"], *state[:1]], [contract["output"], *state[1:]])
     )
+    print(f"Wrote {out} ({ns.format}, {algorithm}{' on ' + env if env else ''}): {inputs} -> {output}")
     return contract

@@ -147,3 +147,16 @@ def test_export_defaults_to_the_checkpoints_name_and_exports_dqn(tmp_path, capsy
     export_cli.main([ckpt, "--format", "torchscript"])
     assert os.path.isfile(tmp_path / "dqn.pt")
     assert "(torchscript, DQN on CartPole-v1)" in capsys.readouterr().out
+
+
+def test_export_of_a_recurrent_policy_names_its_state_in_and_state_out(tmp_path, capsys):
+    """Test that the printed contract of a recurrent policy's file names the state input and output beside obs
+    and action (it printed obs -> action only, though the file takes and returns the state)."""
+    trainer = quiet_trainer(tmp_path, max_epochs=1)
+    trainer.fit(tiny_ppo(recurrent=True, recurrent_size=8, hidden_sizes=[8], total_timesteps=64), tiny_rollout_data())
+    ckpt = str(tmp_path / "lstm.ckpt")
+    trainer.save_checkpoint(ckpt)
+    export_cli.main([ckpt, "--format", "torchscript"])
+    printed = capsys.readouterr().out
+    assert "obs float32 [batch, 4], state_in float32 [batch, 2, 1, 8] -> action int64 [batch], state_out float32 " \
+        "[batch, 2, 1, 8]" in printed  # fmt: skip
