@@ -274,9 +274,8 @@ class RLModule(pl.LightningModule):
             self._interruption = Interruption()
             callbacks.append(self._interruption)
         if self.save_interval is not None:
-            # Best first: at an epoch's end the interval and last checkpoints then hold the best score it set (a resume
-            # from them keeps it); trainer.checkpoint_callback, what Lightning's ckpt_path="best" reads, is best.ckpt's.
-            callbacks += [BestCheckpoint(), IntervalCheckpoint(self.save_interval, keep_last=self.keep_last)]
+            # Interval first: trainer.checkpoint_callback (the last.ckpt path) is the first one.
+            callbacks += [IntervalCheckpoint(self.save_interval, keep_last=self.keep_last), BestCheckpoint()]
         return callbacks
 
     def on_fit_start(self) -> None:

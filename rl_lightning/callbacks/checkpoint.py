@@ -121,6 +121,8 @@ class IntervalCheckpoint(RunCheckpoint):
         collections = counters.iterations if counters is not None else trainer.current_epoch + 1
         if trainer.sanity_checking or collections % self.save_interval:
             return
+        for best in (c for c in trainer.checkpoint_callbacks if isinstance(c, BestCheckpoint)):
+            best.on_train_epoch_end(trainer, pl_module)  # the epoch's best first: the files below hold its score
         env_steps = int(getattr(pl_module, "env_steps", trainer.global_step))
         metrics = {"epoch": torch.tensor(collections - 1), "step": torch.tensor(env_steps)}
         save_and_tell_loggers(self, trainer, self.format_checkpoint_name(metrics))
@@ -271,8 +273,8 @@ def check_checkpoint_file(path: str | os.PathLike) -> dict[str, Any] | None:
         raise FileNotFoundError(
             f"Checkpoint '{path}' {problem}. Pass the path of a .ckpt file from a run's checkpoints/ directory."
         )
-    with open(path, "rb") as file:
-        if (head := file.read(4)) and not b"PK\x03\x04".startswith(head):  # torch.save's zip archive begins so
+    with open(path, "rb") as file:  # torch.save's zip archive begins so; an empty or zeroed head is a torn write
+        if (head := file.read(4)).strip(b"\0") and not b"PK\x03\x04".startswith(head):
             raise ValueError(f"Cannot read checkpoint '{path}': it is not a checkpoint archive, but another kind of "
                              "file. Pass a .ckpt file from a run's checkpoints/ directory.")  # fmt: skip
     stat = os.stat(path)

@@ -7,7 +7,6 @@ rollouts) and :class:`~rl_lightning.data.replay_datamodule.ReplayDataModule` (re
 from __future__ import annotations
 
 import dataclasses
-import itertools
 import random
 import warnings
 from collections.abc import Mapping, Sequence
@@ -162,9 +161,12 @@ class EnvDataModule(pl.LightningDataModule):
                     f"{key}: unknown object set {name!r} for {env_id}; available: {sorted(self.obj_sets)}. Pick one of "
                     "those (train_obj_set takes one name, eval_obj_sets a list of them) or add it to obj_sets."
                 )
-        if backend == "gymnasium":  # a variation's own env id, refused before any env is built
-            for other in {v.env_id for v in itertools.chain(*self.obj_sets.values())} - {env_id}:
-                check_env_id(other)
+        for name in dict.fromkeys([train_obj_set, *eval_obj_sets]) if backend == "gymnasium" else ():
+            try:  # a variation's own env id, refused before any env is built
+                for other in {v.env_id for v in self.obj_sets[name]} - {env_id}:
+                    check_env_id(other)
+            except ValueError as err:
+                raise ValueError(f"obj_sets.{name}: a variation's env_id: {err}") from None
         # Collects the subclass's constructor arguments too (Lightning walks the __init__ frames).
         self.save_hyperparameters(ignore=["obj_sets"])
         self.hparams["eval_obj_sets"] = list(eval_obj_sets)

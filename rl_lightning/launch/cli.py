@@ -102,22 +102,19 @@ def explain_parse_error(message: str, parser: Any) -> str:
         parser: The parser that failed (its options feed the did-you-mean).
     """
     hint = _help_hint(parser)
-    choice = re.search(r"invalid choice: '([^']*)' \(choose from (.*?)\)", message)
-    if choice:
+    if choice := re.search(r"invalid choice: '([^']*)' \(choose from (.*?)\)", message):
         options = [*re.findall(r"'([^']+)'", choice.group(2)), *TOOLS]
         return (
             f"Unknown subcommand '{choice.group(1)}'.{did_you_mean(choice.group(1), options)} Choose one of: "
             f"{', '.join(options)} (e.g. rl-lightning fit --model PPO)."
         )
-    required = re.search(r"arguments are required: (?:\w+\.)?(model|data)\b", message)
-    if required:
+    if required := re.search(r"arguments are required: (?:\w+\.)?(model|data)\b", message):
         options = _classes(required.group(1))
         return (
             f"Missing --{required.group(1)}: name the class to build, one of {', '.join(options)} "
             f"(e.g. rl-lightning fit --{required.group(1)} {options[0]}, or a --config file that sets it)."
         )
-    unrecognized = re.search(r"unrecognized arguments: (.*)", message)
-    if unrecognized:
+    if unrecognized := re.search(r"unrecognized arguments: (.*)", message):
         flag = next((a for a in unrecognized.group(1).split() if a.startswith("-")), unrecognized.group(1).strip())
         flag = flag.split("=", 1)[0]
         options = sorted(set(re.findall(r"--[\w.]+", parser.format_help())))  # the options its help lists

@@ -93,9 +93,10 @@ def plot_runs(paths: Sequence[str | Sequence[str]], out: str, title: str | None 
         runs = [read_curves(r) for member in group for r in find_runs(member)]
         runs = [r for r in runs if r]
         if not runs:
+            missing = next((member for member in group if not os.path.exists(member)), None)
             raise FileNotFoundError(
-                f"No evaluation curves under '{path}': "
-                + ("no such file or directory; check the path." if not os.path.exists(path) else "plotting reads "
+                f"No evaluation curves under '{missing or path}': "
+                + ("no such file or directory; check the path." if missing else "plotting reads "
                    "metrics.csv (logger=csv) or TensorBoard events (logger=tensorboard); W&B-only runs are read by "
                    "W&B. Rerun with logger=[wandb,csv].")
             )  # fmt: skip

@@ -60,8 +60,7 @@ def check_overrides(config_dir: str, config_name: str, overrides: Sequence[str])
 
 
 def _explain_composition(message: str, config_dir: str, config_name: str, overrides: list[str]) -> str:
-    missing = re.search(r"Could not find '([\w/]+)/([\w.-]+)'", message)
-    if missing:
+    if missing := re.search(r"Could not find '([\w/]+)/([\w.-]+)'", message):
         group, option = missing.groups()
         options = re.findall(r"^\t(\S+)$", message.split("Config search path")[0], flags=re.M)
         return (
@@ -69,8 +68,7 @@ def _explain_composition(message: str, config_dir: str, config_name: str, overri
             f"(e.g. {'+' if group == 'experiment' else ''}{group}={options[0] if options else '...'}"
             + (", or several: logger=[wandb,csv])." if group == "logger" else ").")
         )
-    override = re.search(r"Could not override '([\w.]+)'", message)
-    if override:
+    if override := re.search(r"Could not override '([\w.]+)'", message):
         key = override.group(1)
         parent, _, leaf = key.rpartition(".")
         keys = _keys_at(config_dir, config_name, overrides, key, parent)

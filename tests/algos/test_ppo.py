@@ -192,7 +192,7 @@ def test_last_ckpt_holds_the_best_score_of_its_own_epoch(tmp_path):
     the one before, so a resume from it let a worse evaluation overwrite best.ckpt."""
     spy = _LastHoldsTheBest()
     _, _, t = fit(tmp_path=tmp_path, max_epochs=3, model_kwargs={"save_interval": 1}, callbacks=[spy])
-    assert t.checkpoint_callback.best_model_path.endswith("best.ckpt")  # Lightning's ckpt_path="best" reads it
+    assert t.checkpoint_callback.last_model_path.endswith("last.ckpt")  # Lightning's idiom for the last checkpoint
     assert len(spy.pairs) == 2
     for stored, current in spy.pairs:
         assert stored is not None and float(stored) == float(current)

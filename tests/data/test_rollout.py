@@ -238,7 +238,7 @@ def test_an_object_set_whose_envs_have_other_spaces_is_refused_at_setup():
     ("kwargs", "message"),
     [
         ({"train_obj_set": ["train"]}, r"train_obj_set: unknown object set \['train'\].*train_obj_set takes one name"),
-        ({"obj_sets": {"train": [{}], "test": [{"env_id": "CartPol-v1"}]}}, "'CartPol-v1'.*Did you mean"),
+        ({"obj_sets": {"train": [{}], "test": [{"env_id": "CartPol-v1"}]}}, "obj_sets.test: .*'CartPol-v1'.*Did you"),
     ],
 )
 def test_an_object_set_name_of_the_wrong_type_or_a_variation_s_unknown_env_id_is_refused(kwargs, message):
@@ -246,3 +246,10 @@ def test_an_object_set_name_of_the_wrong_type_or_a_variation_s_unknown_env_id_is
     and gymnasium's NameNotFound when the envs were built)."""
     with pytest.raises(ValueError, match=message):
         RolloutDataModule(env_id="CartPole-v1", num_envs=2, rollout_steps=8, **kwargs)
+
+
+def test_a_set_the_run_never_builds_is_not_checked():
+    """Test that an object set outside train_obj_set and eval_obj_sets is left alone (its ids are not imported)."""
+    obj_sets = {"train": [{}], "test": [{}], "spare": [{"env_id": "not_a_module:Spare-v0"}]}
+    data = RolloutDataModule(env_id="CartPole-v1", num_envs=2, rollout_steps=8, obj_sets=obj_sets)
+    assert sorted(data.obj_sets) == ["spare", "test", "train"]

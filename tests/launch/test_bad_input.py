@@ -183,6 +183,12 @@ ROWS = [
     ),
     (
         "hydra",
+        "variation-of-an-unknown-env",  # was put on env.env_id, which is right
+        ["env.obj_sets={{train:[{{}}],test:[{{env_id:CartPol-v1}}]}}"],
+        ["'env.obj_sets.test'", "obj_sets.test: a variation's env_id", "'CartPol-v1'"],
+    ),
+    (
+        "hydra",
         "test-set-of-other-spaces",  # trained first, then failed at the first evaluation
         ["env.obj_sets={{train:[{{seeds:[0,10]}}],test:[{{env_id:Acrobot-v1}}]}}"],
         [

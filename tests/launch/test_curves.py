@@ -59,6 +59,8 @@ def test_plot_counts_seeds_per_path_and_refuses_paths_without_metrics(tmp_path):
         plot_runs([str(tmp_path / "empty")], str(tmp_path / "none.png"))
     with pytest.raises(FileNotFoundError, match="'.*swep': no such file or directory; check the path"):  # a typo
         plot_runs([str(tmp_path / "swep")], str(tmp_path / "none.png"))
+    with pytest.raises(FileNotFoundError, match="'.*empty.a': no such file or directory"):  # a group of runs
+        plot_runs([[str(tmp_path / "empty" / "a"), str(tmp_path / "empty" / "b")]], str(tmp_path / "none.png"))
 
 
 def test_a_run_evaluated_once_is_drawn_as_a_point(tmp_path, monkeypatch):
