@@ -53,8 +53,7 @@ def checked_spaces(module: pl.LightningModule, checkpoint: dict[str, Any]) -> tu
     """
     name = type(module).__name__
     where = _where(module)
-    meta = checkpoint.get(CHECKPOINT_KEY)
-    if meta is None:
+    if (meta := checkpoint.get(CHECKPOINT_KEY)) is None:
         raise ValueError(
             f"{where} was not written by rl_lightning (it has no '{CHECKPOINT_KEY}' entry), so {name} cannot "
             "rebuild its policy from it. Load it with the class that wrote it, or pass a checkpoint from an "
@@ -78,8 +77,7 @@ def check_weights(module: pl.LightningModule, checkpoint: dict[str, Any]) -> Non
     Raises:
         ValueError: Naming the file, the settings or tensor shapes that differ, and the fix.
     """
-    problem = _weights_mismatch(module, checkpoint)
-    if problem is not None:
+    if (problem := _weights_mismatch(module, checkpoint)) is not None:
         raise ValueError(f"{_where(module)} does not fit this {type(module).__name__}: {problem}")
 
 

@@ -66,8 +66,7 @@ class Interruption(pl.Callback):
     """
 
     def __init__(self, signals: Sequence[str] = DEFAULT_SIGNALS, dirpath: str | None = None, save: bool = True):
-        unknown = [name for name in signals if not hasattr(signal, name)]
-        if unknown:
+        if unknown := [name for name in signals if not hasattr(signal, name)]:
             raise ValueError(f"Unknown signal name(s) {unknown}; use names such as 'SIGTERM' or 'SIGUSR1'.")
         self.signals = tuple(signals)
         self.dirpath = dirpath

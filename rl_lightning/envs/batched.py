@@ -149,8 +149,7 @@ class TorchVectorEnv(gym.vector.VectorEnv):
     def set_params(self, env_ids: torch.Tensor | None = None, **values: float | torch.Tensor) -> None:
         """Write parameters (a number, or a tensor of one value per env) of the envs ``env_ids`` (indices or a bool
         mask; default all), from the next step on."""
-        unknown = sorted(set(values) - set(self.params))
-        if unknown:
+        if unknown := sorted(set(values) - set(self.params)):
             raise ValueError(
                 f"{self.dynamics.env_id}'s batched dynamics have no parameter {unknown}; they have "
                 f"{sorted(self.params)}. Vary only those in its object sets (e.g. attrs: {{length: 0.6}})."
@@ -163,8 +162,7 @@ class TorchVectorEnv(gym.vector.VectorEnv):
         """Start a new episode in the envs ``options["env_ids"]`` (default all), after ``options["params"]`` (for
         :meth:`set_params`) and seeding the generator with ``seed``; every env's observation."""
         options = dict(options or {})
-        unknown = sorted(set(options) - {"env_ids", "params"})
-        if unknown:
+        if unknown := sorted(set(options) - {"env_ids", "params"}):
             raise ValueError(f"Unknown reset option(s) {unknown}; TorchVectorEnv.reset takes env_ids and params.")
         if seed is not None:
             self.generator.manual_seed(seed)

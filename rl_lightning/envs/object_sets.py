@@ -54,8 +54,7 @@ class Variation:
                 f"An object-set variation must be a mapping or a Variation, got {type(value).__name__}: "
                 f"{value!r}. Write it as e.g. {{'attrs': {{'length': 0.6}}, 'seeds': [0, 1000]}}."
             )
-        unknown = set(value) - {f.name for f in dataclasses.fields(cls)}
-        if unknown:
+        if unknown := set(value) - {f.name for f in dataclasses.fields(cls)}:
             raise ValueError(
                 f"Unknown key(s) {sorted(unknown)} in object-set variation {dict(value)!r}; "
                 "allowed keys are env_id, make_kwargs, attrs, seeds, name."
@@ -190,6 +189,13 @@ class ObjectSetWrapper(gym.Wrapper):
                     f"A variation overrides attribute '{key}', which {type(unwrapped).__name__} "
                     f"({variation.env_id}) does not have. Check the spelling in the object set."
                 ) from None
+        # A value a numeric attribute cannot take is the object set's mistake, refused here, not an env fault.
+        for var, key, value in ((v, k, x) for vs in self.obj_sets.values() for v in vs for k, x in v.attrs.items()):
+            default = self._defaults[key]
+            numeric = [np.asarray(x).dtype.kind in "biuf" for x in (default, value)]
+            if key != BODY_MASS_SCALE and value is not None and numeric == [True, False]:
+                raise ValueError(f"Variation '{var.name or var.env_id}' sets '{key}' to {value!r}; give a number: "
+                                 f"{type(unwrapped).__name__}.{key} is {default!r}.")  # fmt: skip
         return env
 
     def _apply(self, variation: Variation) -> None:
@@ -251,8 +257,7 @@ def variation_table(
                 f"{label} has make_kwargs {dict(variation.make_kwargs)}; a batched env is built once for all its "
                 "envs. Give per-env parameters as attrs instead (e.g. attrs: {length: 0.6})."
             )
-        unknown = sorted(set(variation.attrs) - set(params))
-        if unknown:
+        if unknown := sorted(set(variation.attrs) - set(params)):
             fix = "give object sets without attrs (obj_sets: {train: [{}], test: [{}]})"  # EnvPool has none
             fix = f"It has {sorted(params) or 'none'}: {'vary those' if params else fix}"
             raise ValueError(

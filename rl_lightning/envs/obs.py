@@ -89,8 +89,7 @@ def single_to_batch(obs: Obs, space: gym.Space) -> tuple[Obs, bool]:
                 f"This policy was trained on Dict observations with keys {sorted(space.spaces)}; pass a dict of arrays "
                 f"(one entry per key), got {type(obs).__name__}."
             )
-        missing = sorted(set(space.spaces) - set(obs))
-        if missing:
+        if missing := sorted(set(space.spaces) - set(obs)):
             raise ValueError(f"The observation lacks the key(s) {missing}; this policy reads {sorted(space.spaces)}.")
         key = next(iter(space.spaces))
         single = np.ndim(obs[key]) == len(space.spaces[key].shape)

@@ -139,8 +139,7 @@ class EncoderSettings:
         if not isinstance(value, Mapping):
             raise TypeError(f"{_SETTING} must be a mapping of encoder settings, got {value!r}.")
         known = {field.name for field in dataclasses.fields(cls)}
-        unknown = sorted(set(value) - known)
-        if unknown:
+        if unknown := sorted(set(value) - known):
             raise ValueError(f"Unknown encoder setting(s) {unknown} in {_SETTING}; the settings are {sorted(known)}.")
         return cls(**given_settings(value))
 
@@ -266,8 +265,7 @@ def route_keys(space: gym.Space, settings: EncoderSettings) -> tuple[list[ImageI
                 f"{_SETTING}.{name} names {missing}, which the observation space does not have; its keys are "
                 f"{sorted(spaces)}."
             )
-    both = set(settings.cnn_keys or ()) & set(settings.mlp_keys or ())
-    if both:
+    if both := set(settings.cnn_keys or ()) & set(settings.mlp_keys or ()):
         raise ValueError(f"Keys {sorted(both)} are in both {_SETTING}.cnn_keys and mlp_keys; give each key one route.")
     chosen = settings.cnn_keys is not None or settings.mlp_keys is not None
     images, vectors = [], []

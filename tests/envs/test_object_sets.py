@@ -119,6 +119,17 @@ def test_unknown_attribute_rejected():
         EnvGroup("CartPole-v1", 1, obj_sets={"train": [{"attrs": {"lenght": 1.0}}]})
 
 
+def test_a_value_a_numeric_attribute_cannot_take_is_refused_as_the_object_set_s_mistake():
+    """Test that a string for a number fails when the envs are built, naming the variation, the attribute and its
+    value (it was taken for an env fault: recreated three times, then an EnvFault, with last.ckpt written at step 0);
+    numbers, arrays and a variation leaving the attribute alone still build."""
+    obj_sets = {"train": [{"name": "long", "attrs": {"length": "abc"}}], "test": [{}]}
+    with pytest.raises(ValueError, match="Variation 'long' sets 'length' to 'abc'; give a number: CartPoleEnv.length"):
+        EnvGroup("CartPole-v1", 1, obj_sets=obj_sets)
+    obj_sets = {"train": [{"attrs": {"length": 1}}, {"attrs": {"length": np.float32(0.7)}}], "test": [{}]}
+    assert EnvGroup("CartPole-v1", 1, obj_sets=obj_sets).num_envs == 1
+
+
 def test_dotted_path_overrides_mujoco_arrays_in_place():
     """Test that a dotted-path attribute writes a MuJoCo model field and is restored by other variations."""
     sets = resolve_obj_sets(
