@@ -65,9 +65,9 @@ def main(args: Sequence[str] | None = None) -> dict[str, Any]:
     def tensor(t: dict) -> str:
         return f"{t['name']} {t['dtype']} [{', '.join(map(str, t['shape']))}]"
 
-    state = [{**contract["state"], "name": n} for n in ("state_in", "state_out")] if "state" in contract else []  # RNN
-    inputs, output = (
-        ", ".join(map(tensor, group)) for group in ([*contract["inputs"], *state[:1]], [contract["output"], *state[1:]])
-    )
-    print(f"Wrote {out} ({ns.format}, {algorithm}{' on ' + env if env else ''}): {inputs} -> {output}")
+    inputs, outputs = list(contract["inputs"]), [contract["output"]]
+    if state := contract.get("state"):  # a recurrent policy takes its state in and gives it out beside them
+        inputs, outputs = [*inputs, {**state, "name": "state_in"}], [*outputs, {**state, "name": "state_out"}]
+    print(f"Wrote {out} ({ns.format}, {algorithm}{' on ' + env if env else ''}): {', '.join(map(tensor, inputs))} -> "
+          f"{', '.join(map(tensor, outputs))}")  # fmt: skip
     return contract
