@@ -106,8 +106,7 @@ def check_new_run_dir(run_dir: str, fix: str) -> None:
     """Refuse a fresh run in a directory holding an earlier run's ``checkpoints/*.ckpt`` or ``metrics.csv``, which it
     would write over (runs in its subdirectories are not in the way); ``fix`` says how this front door resumes it."""
     kept = [os.path.join("checkpoints", "*.ckpt"), "metrics.csv"]
-    found = sorted(f for pattern in kept for f in glob.glob(os.path.join(glob.escape(run_dir), pattern)))
-    if found:
+    if found := sorted(f for pattern in kept for f in glob.glob(os.path.join(glob.escape(run_dir), pattern))):
         raise ValueError(f"{run_dir} holds an earlier run ({found[0]}), which a fresh run would write over. {fix}")
 
 

@@ -136,8 +136,7 @@ class CSVLogger(_LightningCSVLogger):
             return
         with fs.open(writer.metrics_file_path, "r", newline="") as file:
             rows = list(csv.DictReader(file))
-        kept = [row for row in rows if float(row["step"]) <= env_steps]
-        if not kept:
+        if not (kept := [row for row in rows if float(row["step"]) <= env_steps]):
             fs.rm_file(writer.metrics_file_path)
             writer.metrics_keys = []
         elif len(kept) < len(rows):

@@ -183,8 +183,7 @@ def _weights_mismatch(module: pl.LightningModule, checkpoint: dict[str, Any]) ->
     if not shapes and not (differ and module.strict_loading and loading.get("strict", True)):
         return None
     name = type(module).__name__
-    given = [key for key, _, _ in differ if key in (loading.get("overrides") or {})]
-    if given:
+    if given := [key for key, _, _ in differ if key in (loading.get("overrides") or {})]:
         settings = "; ".join(f"{key}: checkpoint {old!r}, given {new!r}" for key, old, new in differ if key in given)
         return (
             f"it was trained with other settings than those given to {name}.load_from_checkpoint ({settings}). "

@@ -278,8 +278,7 @@ def check_checkpoint_file(path: str | os.PathLike) -> dict[str, Any] | None:
             raise ValueError(f"Cannot read checkpoint '{path}': it is not a checkpoint archive, but another kind of "
                              "file. Pass a .ckpt file from a run's checkpoints/ directory.")  # fmt: skip
     stat = os.stat(path)
-    damaged = _damaged_entry(os.path.abspath(path), stat.st_size, stat.st_mtime_ns)
-    if damaged:
+    if damaged := _damaged_entry(os.path.abspath(path), stat.st_size, stat.st_mtime_ns):
         raise ValueError(
             f"Cannot read checkpoint '{path}': it is not a complete checkpoint archive ({damaged} is damaged: a "
             "write may have been interrupted, or the disk corrupted it). Use an earlier checkpoint from the same "

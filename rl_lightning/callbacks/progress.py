@@ -71,8 +71,7 @@ class EnvStepProgressBar(ProgressBar):
             self._episode_return = float(sum(rollout.episodes.returns) / len(rollout.episodes))
         shown = {"sps": f"{(steps - self._start[1]) / elapsed:,.0f}", "return": f"{self._episode_return:.1f}"}
         for prefix in ("eval", "eval_ood"):
-            value = trainer.callback_metrics.get(f"{prefix}/return_mean")
-            if value is not None:
+            if (value := trainer.callback_metrics.get(f"{prefix}/return_mean")) is not None:
                 shown[prefix] = f"{float(value):.1f}"
         return shown
 

@@ -94,8 +94,7 @@ class EvaluationVideo(pl.Callback):
         """
         self._dir = self.dirpath or os.path.join(trainer.log_dir or trainer.default_root_dir, "videos")
         evaluated = list(trainer.datamodule.hparams.eval_obj_sets)
-        unknown = [name for name in self.video_obj_sets or [] if name not in evaluated]
-        if unknown:
+        if unknown := [name for name in self.video_obj_sets or [] if name not in evaluated]:
             raise ValueError(
                 f"EvaluationVideo(video_obj_sets={self.video_obj_sets}) names {unknown}, which the data module does "
                 f"not evaluate (eval_obj_sets={evaluated}). Film some of {evaluated}, or add the set to eval_obj_sets."

@@ -216,8 +216,7 @@ class ReplayDataset(IterableDataset):
         pending, device = [], next(self.policy.parameters()).device  # where the policy acts: read once a chunk
         try:
             for _ in range(vector_steps):
-                transitions = self.take_step(device)
-                if transitions is not None:
+                if (transitions := self.take_step(device)) is not None:
                     pending.append(transitions)
                 self.epoch_steps += 1
         finally:

@@ -75,8 +75,7 @@ class ReplayBuffer:
 
         More rows than the capacity keep the last ``capacity``, as one write per row would.
         """
-        k = rows.shape[0]
-        if not k:
+        if not (k := rows.shape[0]):
             return torch.zeros(0, dtype=torch.long)
         if self.storage is None:
             self._allocate(rows)

@@ -119,8 +119,7 @@ def explain_parse_error(message: str, parser: Any) -> str:
         flag = flag.split("=", 1)[0]
         options = sorted(set(re.findall(r"--[\w.]+", parser.format_help())))  # the options its help lists
         return f"Unknown argument {flag}.{did_you_mean(flag, options)} Fix the spelling; {hint}"
-    key = re.match(r'\s*Parser key "([^"]+)"', message)
-    if key is None:
+    if (key := re.match(r'\s*Parser key "([^"]+)"', message)) is None:
         return f"{message.strip().splitlines()[0]} {hint}"
     section = key.group(1)
     flag = f"--{section}"
@@ -248,8 +247,7 @@ class RLCLI(LightningCLI):
         try:
             super().instantiate_classes()
         except Exception as err:
-            message = self._explain_instantiation_error(err)
-            if message is None:
+            if (message := self._explain_instantiation_error(err)) is None:
                 raise
             _fail(message)
 
@@ -267,15 +265,13 @@ class RLCLI(LightningCLI):
                 f"The trainer settings cannot run here ({settings}): {err} Pick settings this machine supports "
                 "(e.g. --trainer.accelerator cpu --trainer.devices 1)."
             )
-        refusal = library_error(err)
-        if refusal is None:
+        if (refusal := library_error(err)) is None:
             return None
         section = _section_that_raised(refusal)
         init_args = {name: config.get(f"{name}.init_args") for name in (section, "model", "data") if name}
         groups = [(name, args.as_dict()) for name, args in init_args.items() if isinstance(args, Namespace)]
         text = " ".join(str(refusal).split())
-        key = culprit_key(text, groups)
-        if key is None:
+        if (key := culprit_key(text, groups)) is None:
             return f"The --{section or 'model'} arguments are refused: {text} Fix them; {_help_hint(self.parser)}"
         section, _, arg = key.partition(".")
         return (

@@ -5,9 +5,11 @@
     rl-lightning plot multirun/ppo_a multirun/ppo_b             # two groups compared
 
 Each positional path is one curve: every run found under it (a directory holding a
-``metrics.csv`` from the CSV logger or TensorBoard event files) counts as one seed. The
-x-axis is environment steps; the panels are ``eval/return_mean`` (training object set)
-and ``eval_ood/return_mean`` (held-out ``test`` set).
+``metrics.csv`` from the CSV logger or TensorBoard event files) counts as one seed, unless
+the runs' settings (the ``hparams.yaml`` their logger wrote) differ in more than the seed, the
+budget and where they keep their files: a sweep over ``algo.lr`` and ``seed`` draws a curve
+for each learning rate, labelled by it. The x-axis is environment steps; the panels are
+``eval/return_mean`` (training object set) and ``eval_ood/return_mean`` (held-out ``test`` set).
 """
 
 from __future__ import annotations
@@ -18,9 +20,33 @@ import os
 from collections.abc import Sequence
 
 import numpy as np
+import yaml
 
 PANELS = (("eval/return_mean", "train object set (eval/)"), ("eval_ood/return_mean", "test object set (eval_ood/)"))
 Curve = tuple[np.ndarray, np.ndarray]  # (env steps, values), sorted by steps
+
+
+#: Settings that may differ between the seeds of one curve: the seed, the budget, where a run keeps its files.
+PER_RUN = {"seed", "total_timesteps", "max_epochs", "max_steps", "save_interval", "keep_last", "ckpt_path", "run_dir",
+           "save_dir", "dir", "name", "version", "id", "test_after_fit", "test_ckpt"}  # fmt: skip
+
+
+def settings(run_dir: str) -> dict[str, str]:
+    """A run's settings, from the ``hparams.yaml`` its logger wrote beside the metrics, as dotted keys (a Hydra run's
+    under ``config.``) without :data:`PER_RUN`'s; ``{}`` where none can be read."""
+    try:  # BaseLoader: every value as text, and the tags of objects a user's hparams hold are not imported
+        with open(os.path.join(run_dir, "hparams.yaml")) as f:
+            nodes = [("", yaml.load(f, Loader=yaml.BaseLoader))]
+    except (OSError, yaml.YAMLError):
+        return {}
+    flat = {}
+    while nodes:
+        key, node = nodes.pop()
+        if isinstance(node, dict):
+            nodes += [(f"{key}.{k}" if key else str(k), v) for k, v in node.items()]
+        elif key.rpartition(".")[2] not in PER_RUN:
+            flat[key] = str(node)
+    return flat
 
 
 def find_runs(path: str) -> list[str]:
@@ -71,7 +97,7 @@ def aggregate(curves: Sequence[Curve]) -> tuple[np.ndarray, np.ndarray, np.ndarr
 
 
 def plot_runs(paths: Sequence[str | Sequence[str]], out: str, title: str | None = None) -> dict[str, int]:
-    """Write a PNG of the learning curves of ``paths`` (one curve per path); returns seeds per path.
+    """Write a PNG of the learning curves of ``paths`` (one curve per path and setting); returns seeds per curve.
 
     A path may also be a list of directories, drawn as one curve (labelled by their common parent):
     the finished seeds of a table row, say, without the others beside them.
@@ -90,9 +116,8 @@ def plot_runs(paths: Sequence[str | Sequence[str]], out: str, title: str | None 
     for group in paths:
         group = [group] if isinstance(group, str) else list(group)
         path = group[0] if len(group) == 1 else os.path.commonpath(group)
-        runs = [read_curves(r) for member in group for r in find_runs(member)]
-        runs = [r for r in runs if r]
-        if not runs:
+        found = [(run, settings(run)) for member in group for run in find_runs(member)]
+        if not (runs := [(curves, setting) for run, setting in found if (curves := read_curves(run))]):
             missing = next((member for member in group if not os.path.exists(member)), None)
             raise FileNotFoundError(
                 f"No evaluation curves under '{missing or path}': "
@@ -100,17 +125,25 @@ def plot_runs(paths: Sequence[str | Sequence[str]], out: str, title: str | None 
                    "metrics.csv (logger=csv) or TensorBoard events (logger=tensorboard); W&B-only runs are read by "
                    "W&B. Rerun with logger=[wandb,csv].")
             )  # fmt: skip
-        seeds[path] = len(runs)
-        label = os.path.basename(os.path.normpath(path))
-        for ax, (key, _) in zip(axes, PANELS, strict=True):
-            curves = [r[key] for r in runs if key in r]
-            if not curves:
-                continue
-            steps, mean, low, high = aggregate(curves)
-            dot = "o" if len(steps) == 1 else None  # a run evaluated once: a line of one point draws nothing
-            line = ax.plot(steps, mean, marker=dot, label=f"{label} ({len(curves)} seed{'s' * (len(curves) > 1)})")[0]
-            if len(curves) > 1:
-                ax.fill_between(steps, low, high, color=line.get_color(), alpha=0.2, linewidth=0)
+        shared = {k: v for k, v in runs[0][1].items() if all(s.get(k) == v for _, s in runs)}
+        differ = sorted({k for _, s in runs for k in s} - set(shared))
+        # A Hydra run holds its settings twice: under config. (as the command line names them) and as the modules'.
+        differ = [k.removeprefix("config.") for k in differ if k.startswith("config.")] or differ
+        kinds: dict[str, list[dict[str, Curve]]] = {}  # one curve per setting, the seeds of each
+        for curves, setting in runs:
+            kind = ", ".join(f"{k}={setting.get('config.' + k, setting.get(k, '-'))}" for k in differ)
+            kinds.setdefault(kind, []).append(curves)
+        for kind, members in kinds.items():
+            seeds[f"{path} ({kind})" if kind else path] = len(members)
+            label = os.path.basename(os.path.normpath(path)) + (f" {kind}" if kind else "")
+            for ax, (key, _) in zip(axes, PANELS, strict=True):
+                if not (curves := [r[key] for r in members if key in r]):
+                    continue
+                steps, mean, low, high = aggregate(curves)
+                dot = "o" if len(steps) == 1 else None  # a run evaluated once: a line of one point draws nothing
+                line = ax.plot(steps, mean, marker=dot, label=f"{label} ({len(curves)} seed{'s' * (len(curves) > 1)})")
+                if len(curves) > 1:
+                    ax.fill_between(steps, low, high, color=line[0].get_color(), alpha=0.2, linewidth=0)
     for ax, (_, name) in zip(axes, PANELS, strict=True):
         ax.set_title(name)
         ax.set_xlabel("environment steps")

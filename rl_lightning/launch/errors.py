@@ -164,8 +164,7 @@ def raised_by_library(err: BaseException) -> bool:
     handle, a checkpoint that does not fit). An error that surfaced from inside an operation
     (``1 + None``, a failing tensor op) is a bug and keeps its traceback.
     """
-    tb = err.__traceback__
-    if tb is None:
+    if (tb := err.__traceback__) is None:
         return False
     while tb.tb_next is not None:
         tb = tb.tb_next
@@ -203,8 +202,7 @@ def culprit_key(text: str, groups: Sequence[tuple[str, Mapping[str, Any]]]) -> s
                 return f"{group}.{lead.group(1)}{lead.group(2)}"
     for quoted in [*re.findall(r"got '([^']+)'", text), *re.findall(r"'([^']+)'", text)]:  # the given value first
         for group, args in groups:
-            key = _key_holding(args, quoted)
-            if key:
+            if key := _key_holding(args, quoted):
                 return f"{group}.{key}"
     for word in re.findall(r"[A-Za-z_]\w*", text)[:12]:
         for group, args in groups:

@@ -259,8 +259,7 @@ def route_keys(space: gym.Space, settings: EncoderSettings) -> tuple[list[ImageI
             "or a Box with a gymnasium.ObservationWrapper (or gymnasium.wrappers.FlattenObservation)."
         )
     for name in ("cnn_keys", "mlp_keys"):
-        missing = [key for key in getattr(settings, name) or () if key not in spaces]
-        if missing:
+        if missing := [key for key in getattr(settings, name) or () if key not in spaces]:
             raise ValueError(
                 f"{_SETTING}.{name} names {missing}, which the observation space does not have; its keys are "
                 f"{sorted(spaces)}."
@@ -294,8 +293,7 @@ def route_keys(space: gym.Space, settings: EncoderSettings) -> tuple[list[ImageI
             channels_first = _image_layout(key, sub, settings.channels_first)
             images.append(ImageInput(key, tuple(sub.shape), channels_first, sub.dtype == np.uint8))
         else:
-            vector = _vector_input(key, sub)
-            if vector is None:
+            if (vector := _vector_input(key, sub)) is None:
                 raise ValueError(
                     f"{_SETTING}.mlp_keys names {key!r}, but it is {sub}, which cannot be flattened into a vector; "
                     f"list it in {_SETTING}.cnn_keys if it is an image, or drop it."
@@ -394,8 +392,7 @@ class MultiInputEncoder(nn.Module):
             if self.channels_last and torch.is_grad_enabled() and x.device.type == "cpu" and not torch.jit.is_tracing():
                 x = x.contiguous(memory_format=torch.channels_last) if x.shape[0] >= CHANNELS_LAST_MIN_BATCH else x
             features.append(cnn(x))
-        box = self.box_part(obs)
-        if box is not None:
+        if (box := self.box_part(obs)) is not None:
             features.append((self.normalizer(box) if self.normalizer is not None else box).to(dtype))
         for vector in self.vectors:
             x = self._get(obs, vector.key)
@@ -456,8 +453,7 @@ def group_space(observation_space: gym.Space, keys: Sequence[str] | None) -> gym
             f"{_SETTING}.actor_keys / critic_keys pick keys of a Dict observation, got {observation_space}. Give the "
             "env Dict observations (e.g. {policy: ..., privileged: ...}), or drop the keys."
         )
-    missing = [key for key in keys if key not in observation_space.spaces]
-    if missing:
+    if missing := [key for key in keys if key not in observation_space.spaces]:
         raise ValueError(
             f"{_SETTING}.actor_keys / critic_keys name {missing}, which the observation space does not have; its keys "
             f"are {sorted(observation_space.spaces)}."
@@ -496,8 +492,7 @@ def build_encoder(
             settings, **{name: None if v is None else tuple(k for k in v if k in keys) for name, v in routes.items()}
         )
         if routes["cnn_keys"] is not None or routes["mlp_keys"] is not None:
-            unrouted = [k for k in keys if k not in (routes["cnn_keys"] or ()) + (routes["mlp_keys"] or ())]
-            if unrouted:
+            if unrouted := [k for k in keys if k not in (routes["cnn_keys"] or ()) + (routes["mlp_keys"] or ())]:
                 raise ValueError(
                     f"{_SETTING}.{reader}_keys names {unrouted}, which neither {_SETTING}.cnn_keys nor mlp_keys "
                     "routes; add them to one of the lists."

@@ -63,6 +63,30 @@ def test_plot_counts_seeds_per_path_and_refuses_paths_without_metrics(tmp_path):
         plot_runs([[str(tmp_path / "empty" / "a"), str(tmp_path / "empty" / "b")]], str(tmp_path / "none.png"))
 
 
+def _write_hparams(path, lr, seed, hydra=True):
+    """An ``hparams.yaml`` as the CSV logger writes it: a Hydra run's config and the modules' own, or the modules'."""
+    flat = f"lr: {lr}\nseed: {seed}\nenv_id: CartPole-v1\nhidden_sizes:\n- 64\n"
+    config = f"config:\n  algo:\n    lr: {lr}\n  seed: {seed}\n  run_dir: {path}\n"
+    config += f"  logger:\n    csv:\n      save_dir: {path}\n"  # where each run keeps its files
+    (path / "hparams.yaml").write_text((config if hydra else "") + flat)
+
+
+@pytest.mark.parametrize("hydra", [True, False], ids=["hydra", "python"])
+def test_a_sweep_draws_a_curve_per_setting_not_every_run_as_a_seed(tmp_path, hydra):
+    """Test that runs under one path that differ in more than the seed and where they keep their files (a sweep over
+    the learning rate) are drawn as a curve per setting, labelled by what differs, each with its own seeds."""
+    for run, (lr, seed) in enumerate([(0.001, 0), (0.001, 1), (0.0005, 0), (0.0005, 1), (0.0005, 2)]):
+        _write_csv(tmp_path / "sweep" / str(run), [{"step": s, "eval/return_mean": lr * s, "eval_ood/return_mean": 1}
+                                                   for s in (100, 200)])  # fmt: skip
+        _write_hparams(tmp_path / "sweep" / str(run), lr, seed, hydra)
+    seeds = plot_runs([str(tmp_path / "sweep")], str(tmp_path / "out.png"))
+    key = "algo.lr" if hydra else "lr"
+    assert seeds == {f"{tmp_path / 'sweep'} ({key}=0.001)": 2, f"{tmp_path / 'sweep'} ({key}=0.0005)": 3}
+    for run in range(2, 5):  # the seeds of one setting alone: one curve, named by its path
+        (tmp_path / "sweep" / str(run) / "metrics.csv").unlink()
+    assert plot_runs([str(tmp_path / "sweep")], str(tmp_path / "out.png")) == {str(tmp_path / "sweep"): 2}
+
+
 def test_a_run_evaluated_once_is_drawn_as_a_point(tmp_path, monkeypatch):
     """Test that a curve of one evaluation (a short run's final test only) gets a marker: a line of one point is
     invisible, and the plot came out as empty axes."""
