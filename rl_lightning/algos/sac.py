@@ -130,15 +130,8 @@ class SAC(RLModule):
 
     def loss(self, batch: TensorDict) -> SACLossTerms:
         """The SAC losses on a replay batch (see :func:`~rl_lightning.algos.sac_loss.sac_loss`)."""
-        return sac_loss(
-            self.policy,
-            self.critics,
-            self.target_critics,
-            self.log_alpha,
-            batch,
-            self.hparams.gamma,
-            self.target_entropy,
-        )
+        return sac_loss(self.policy, self.critics, self.target_critics, self.log_alpha, batch, self.hparams.gamma,
+                        self.target_entropy)  # fmt: skip
 
     def training_step(self, epoch: ReplayEpoch, batch_idx: int) -> None:
         """The epoch's gradient steps, each chunk collected when its batches are first asked for

@@ -51,16 +51,8 @@ class EnvStepProgressBar(ProgressBar):
         budget = getattr(pl_module, "total_timesteps", None)
         steps = int(getattr(pl_module, "env_steps", 0))
         self._start = (time.perf_counter(), steps)
-        self.bar = tqdm(
-            total=budget,
-            initial=steps,
-            desc="env steps",
-            unit="step",
-            leave=self.leave,
-            dynamic_ncols=True,
-            file=sys.stdout,
-            smoothing=0,
-        )
+        self.bar = tqdm(total=budget, initial=steps, desc="env steps", unit="step", leave=self.leave,
+                        dynamic_ncols=True, file=sys.stdout, smoothing=0)  # fmt: skip
 
     def postfix(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> dict[str, str]:
         """What the bar shows after its counter: ``sps``, ``return`` and the latest evaluations."""

@@ -137,14 +137,9 @@ class EvaluationVideo(pl.Callback):
     def _env(self, trainer: pl.Trainer, obj_set: str) -> Any:
         if obj_set not in self._envs:
             datamodule = trainer.datamodule
-            self._envs[obj_set] = make_env(
-                datamodule.env_id,
-                obj_set,
-                datamodule.obj_sets,
-                datamodule.hparams.eval_max_episode_steps,
-                render_mode="rgb_array",
-                wrappers=datamodule.hparams.wrappers,
-            )
+            self._envs[obj_set] = make_env(datamodule.env_id, obj_set, datamodule.obj_sets,
+                                           datamodule.hparams.eval_max_episode_steps, render_mode="rgb_array",
+                                           wrappers=datamodule.hparams.wrappers)  # fmt: skip
         return self._envs[obj_set]
 
     def record(self, trainer: pl.Trainer, pl_module: pl.LightningModule, obj_sets: list[str]) -> dict[str, str]:

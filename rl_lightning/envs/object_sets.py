@@ -170,7 +170,15 @@ class ObjectSetWrapper(gym.Wrapper):
 
     def _make(self, variation: Variation) -> gym.Env:
         kwargs = {k: v for k, v in self._make_args.items() if v is not None}
-        env = apply_wrappers(gym.make(variation.env_id, **kwargs, **variation.make_kwargs), self._wrappers)
+        try:
+            env = gym.make(variation.env_id, **kwargs, **variation.make_kwargs)
+        except TypeError as err:  # a keyword the env does not take: the object set's mistake, not an env fault
+            if variation.make_kwargs:
+                raise ValueError(f"Variation '{variation.name or variation.env_id}' passes make_kwargs "
+                                 f"{variation.make_kwargs} that {variation.env_id} does not take ({err}). Fix or drop "
+                                 "them in the object set.") from None  # fmt: skip
+            raise
+        env = apply_wrappers(env, self._wrappers)
         self._make_key = (variation.env_id, repr(sorted(variation.make_kwargs.items())))
         # Defaults of every attribute that any variation overrides, to restore between draws.
         self._defaults: dict[str, Any] = {}

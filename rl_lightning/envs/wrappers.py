@@ -52,7 +52,9 @@ def check_wrappers(specs: Sequence[WrapperSpec] | None) -> list[WrapperSpec]:
     plain = []
     for spec in specs:
         path, kwargs = _split(spec)
-        target = _import(path)
+        if isinstance(target := _import(path), type) and not issubclass(target, gym.Wrapper):
+            raise ValueError(f"Wrapper '{path}' is a class but not a gymnasium.Wrapper. Give a wrapper class or a "
+                             "function env -> env (e.g. gymnasium.wrappers.FrameStackObservation).")  # fmt: skip
         try:
             inspect.signature(target).bind(None, **kwargs)
         except TypeError as err:
@@ -67,7 +69,9 @@ def apply_wrappers(env: gym.Env, specs: Sequence[WrapperSpec]) -> gym.Env:
     """``env`` wrapped by each spec in order (specs checked by :func:`check_wrappers`)."""
     for spec in specs:
         path, kwargs = _split(spec)
-        env = _import(path)(env, **kwargs)
+        if not isinstance(env := _import(path)(env, **kwargs), gym.Env):
+            raise ValueError(f"Wrapper '{path}' returned {type(env).__name__}, not a gymnasium env: a wrapper function "
+                             "takes the env and returns it wrapped.")  # fmt: skip
     return env
 
 

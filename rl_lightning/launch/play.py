@@ -84,14 +84,8 @@ def main(args: Sequence[str] | None = None) -> list[Episode]:
     # The run's obs_bound in clip mode clipped what its policy saw: play shows it the same.
     obs_bound = data["obs_bound"] if data["obs_bound_mode"] == "clip" else None
     try:
-        env = make_env(
-            data["env_id"],
-            obj_set,
-            sets,
-            data["eval_max_episode_steps"],
-            render_mode="rgb_array" if ns.video else None,
-            wrappers=data["wrappers"],
-        )
+        env = make_env(data["env_id"], obj_set, sets, data["eval_max_episode_steps"],
+                       render_mode="rgb_array" if ns.video else None, wrappers=data["wrappers"])  # fmt: skip
         if ns.video:
             env.reset(seed=ns.seed)
             env.render()  # fails here, before any episode, on a machine that cannot render this env

@@ -198,6 +198,28 @@ ROWS = [
             "the same spaces",
         ],
     ),  # fmt: skip
+    (
+        "hydra",
+        "variation-keyword-the-env-does-not-take",  # a raw TypeError from gymnasium.make while the envs were built
+        ["env.obj_sets={{train:[{{make_kwargs:{{bogus:1}}}}],test:[{{}}]}}"],
+        [
+            "Variation 'CartPole-v1' passes make_kwargs {{'bogus': 1}}",
+            "unexpected keyword argument 'bogus'",
+            "Fix or drop them in the object set",
+        ],
+    ),  # fmt: skip
+    (
+        "hydra",
+        "wrapper-class-not-a-wrapper",  # a raw "'TimeLimit' object is not iterable" from dict(env)
+        ["env.wrappers=[{{wrapper:builtins.dict}}]"],
+        ["'env.wrappers'", "Wrapper 'builtins.dict' is a class but not a gymnasium.Wrapper", "function env -> env"],
+    ),
+    (
+        "hydra",
+        "wrapper-function-returns-no-env",
+        ["env.wrappers=[builtins.print]"],
+        ["Wrapper 'builtins.print' returned NoneType, not a gymnasium env", "returns it wrapped"],
+    ),
     ("hydra", "debug-not-a-switch", ["debug=no"], ["debug must be true or false, got 'no'", "debug=false"]),
     ("hydra", "trainer-devices-not-a-number", ["trainer.devices=abc"], ["trainer settings cannot run", "`devices`"]),
     ("hydra", "max-epochs-not-a-number", ["trainer.max_epochs=abc"], ["trainer.max_epochs must be int, got 'abc'"]),
