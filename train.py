@@ -18,6 +18,8 @@ import signal
 import sys
 
 import hydra
+from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
 from omegaconf import DictConfig
 
 from rl_lightning.faults import EnvFault, NumericalFault, TrainingInterrupted
@@ -25,6 +27,8 @@ from rl_lightning.launch.app import check_resume_before_hydra, train
 from rl_lightning.launch.errors import ConfigError, check_overrides
 
 CONFIG_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "conf")
+#: The jobs of a sweep (``-m``) that ended in an env or numerical fault, each with its run directory.
+FAILED: list[str] = []
 
 
 @hydra.main(config_path="conf", config_name="config", version_base="1.3")
@@ -33,14 +37,18 @@ def main(cfg: DictConfig) -> float | None:
         summary = train(cfg)
     except ConfigError as err:
         sys.exit(f"Config error: {err}")
-    except (TrainingInterrupted, EnvFault) as err:
+    except (TrainingInterrupted, EnvFault, NumericalFault) as err:
         command = getattr(err, "resume_command", None) if getattr(err, "checkpoint", None) else None
-        print(f"{err}" + (f"\nResume with:\n  {command}" if command else ""), file=sys.stderr, flush=True)
+        prefix = "Numerical fault: " if isinstance(err, NumericalFault) else ""
+        print(f"{prefix}{err}" + (f"\nResume with:\n  {command}" if command else ""), file=sys.stderr, flush=True)
+        if HydraConfig.get().mode == RunMode.MULTIRUN and not isinstance(err, TrainingInterrupted):
+            # One job's fault ends that job, not the sweep: the others run, and the command fails after them.
+            job = HydraConfig.get()
+            FAILED.append(f"{job.runtime.output_dir} ({' '.join(job.overrides.task)}): {type(err).__name__}")
+            return None
         # 128 + the signal's number, as a shell reports a process a signal stopped (143 for SIGTERM).
         name = getattr(err, "signal_name", "")
         sys.exit(128 + getattr(signal, name).value if name.startswith("SIG") and hasattr(signal, name) else 1)
-    except NumericalFault as err:
-        sys.exit(f"Numerical fault: {err}")
     # The return value is what Hydra's sweepers optimize.
     return None if summary is None else summary.eval_return
 
@@ -57,3 +65,5 @@ if __name__ == "__main__":
         except ConfigError as err:
             sys.exit(f"Config error: {err}")
     main()
+    if FAILED:
+        sys.exit(f"{len(FAILED)} job(s) of the sweep failed (the others ran): " + "; ".join(FAILED))

@@ -386,3 +386,16 @@ def test_a_batched_simulator_that_raises_is_rebuilt_and_the_run_completes(tmp_pa
     assert read_summary(run_dir)["env_steps"] == 512
     restarts = [float(r["rollout/env_restarts"]) for r in _metrics(run_dir) if r.get("rollout/env_restarts")]
     assert sum(restarts) == 1 and len(restarts) == 4
+
+
+def test_a_sweep_job_that_faults_ends_that_job_and_the_sweep_goes_on(tmp_path, monkeypatch):
+    """Test that in a sweep (-m) an env fault ends its job with its message and resume command while the next job
+    runs to its budget, and that the command then exits 1 naming the failed job (the fault ended the whole sweep)."""
+    sweep = tmp_path / "multirun" / "flaky"
+    monkeypatch.setenv("FLAKY_FAIL_AT", "80")
+    proc = run([TRAIN, "-m", *FLAKY_RUN, "env.max_env_restarts=0,1", f"hydra.sweep.dir={sweep}"], tmp_path)
+    assert proc.returncode == 1, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert "RuntimeError: simulator lost its context at step 80" in proc.stderr and "Resume with:" in proc.stderr
+    assert "1 job(s) of the sweep failed (the others ran)" in proc.stderr
+    assert f"{sweep / '0'} (" in proc.stderr and "env.max_env_restarts=0): EnvFault" in proc.stderr
+    assert not (sweep / "0" / "summary.json").exists() and read_summary(sweep / "1")["env_steps"] == 512
