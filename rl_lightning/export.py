@@ -258,7 +258,7 @@ def export_policy(
         model: A trained algorithm.
         path: The file to write (``.pt`` for TorchScript, ``.onnx`` for ONNX, by convention).
         format: ``"torchscript"`` or ``"onnx"``.
-        metadata: More entries for the stored contract (``rl-lightning export`` adds ``env_id``).
+        metadata: More entries for the stored contract (``rl-lightning export``: ``env_id``, ``wrappers``).
         obs_bound: The run's ``obs_bound`` when its mode was ``clip`` (see :class:`DeployedActor`).
 
     Returns:

@@ -36,10 +36,9 @@ def settings(run_dir: str) -> dict[str, str]:
     under ``config.``) without :data:`PER_RUN`'s; ``{}`` where none can be read."""
     try:  # BaseLoader: every value as text, and the tags of objects a user's hparams hold are not imported
         with open(os.path.join(run_dir, "hparams.yaml")) as f:
-            nodes = [("", yaml.load(f, Loader=yaml.BaseLoader))]
+            nodes, flat = [("", yaml.load(f, Loader=yaml.BaseLoader))], {}
     except (OSError, yaml.YAMLError):
         return {}
-    flat = {}
     while nodes:
         key, node = nodes.pop()
         if isinstance(node, dict):

@@ -55,8 +55,9 @@ def main(args: Sequence[str] | None = None) -> dict[str, Any]:
     algorithm, env = type(model).__name__, data.get("env_id")
     # The run's obs_bound in clip mode clipped what its policy saw: the exported actor clips too.
     obs_bound = data["obs_bound"] if env and data["obs_bound_mode"] == "clip" else None
+    meta = {"env_id": env, "wrappers": data["wrappers"]} if env else None  # the observations are the wrapped env's
     try:
-        contract = export_policy(model, out, ns.format, metadata={"env_id": env} if env else None, obs_bound=obs_bound)
+        contract = export_policy(model, out, ns.format, metadata=meta, obs_bound=obs_bound)
     except ImportError as err:
         fail(str(err))
     except OSError as err:

@@ -77,11 +77,12 @@ def test_a_data_module_keeps_its_wrappers_in_its_settings():
 
 
 def test_play_rebuilds_a_checkpoints_wrapped_envs(tmp_path, capsys):
-    """Test that a checkpoint keeps the run's wrappers: play acts on the same (image-only) observations."""
+    """Test that a checkpoint keeps the run's wrappers: play acts on the same (image-only) observations, and export
+    names them in the file's contract (its observations are the wrapped env's)."""
     import lightning.pytorch as pl
 
     from rl_lightning import PPO, RolloutDataModule
-    from rl_lightning.launch import play
+    from rl_lightning.launch import export, play
     from tests.helpers import quiet_trainer
 
     pl.seed_everything(0)
@@ -96,6 +97,8 @@ def test_play_rebuilds_a_checkpoints_wrapped_envs(tmp_path, capsys):
     episodes = play.main([path, "--episodes", "2"])
     assert len(episodes) == 2 and all(1 <= e.length <= 20 for e in episodes)
     assert "object set 'train'" in capsys.readouterr().out
+    contract = export.main([path, "--format", "torchscript", "--out", str(tmp_path / "policy.pt")])
+    assert contract["wrappers"] == [FILTER] and [i["name"] for i in contract["inputs"]] == ["image"]
 
 
 def test_episode_statistics_report_the_score_recorded_before_reward_shaping():
