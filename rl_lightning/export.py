@@ -78,10 +78,8 @@ class DeployedActor(nn.Module):
     def __init__(self, model: RLModule, obs_bound: float | None = None):
         super().__init__()
         if model.policy is None:
-            raise ValueError(
-                f"This {type(model).__name__} has no policy to export yet: export a trained model "
-                "(after trainer.fit, or from load_from_checkpoint)."
-            )
+            raise ValueError(f"This {type(model).__name__} has no policy to export yet: export a trained model "
+                             "(after trainer.fit, or from load_from_checkpoint).")  # fmt: skip
         policy = copy.deepcopy(model.policy).float().cpu().eval().requires_grad_(False)
         if isinstance(policy, ActorCritic):
             policy.critic = policy.critic_encoder = None  # act(value=False) runs the actor only: no critic in the file

@@ -3,15 +3,19 @@
 The spaces the algorithms take are stored: ``Box`` of any rank (vectors, and images
 ``HxWxC`` / ``CxHxW``), ``Discrete``, ``MultiDiscrete``, ``MultiBinary`` and ``Dict`` of
 them (nested too). A ``Box`` whose bounds are one number each (an image's 0..255) is
-stored by its shape and the two numbers, not by a bound per pixel.
+stored by its shape and the two numbers, not by a bound per pixel. And what a policy takes and gives against
+its spaces: observations as a batch (:func:`single_to_batch`), actions as the env takes them (:func:`env_action`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import gymnasium as gym
 import numpy as np
+
+from rl_lightning.envs.obs import Obs, map_obs
 
 #: The spaces :func:`space_to_dict` stores.
 STORED_SPACES = "Box, Discrete, MultiDiscrete, MultiBinary and Dict"
@@ -23,6 +27,33 @@ def env_action(space: gym.Space, action: np.ndarray) -> np.ndarray:
     if isinstance(space, gym.spaces.Box):
         return np.clip(action, space.low, space.high)
     return action if getattr(space, "start", None) is None else action + space.start
+
+
+def single_to_batch(obs: Obs, space: gym.Space) -> tuple[Obs, bool]:
+    """``obs`` as a batch, and whether it was one observation (its leaves have the space's rank)."""
+    if isinstance(space, gym.spaces.Dict):
+        if not isinstance(obs, Mapping):
+            raise TypeError(
+                f"This policy was trained on Dict observations with keys {sorted(space.spaces)}; pass a dict of arrays "
+                f"(one entry per key), got {type(obs).__name__}."
+            )
+        if missing := sorted(set(space.spaces) - set(obs)):
+            raise ValueError(f"The observation lacks the key(s) {missing}; this policy reads {sorted(space.spaces)}.")
+        key = next(iter(space.spaces))
+        single = np.ndim(obs[key]) == len(space.spaces[key].shape)
+    else:
+        single = np.ndim(obs) == len(space.shape)
+    if single:
+        obs = map_obs(lambda x: np.asarray(x)[None], obs)
+    for key, sub in space.spaces.items() if isinstance(space, gym.spaces.Dict) else [(None, space)]:
+        shape = np.shape(obs if key is None else obs[key])
+        if sub.shape is not None and tuple(shape[1:]) != tuple(sub.shape):  # (a nested Dict has no shape)
+            what = "observations" if key is None else f"'{key}' observations"
+            raise ValueError(
+                f"This policy reads {what} of shape {tuple(sub.shape)} (one) or (B, *{tuple(sub.shape)}) (a batch); "
+                f"got {tuple(shape[1:]) if single else shape}."
+            )
+    return obs, single
 
 
 def describe(observation_space: gym.Space, action_space: gym.Space) -> str:

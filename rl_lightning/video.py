@@ -25,10 +25,8 @@ def _ffmpeg() -> Any:
     try:
         import imageio_ffmpeg
     except ImportError as err:  # a dependency of the package; missing only in a broken install
-        raise ImportError(
-            "Recording videos needs the imageio-ffmpeg package (it ships the ffmpeg binary): "
-            "pip install imageio-ffmpeg, or reinstall rl_lightning."
-        ) from err
+        raise ImportError("Recording videos needs the imageio-ffmpeg package (it ships the ffmpeg binary): "
+                          "pip install imageio-ffmpeg, or reinstall rl_lightning.") from err  # fmt: skip
     return imageio_ffmpeg
 
 
@@ -63,10 +61,8 @@ class VideoWriter:
         """
         frame = np.asarray(frame)
         if frame.ndim != 3 or frame.shape[2] != 3 or frame.dtype != np.uint8:
-            raise ValueError(
-                f"A video frame must be an RGB image [height, width, 3] of uint8, got shape {frame.shape} "
-                f"{frame.dtype}. Make the env with render_mode='rgb_array'."
-            )
+            raise ValueError(f"A video frame must be an RGB image [height, width, 3] of uint8, got shape {frame.shape} "
+                             f"{frame.dtype}. Make the env with render_mode='rgb_array'.")  # fmt: skip
         size = (frame.shape[1], frame.shape[0])
         if self._pipe is None:
             os.makedirs(os.path.dirname(os.path.abspath(self.path)), exist_ok=True)

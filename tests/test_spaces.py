@@ -7,7 +7,12 @@ import numpy as np
 import pytest
 import torch
 
-from rl_lightning.spaces import env_action, space_from_dict, space_to_dict
+from rl_lightning.envs.obs import map_obs
+from rl_lightning.spaces import env_action, single_to_batch, space_from_dict, space_to_dict
+
+DICT_SPACE = gym.spaces.Dict(
+    {"image": gym.spaces.Box(0, 255, (4, 4, 3), np.uint8), "state": gym.spaces.Box(-1, 1, (2,), np.float64)}
+)
 
 SPACES = {
     "cartpole": gym.spaces.Box(
@@ -69,3 +74,27 @@ def test_env_action_clips_box_actions_and_shifts_indices_by_start():
     multi = gym.spaces.MultiDiscrete([2, 3], start=[1, 5])
     np.testing.assert_array_equal(env_action(multi, np.array([[0, 2]])), [[1, 7]])
     np.testing.assert_array_equal(env_action(gym.spaces.MultiBinary(2), np.array([[1, 0]])), [[1, 0]])
+
+
+def test_single_observations_become_batches_and_wrong_ones_are_refused():
+    DICT_SPACE.seed(1)
+    single = DICT_SPACE.sample()
+    batch, was_single = single_to_batch(single, DICT_SPACE)
+    assert was_single and batch["image"].shape == (1, 4, 4, 3)
+    _, was_single = single_to_batch(map_obs(lambda x: x[None], single), DICT_SPACE)
+    assert not was_single
+    with pytest.raises(TypeError, match=r"Dict observations with keys \['image', 'state'\]; pass a dict"):
+        single_to_batch(np.zeros(3), DICT_SPACE)
+    with pytest.raises(ValueError, match=r"lacks the key\(s\) \['state'\]"):
+        single_to_batch({"image": single["image"]}, DICT_SPACE)
+    with pytest.raises(ValueError, match=r"reads 'image' observations of shape \(4, 4, 3\) .* got \(2, 3, 4, 4\)"):
+        single_to_batch({"image": np.zeros((2, 3, 4, 4)), "state": np.zeros((2, 2))}, DICT_SPACE)
+
+
+def test_box_observations_of_another_shape_are_refused_naming_both_shapes():
+    """Test that a transposed single observation or a batch of the wrong shape is refused, not reshaped and acted on."""
+    box = gym.spaces.Box(-1, 1, (3, 4), np.float32)
+    assert single_to_batch(np.zeros((5, 3, 4)), box)[0].shape == (5, 3, 4)
+    for bad, got in ((np.zeros((4, 3)), r"\(4, 3\)"), (np.zeros((5, 4, 3)), r"\(5, 4, 3\)"), (np.zeros(3), r"\(3,\)")):
+        with pytest.raises(ValueError, match=r"reads observations of shape \(3, 4\) \(one\) or .* got " + got):
+            single_to_batch(bad, box)

@@ -29,11 +29,11 @@ from rl_lightning.callbacks.checkpoint import CHECKPOINT_KEY, check_checkpoint_f
 from rl_lightning.callbacks.interrupt import stop_if_requested
 from rl_lightning.checks import check_positive, check_positive_int
 from rl_lightning.data.base import EnvDataModule, collected_since, last_collection
-from rl_lightning.envs.obs import Obs, clip_floats, leaves, map_obs, single_to_batch, to_tensor
+from rl_lightning.envs.obs import Obs, clip_floats, leaves, map_obs, to_tensor
 from rl_lightning.loggers import LOGGERS_KEY, logger_state, rewind_loggers
 from rl_lightning.nets.actor_copy import ActorCopy
 from rl_lightning.nets.encoders import actor_space
-from rl_lightning.spaces import env_action
+from rl_lightning.spaces import env_action, single_to_batch
 
 
 class RLModule(pl.LightningModule):
@@ -139,10 +139,8 @@ class RLModule(pl.LightningModule):
         if datamodule is None or not hasattr(datamodule, "env_spaces"):
             if self.policy is None:
                 data = getattr(self.datamodule_class, "__name__", "RolloutDataModule")
-                raise RuntimeError(
-                    f"{type(self).__name__} builds its networks from the env of a {data}: "
-                    f"call trainer.fit(model, datamodule={data}(env_id=...))."
-                )
+                raise RuntimeError(f"{type(self).__name__} builds its networks from the env of a {data}: "
+                                   f"call trainer.fit(model, datamodule={data}(env_id=...)).")  # fmt: skip
             return
         expected = self.datamodule_class
         if expected is not None and not isinstance(datamodule, expected):

@@ -200,10 +200,8 @@ class EnvDataModule(pl.LightningDataModule):
         if self.trainer is not None:
             self.rank, self.world_size = self.trainer.global_rank, self.trainer.world_size
         if hp.eval_episodes < self.world_size:
-            raise ValueError(
-                f"eval_episodes={hp.eval_episodes} is smaller than the {self.world_size} ranks; "
-                "give every rank at least one evaluation episode."
-            )
+            raise ValueError(f"eval_episodes={hp.eval_episodes} is smaller than the {self.world_size} ranks; "
+                             "give every rank at least one evaluation episode.")  # fmt: skip
         if stage == "fit" and self.train_envs is None:
             self.train_envs = self._env_group(
                 hp.train_obj_set, hp.num_envs, hp.seed + self.rank * hp.num_envs, hp.max_episode_steps

@@ -117,9 +117,8 @@ class ReplayBuffer:
         not a copy: a long run's checkpoints need no second buffer's worth of memory. A partial buffer's rows are
         copied: a slice would carry the whole storage it views into the checkpoint.
         """
-        rows = self.storage
-        if rows is not None and self._len < self.capacity:
-            rows = rows[: self._len].clone()
+        full = self.storage is None or self._len == self.capacity
+        rows = self.storage if full else self.storage[: self._len].clone()
         # Plain tensors on the same memory: weights_only loading refuses a memmap's tensor subclass.
         rows = None if rows is None else rows.apply(lambda t: t.as_subclass(torch.Tensor)).to_dict()
         return {"rows": rows, "cursor": self.cursor, "capacity": self.capacity}

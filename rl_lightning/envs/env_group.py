@@ -9,10 +9,11 @@ as ``next_obs``), as GPU simulators (ManiSkill3, Isaac Lab) and rsl_rl's ``VecEn
 device) and ``"envpool"`` (:mod:`~rl_lightning.envs.envpool_env`). On a batched backend object-set variations are
 per-env parameters, drawn again where an episode ended (``torch.where``, no host read); statistics and the
 non-finite check stay on the device until :meth:`EnvGroup.pop_stats`. Optional ``info`` entries, ``[num_envs]``
-tensors: ``success`` at every step where the env reports it (the gymnasium backend maps ``is_success`` onto it), read
-for each episode at its final step (ManiSkill's ``success_at_end``) and over all its steps (``success_once``);
-``episode_return`` (an env's own score) and ``cut`` (episodes a fault cut short), read where an episode ended; and
-``faults``, counts by name.
+tensors: ``success`` at every step where the env reports it (an ended env's from ``final_info``; the gymnasium
+backend maps ``is_success`` onto it), read for each episode at its final step (ManiSkill's ``success_at_end``) and
+over all its steps (``success_once``); ``episode_return`` (an env's own score) and ``cut`` (episodes a fault cut
+short), read where an episode ended; and ``faults``, counts by name. ``final_observation`` (gymnasium 0.29's name,
+ManiSkill3's) is read as ``final_obs``; a user's env is refused where its tensors break the contract.
 """
 
 from __future__ import annotations
@@ -28,14 +29,7 @@ import gymnasium as gym
 import torch
 from tensordict import TensorDict, is_tensor_collection
 
-from rl_lightning.checks import (
-    check_max_env_restarts,
-    check_one_of,
-    check_positive_int,
-    check_value_options,
-    check_worker_options,
-    did_you_mean,
-)
+from rl_lightning import checks
 from rl_lightning.envs.batched import DYNAMICS, TorchVectorEnv
 from rl_lightning.envs.envpool_env import EnvPoolVectorEnv, check_envpool_task
 from rl_lightning.envs.gymnasium_env import WORKER_TIMEOUT, GymnasiumVectorEnv, Restarts, derive_seed
@@ -74,7 +68,8 @@ def check_env_id(env_id: str) -> None:
     if name in gym.registry:
         return
     package = next((p for prefix, p in REGISTERED_ON_IMPORT.items() if name.startswith(prefix) and not module), None)
-    hint = did_you_mean(name, gym.registry, cutoff=0.8)  # other namespaces' ids are rarely what was meant: close ones
+    # Other namespaces' ids are rarely what was meant: close ones.
+    hint = checks.did_you_mean(name, gym.registry, cutoff=0.8)
     if package and not hint:  # a package's id without the package (not imported), which registers its ids then
         hint = f" Try env_id='{package}:{name}': '{package}' registers its ids when imported."
     where = f" The module '{module}' did not register it." if module else ""
@@ -97,13 +92,13 @@ def check_env_settings(
     if env_factory is None:  # a user's simulator need not be in gymnasium's registry
         check_env_id(env_id)
     wrappers = check_wrappers(wrappers)
-    check_positive_int(num_envs=num_envs)
-    check_positive_int(max_episode_steps=max_episode_steps, none="None")
-    check_one_of(VECTORIZATION, vectorization=vectorization)
-    check_max_env_restarts(max_env_restarts)
-    check_value_options(obs_bound, obs_bound_mode, on_nonfinite)
-    check_worker_options(worker_start_method, worker_timeout)
-    check_one_of(BACKENDS, " (Hydra: env.backend=gymnasium, torch or envpool)", backend=backend)
+    checks.check_positive_int(num_envs=num_envs)
+    checks.check_positive_int(max_episode_steps=max_episode_steps, none="None")
+    checks.check_one_of(VECTORIZATION, vectorization=vectorization)
+    checks.check_max_env_restarts(max_env_restarts)
+    checks.check_value_options(obs_bound, obs_bound_mode, on_nonfinite)
+    checks.check_worker_options(worker_start_method, worker_timeout)
+    checks.check_one_of(BACKENDS, " (Hydra: env.backend=gymnasium, torch or envpool)", backend=backend)
     if env_factory is not None and backend != "torch":
         raise ValueError(
             f"env_factory={factory_path(env_factory)!r} builds a batched tensor env, which backend={backend!r} does "
@@ -137,7 +132,7 @@ def make_env(
     """One gymnasium env drawing its episodes from an object set (what videos and ``rl-lightning play`` step); it
     does not reset itself when an episode ends, so the last frame can be rendered."""
     check_env_id(env_id)
-    check_positive_int(max_episode_steps=max_episode_steps, none="None")
+    checks.check_positive_int(max_episode_steps=max_episode_steps, none="None")
     sets = select_obj_set(env_id, obj_sets, obj_set)
     if render_mode is not None and not (os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY")):
         # No display: MuJoCo renders through EGL and pygame (classic control) through SDL's dummy driver, unless the
@@ -311,6 +306,13 @@ class EnvGroup:
                 if value is not None and value.is_floating_point():
                     self._checksum += value.sum(dtype=torch.float64)  # float16 sums overflow at 65504
 
+    def _contract(self, what: str, value: Any, shape: tuple[int, ...]) -> None:
+        """Refuse ``value`` (``what`` the env returned: ``"rewards"``) unless a tensor of ``shape`` (a user's env)."""
+        if not (torch.is_tensor(value) and tuple(value.shape) == shape):
+            got = f"{type(value).__name__} of shape {tuple(getattr(value, 'shape', ()))}"
+            raise ValueError(f"The batched {self.label} returned {what} as {got}; the env contract asks for a torch "
+                             f"tensor of shape {shape} on {self.device}. Fix the env (its env_factory).")  # fmt: skip
+
     def _add_faults(self, info: Mapping[str, Any]) -> None:
         for key, count in (info.get("faults") or {}).items():
             setattr(self.stats, key, getattr(self.stats, key) + int(count))
@@ -326,6 +328,8 @@ class EnvGroup:
             obs, info = self._rebuilt(err, "reset"), {}
         self._add_faults(info)
         self._clear_episodes()
+        if isinstance(self.observation_space, gym.spaces.Box):
+            self._contract("observations", obs, (self.num_envs, *self.observation_space.shape))
         self.obs = _batch(obs, self.num_envs, self.device)
         self._check(self.obs)
         return self.obs
@@ -337,13 +341,20 @@ class EnvGroup:
             obs, reward, terminated, truncated, info = self.env.step(action)
         except Exception as err:
             return self._restarted_step(err)
+        self._contract("rewards", reward, (self.num_envs,))
         obs, done, reward = _batch(obs, self.num_envs, self.device), terminated | truncated, reward.float()
-        final_obs = _batch(info.get("final_obs", obs), self.num_envs, self.device)
-        cut = info.get("cut")
+        # gymnasium 1's name, or 0.29's (ManiSkill3's ManiSkillVectorEnv); absent where no episode ended.
+        final_obs = info.get("final_obs", info.get("final_observation"))
+        if final_obs is None and bool(done.any()):
+            raise ValueError(f"The batched {self.label} ended episodes without info['final_obs'] (what each env "
+                             "reached: the contract's SAME_STEP autoreset). Return it from the env.")  # fmt: skip
+        final_obs, cut = obs if final_obs is None else _batch(final_obs, self.num_envs, self.device), info.get("cut")
         self._check(obs, reward, final_obs)
         self._add_faults(info)
-        success = info.get("success")
-        success = None if success is None else torch.as_tensor(success, device=self.device).float()
+        if (success := info.get("success")) is not None:  # an ended env's own (its final_info), not its next episode's
+            ended = (info.get("final_info") or {}).get("success", success)
+            success = torch.where(done, torch.as_tensor(ended, device=self.device),
+                                  torch.as_tensor(success, device=self.device)).float()  # fmt: skip
         self._log.append((reward, done, done if cut is None else done & ~cut, success, info.get("episode_return")))
         self._draw_variations(done)  # the next episodes' variations, from their first step on
         self.obs = obs

@@ -55,10 +55,8 @@ class Variation:
                 f"{value!r}. Write it as e.g. {{'attrs': {{'length': 0.6}}, 'seeds': [0, 1000]}}."
             )
         if unknown := set(value) - {f.name for f in dataclasses.fields(cls)}:
-            raise ValueError(
-                f"Unknown key(s) {sorted(unknown)} in object-set variation {dict(value)!r}; "
-                "allowed keys are env_id, make_kwargs, attrs, seeds, name."
-            )
+            raise ValueError(f"Unknown key(s) {sorted(unknown)} in object-set variation {dict(value)!r}; "
+                             "allowed keys are env_id, make_kwargs, attrs, seeds, name.")  # fmt: skip
         seeds = given = value.get("seeds")
         if seeds is not None:
             try:  # a string ("0,100") or a number is no range
@@ -120,10 +118,8 @@ def select_obj_set(env_id: str, obj_sets: UserObjSets, obj_set: str) -> ObjSets:
     """:func:`resolve_obj_sets`, checking that ``obj_set`` is one of them (a ``ValueError`` naming those there are)."""
     resolved = resolve_obj_sets(env_id, obj_sets)
     if obj_set not in resolved:
-        raise ValueError(
-            f"Unknown object set '{obj_set}' for {env_id}; available: {sorted(resolved)}. "
-            "Pick one of those or pass obj_sets with that name."
-        )
+        raise ValueError(f"Unknown object set '{obj_set}' for {env_id}; available: {sorted(resolved)}. "
+                         "Pick one of those or pass obj_sets with that name.")  # fmt: skip
     return resolved
 
 
@@ -170,14 +166,12 @@ class ObjectSetWrapper(gym.Wrapper):
 
     def _make(self, variation: Variation) -> gym.Env:
         kwargs = {k: v for k, v in self._make_args.items() if v is not None}
-        try:
+        try:  # a keyword the env does not take is the object set's mistake, not an env fault
             env = gym.make(variation.env_id, **kwargs, **variation.make_kwargs)
-        except TypeError as err:  # a keyword the env does not take: the object set's mistake, not an env fault
-            if variation.make_kwargs:
-                raise ValueError(f"Variation '{variation.name or variation.env_id}' passes make_kwargs "
-                                 f"{variation.make_kwargs} that {variation.env_id} does not take ({err}). Fix or drop "
-                                 "them in the object set.") from None  # fmt: skip
-            raise
+        except TypeError as err:
+            raise ValueError(f"Variation '{variation.name or variation.env_id}' passes make_kwargs "
+                             f"{variation.make_kwargs} that {variation.env_id} does not take ({err}). Fix or drop them "
+                             "in the object set.") if variation.make_kwargs else err from None  # fmt: skip
         env = apply_wrappers(env, self._wrappers)
         self._make_key = (variation.env_id, repr(sorted(variation.make_kwargs.items())))
         # Defaults of every attribute that any variation overrides, to restore between draws.
@@ -211,10 +205,8 @@ class ObjectSetWrapper(gym.Wrapper):
             old = self.env
             self.env = self._make(variation)
             if self.env.observation_space != old.observation_space or self.env.action_space != old.action_space:
-                raise ValueError(
-                    f"Variation '{variation.name or variation.env_id}' changes the observation or action "
-                    "space; all variations of an object group must share their spaces."
-                )
+                raise ValueError(f"Variation '{variation.name or variation.env_id}' changes the observation or action "
+                                 "space; all variations of an object group must share their spaces.")  # fmt: skip
             old.close()
             self._seeded_once = False
         unwrapped = self.env.unwrapped

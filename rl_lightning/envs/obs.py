@@ -79,30 +79,3 @@ def to_tensor(obs: Obs, device: torch.device | str | None = None, batch_dims: in
             return tensors
         return TensorDict(tensors, batch_size=leaves(tensors)[0].shape[:batch_dims], device=device)
     return _tensor(obs, device)
-
-
-def single_to_batch(obs: Obs, space: gym.Space) -> tuple[Obs, bool]:
-    """``obs`` as a batch, and whether it was one observation (its leaves have the space's rank)."""
-    if isinstance(space, gym.spaces.Dict):
-        if not isinstance(obs, Mapping):
-            raise TypeError(
-                f"This policy was trained on Dict observations with keys {sorted(space.spaces)}; pass a dict of arrays "
-                f"(one entry per key), got {type(obs).__name__}."
-            )
-        if missing := sorted(set(space.spaces) - set(obs)):
-            raise ValueError(f"The observation lacks the key(s) {missing}; this policy reads {sorted(space.spaces)}.")
-        key = next(iter(space.spaces))
-        single = np.ndim(obs[key]) == len(space.spaces[key].shape)
-    else:
-        single = np.ndim(obs) == len(space.shape)
-    if single:
-        obs = map_obs(lambda x: np.asarray(x)[None], obs)
-    for key, sub in space.spaces.items() if isinstance(space, gym.spaces.Dict) else [(None, space)]:
-        shape = np.shape(obs if key is None else obs[key])
-        if sub.shape is not None and tuple(shape[1:]) != tuple(sub.shape):  # (a nested Dict has no shape)
-            what = "observations" if key is None else f"'{key}' observations"
-            raise ValueError(
-                f"This policy reads {what} of shape {tuple(sub.shape)} (one) or (B, *{tuple(sub.shape)}) (a batch); "
-                f"got {tuple(shape[1:]) if single else shape}."
-            )
-    return obs, single

@@ -27,7 +27,7 @@ from rl_lightning.callbacks.checkpoint import check_checkpoint_file, run_checkpo
 from rl_lightning.checks import check_new_run_dir, check_seed
 from rl_lightning.data import ReplayDataModule
 from rl_lightning.data.chunks import chunk_schedule
-from rl_lightning.envs import NoObjectSetsWarning
+from rl_lightning.envs.object_sets import NoObjectSetsWarning
 from rl_lightning.faults import EnvFault, NumericalFault, TrainingInterrupted
 from rl_lightning.launch.errors import ConfigError, explain_build_error, explain_run_error
 from rl_lightning.launch.summary import RunSummary

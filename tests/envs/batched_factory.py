@@ -89,6 +89,59 @@ class SuccessCountVectorEnv(gym.vector.VectorEnv):
         return self.count.clone(), reward, terminated, truncated, info
 
 
+class LegacyKeysVectorEnv(SuccessCountVectorEnv):
+    """``SuccessCountVectorEnv`` reporting its ends as ManiSkill3's ``ManiSkillVectorEnv`` (3.0.1) does, in gymnasium
+    0.29's keys: ``final_observation`` and ``final_info`` (the step's info before the restart) only at a step where an
+    episode ended, and ``success`` of the restarted envs' new episodes."""
+
+    def step(self, actions):
+        obs, reward, terminated, truncated, info = super().step(actions)
+        ended = {"final_observation": info.pop("final_obs"), "_final_observation": info.pop("_final_obs"),
+                 "final_info": {"success": info["success"]}}  # fmt: skip
+        info["success"] = (self.even & (self.count >= 2)).reshape(-1)  # after the restart: the new episodes'
+        return obs, reward, terminated, truncated, {**info, **ended} if bool(truncated.any()) else info
+
+
+#: How ``BrokenContractVectorEnv`` breaks the contract (tests set it).
+CONTRACT_MODE = ""
+
+
+class BrokenContractVectorEnv(SuccessCountVectorEnv):
+    """Breaks the contract as ``mode`` says: ``numpy`` observations as numpy arrays, ``wide`` ones of 2 values where
+    the space has 1, ``reward_column`` rewards ``[N, 1]``, ``no_final`` episodes that end without ``final_obs``."""
+
+    def __init__(self, num_envs: int, device="cpu", mode=""):
+        super().__init__(num_envs, device=device)
+        self.mode = mode
+
+    def reset(self, *, seed=None, options=None):
+        obs, info = super().reset(seed=seed, options=options)
+        return {"numpy": obs.numpy(), "wide": obs.repeat(1, 2)}.get(self.mode, obs), info
+
+    def step(self, actions):
+        obs, reward, terminated, truncated, info = super().step(actions)
+        if self.mode == "no_final":
+            del info["final_obs"], info["_final_obs"]
+        return obs, reward[:, None] if self.mode == "reward_column" else reward, terminated, truncated, info
+
+
+def make_legacy_keys_envs(env_id, num_envs, device, seed, max_episode_steps):
+    """``env.env_factory``: the batched ``LegacyKeysVectorEnv``."""
+    return LegacyKeysVectorEnv(num_envs, device=device)
+
+
+def make_broken_contract_envs(env_id, num_envs, device, seed, max_episode_steps):
+    """``env.env_factory``: a ``BrokenContractVectorEnv`` breaking it as ``CONTRACT_MODE`` says."""
+    return BrokenContractVectorEnv(num_envs, device=device, mode=CONTRACT_MODE)
+
+
+class Factory:
+    """A callable object as a factory (an instance's settings cannot be kept in a checkpoint by an import path)."""
+
+    def __call__(self, env_id, num_envs, device, seed, max_episode_steps):
+        return CountEnv(num_envs, device=device)
+
+
 def make_success_count_envs(env_id, num_envs, device, seed, max_episode_steps):
     """``env.env_factory``: the batched ``SuccessCountVectorEnv``."""
     return SuccessCountVectorEnv(num_envs, device=device)

@@ -2,7 +2,6 @@
 
 import gymnasium as gym
 import numpy as np
-import pytest
 import torch
 from tensordict import TensorDict
 
@@ -41,30 +40,6 @@ def test_tensors_keep_integer_dtypes_and_batch_as_a_tensordict():
     assert isinstance(td, TensorDict) and td.batch_size == torch.Size([2])
     assert O.to_tensor(np.ones((2, 3), np.float64)).dtype == torch.float32
     assert O.leaves(td)[0].dtype == torch.uint8 and len(O.leaves(td)) == 2
-
-
-def test_single_observations_become_batches_and_wrong_ones_are_refused():
-    SPACE.seed(1)
-    single = SPACE.sample()
-    batch, was_single = O.single_to_batch(single, SPACE)
-    assert was_single and batch["image"].shape == (1, 4, 4, 3)
-    _, was_single = O.single_to_batch(O.map_obs(lambda x: x[None], single), SPACE)
-    assert not was_single
-    with pytest.raises(TypeError, match=r"Dict observations with keys \['image', 'state'\]; pass a dict"):
-        O.single_to_batch(np.zeros(3), SPACE)
-    with pytest.raises(ValueError, match=r"lacks the key\(s\) \['state'\]"):
-        O.single_to_batch({"image": single["image"]}, SPACE)
-    with pytest.raises(ValueError, match=r"reads 'image' observations of shape \(4, 4, 3\) .* got \(2, 3, 4, 4\)"):
-        O.single_to_batch({"image": np.zeros((2, 3, 4, 4)), "state": np.zeros((2, 2))}, SPACE)
-
-
-def test_box_observations_of_another_shape_are_refused_naming_both_shapes():
-    """Test that a transposed single observation or a batch of the wrong shape is refused, not reshaped and acted on."""
-    box = gym.spaces.Box(-1, 1, (3, 4), np.float32)
-    assert O.single_to_batch(np.zeros((5, 3, 4)), box)[0].shape == (5, 3, 4)
-    for bad, got in ((np.zeros((4, 3)), r"\(4, 3\)"), (np.zeros((5, 4, 3)), r"\(5, 4, 3\)"), (np.zeros(3), r"\(3,\)")):
-        with pytest.raises(ValueError, match=r"reads observations of shape \(3, 4\) \(one\) or .* got " + got):
-            O.single_to_batch(bad, box)
 
 
 def test_clip_floats_leaves_images_alone():

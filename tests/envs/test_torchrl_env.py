@@ -136,3 +136,55 @@ def test_torchrl_specs_map_onto_gymnasium_spaces_by_their_class():
     assert not isinstance(multi, gym.spaces.Discrete) and multi.shape == (2,)
     box = _space(Bounded(-1.0, 2.0, shape=(2, 3)), 1)
     assert isinstance(box, gym.spaces.Box) and box.shape == (3,) and box.low.tolist() == [-1.0] * 3
+
+
+def test_an_env_in_gymnasium_029_keys_gives_its_true_final_observations_and_success():
+    """Test that an env reporting its ends as ManiSkill3's ManiSkillVectorEnv does (final_observation and final_info,
+    gymnasium 0.29's keys; info["success"] of the next episodes) gives each ended episode its last observation and its
+    own success: the group fell back to the next episode's first observation (bootstrapping truncated episodes, and
+    replay's next_obs, from it) and counted every episode a failure."""
+    group = EnvGroup("Count-v0", 4, obj_sets=PLAIN, backend="torch",
+                     env_factory="tests.envs.batched_factory.make_legacy_keys_envs")  # fmt: skip
+    group.reset(seed=0)
+    step = [group.step(torch.zeros(4, dtype=torch.long)) for _ in range(LIMIT)][-1]
+    assert step.done.all() and step.final_obs.flatten().tolist() == [LIMIT] * 4 and not step.obs.any()
+    stats = group.pop_stats()
+    assert stats.successes == [1.0, 0.0, 1.0, 0.0] and stats.successes_once == [1.0, 0.0, 1.0, 0.0]
+
+
+@pytest.mark.parametrize(
+    "mode, match",
+    [
+        ("numpy", r"returned observations as ndarray of shape \(4, 1\); the env contract asks for a torch tensor"),
+        ("wide", r"returned observations as Tensor of shape \(4, 2\); .*tensor of shape \(4, 1\) on cpu"),
+        ("reward_column", r"returned rewards as Tensor of shape \(4, 1\); .*tensor of shape \(4,\)"),
+        ("no_final", r"ended episodes without info\['final_obs'\] \(what each env reached"),
+    ],
+)
+def test_a_users_env_that_breaks_the_contract_is_refused_naming_what_it_returned(mode, match, monkeypatch):
+    """Test that observations that are no tensor or of another shape than the space's, rewards of shape [N, 1] and
+    episodes that end without final observations are refused naming the env, what it returned and the contract (they
+    crashed deep in the policy or the statistics, or, without final_obs, trained on the next episode's start)."""
+    from tests.envs import batched_factory
+
+    monkeypatch.setattr(batched_factory, "CONTRACT_MODE", mode)
+    group = EnvGroup("Count-v0", 4, obj_sets=PLAIN, backend="torch",
+                     env_factory="tests.envs.batched_factory.make_broken_contract_envs")  # fmt: skip
+    with pytest.raises(ValueError, match=r"The batched Count-v0 \(object set 'train'\) " + match):
+        group.reset(seed=0)
+        for _ in range(LIMIT):
+            group.step(torch.zeros(4, dtype=torch.long))
+
+
+def test_a_callable_object_as_factory_is_refused_naming_why():
+    """Test that a functools.partial or an instance as env_factory is refused: it was kept under its class's (or
+    functools') path, and a resume or `rl-lightning test` rebuilt another simulator or crashed."""
+    import functools
+
+    from tests.envs import batched_factory
+
+    for factory in (functools.partial(batched_factory.make_count_envs), batched_factory.Factory()):
+        with pytest.raises(
+            ValueError, match="cannot be kept in a checkpoint.*a callable object .* without its arguments"
+        ):
+            tiny_rollout_data(env_id="Count-v0", backend="torch", env_factory=factory, obj_sets=PLAIN)
