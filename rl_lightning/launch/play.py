@@ -71,6 +71,9 @@ def main(args: Sequence[str] | None = None) -> list[Episode]:
         model, data = load_with_data_settings(ns.checkpoint)
     except (FileNotFoundError, ValueError) as err:
         fail(str(err))
+    if data.get("env_factory"):
+        fail(f"This checkpoint was trained on env_factory={data['env_factory']}, a batched simulator; play steps one "
+             "gymnasium env. Evaluate it with `rl-lightning test --ckpt_path` (or trainer.test).")  # fmt: skip
     if "env_id" not in data:
         fail(
             f"Checkpoint '{ns.checkpoint}' holds no env settings (it was saved without a data module), so "

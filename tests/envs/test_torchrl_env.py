@@ -188,3 +188,20 @@ def test_a_callable_object_as_factory_is_refused_naming_why():
             ValueError, match="cannot be kept in a checkpoint.*a callable object .* without its arguments"
         ):
             tiny_rollout_data(env_id="Count-v0", backend="torch", env_factory=factory, obj_sets=PLAIN)
+
+
+def test_play_of_a_checkpoint_trained_on_a_users_simulator_names_the_command_that_evaluates_it(tmp_path, capsys):
+    """Test that `rl-lightning play` of an env_factory checkpoint says play steps one gymnasium env and names `test`
+    (it said it could not make the env id, and to install its dependencies)."""
+    from rl_lightning.launch import play
+    from tests.helpers import quiet_trainer
+
+    trainer = quiet_trainer(tmp_path, max_epochs=1)
+    trainer.fit(tiny_ppo(), tiny_rollout_data(env_id="Count-v0", backend="torch", env_factory=FACTORY, num_envs=4,
+                                              obj_sets=PLAIN))  # fmt: skip
+    trainer.save_checkpoint(tmp_path / "factory.ckpt")
+    with pytest.raises(SystemExit) as info:
+        play.main([str(tmp_path / "factory.ckpt")])
+    message = capsys.readouterr().err
+    assert info.value.code == 2 and f"trained on env_factory={FACTORY}, a batched simulator" in message
+    assert "rl-lightning test --ckpt_path" in message
