@@ -67,6 +67,13 @@ def check_positive_int(none: str | None = None, **values: Any) -> None:
             raise ValueError(f"{name} must be {allowed}, got {value!r}.")
 
 
+def check_bool(**values: Any) -> None:
+    """Raise a ``TypeError`` naming the first switch that is not ``True`` or ``False`` (Hydra passes ``no`` or
+    ``off`` on as text, which ``if`` would take for on)."""
+    if bad := next((name for name, value in values.items() if not isinstance(value, bool)), None):
+        raise TypeError(f"{bad} must be true or false, got {values[bad]!r}. Write {bad}=true or {bad}=false.")
+
+
 def check_finite(none: str | None = None, **values: Any) -> None:
     """Raise a ``ValueError`` naming the first argument that is not a finite number (``none``: what ``None`` means,
     where it is allowed)."""
@@ -107,6 +114,10 @@ def check_new_run_dir(run_dir: str, fix: str) -> None:
     would write over (runs in its subdirectories are not in the way); ``fix`` says how this front door resumes it."""
     kept = [os.path.join("checkpoints", "*.ckpt"), "metrics.csv"]
     if found := sorted(f for pattern in kept for f in glob.glob(os.path.join(glob.escape(run_dir), pattern))):
+        if not os.path.exists(
+            os.path.join(run_dir, "checkpoints", "last.ckpt")
+        ):  # nothing to resume (save_interval off)
+            fix = "It keeps no checkpoints/last.ckpt to resume from; " + fix.rpartition(", or ")[2]
         raise ValueError(f"{run_dir} holds an earlier run ({found[0]}), which a fresh run would write over. {fix}")
 
 
@@ -120,12 +131,8 @@ def check_unit_interval(open_low: bool = False, **values: Any) -> None:
 def check_hidden_sizes(hidden_sizes: Any, allow_empty: bool = False) -> None:
     """Raise a ``ValueError`` unless ``hidden_sizes`` is a sequence of positive integers (non-empty unless
     ``allow_empty``: PPO's heads may be single linear layers, as on CleanRL's Atari CNN)."""
-    if (
-        not isinstance(hidden_sizes, Sequence)
-        or isinstance(hidden_sizes, str)
-        or (not hidden_sizes and not allow_empty)
-        or any(not _is_int(h) or h <= 0 for h in hidden_sizes)
-    ):
+    if (not isinstance(hidden_sizes, Sequence) or isinstance(hidden_sizes, str) or not (hidden_sizes or allow_empty)
+            or any(not _is_int(h) or h <= 0 for h in hidden_sizes)):  # fmt: skip
         kind = "list" if allow_empty else "non-empty list"
         raise ValueError(f"hidden_sizes must be a {kind} of positive integers, got {hidden_sizes!r}.")
 

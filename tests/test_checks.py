@@ -56,10 +56,11 @@ def test_a_fresh_run_dir_is_refused_only_where_its_files_would_be_written_over(t
     (tmp_path / "runs" / "old" / "checkpoints").mkdir(parents=True)
     (tmp_path / "runs" / "old" / "checkpoints" / "last.ckpt").write_bytes(b"x")
     (tmp_path / "runs" / "old" / "metrics.csv").write_text("step\n")
-    check_new_run_dir(str(tmp_path), "Resume it.")
-    for name in ("checkpoints/last.ckpt", "metrics.csv"):
+    check_new_run_dir(str(tmp_path), "Resume it, or pass another dir.")
+    # A run without checkpoints (save_interval off) has nothing to resume: only the other directory is offered.
+    for name, fix in (("checkpoints/last.ckpt", "Resume it, or"), ("metrics.csv", "It keeps no checkpoints/last.ckpt")):
         run = tmp_path / name.replace("/", "_")
         (run / name).parent.mkdir(parents=True, exist_ok=True)
         (run / name).write_text("x")
-        with pytest.raises(ValueError, match=f"holds an earlier run .*{name}.* Resume it."):
-            check_new_run_dir(str(run), "Resume it.")
+        with pytest.raises(ValueError, match=f"holds an earlier run .*{name}.* {fix}.* pass another dir."):
+            check_new_run_dir(str(run), "Resume it, or pass another dir.")

@@ -27,7 +27,7 @@ from rl_lightning.algos.update import UpdateGuard
 from rl_lightning.callbacks import BestCheckpoint, EnvStepBudget, FlushDenormals, Interruption, IntervalCheckpoint
 from rl_lightning.callbacks.checkpoint import CHECKPOINT_KEY, check_checkpoint_file, install_atomic_checkpoint_io
 from rl_lightning.callbacks.interrupt import stop_if_requested
-from rl_lightning.checks import check_positive, check_positive_int
+from rl_lightning.checks import check_bool, check_positive, check_positive_int
 from rl_lightning.data.base import EnvDataModule, collected_since, last_collection
 from rl_lightning.envs.obs import Obs, clip_floats, leaves, map_obs, to_tensor
 from rl_lightning.loggers import LOGGERS_KEY, logger_state, rewind_loggers
@@ -84,6 +84,7 @@ class RLModule(pl.LightningModule):
         check_positive_int(save_interval=save_interval, none="None")
         check_positive_int(keep_last=keep_last, none="None (keep all)")
         check_positive(max_grad_norm=max_grad_norm)
+        check_bool(flush_denormal=flush_denormal, compile=compile)
         self.total_timesteps = total_timesteps
         self.save_interval = save_interval
         self.keep_last = keep_last
@@ -123,11 +124,9 @@ class RLModule(pl.LightningModule):
             self.policy = self.build_policy(observation_space, action_space)
             self.spaces = (observation_space, action_space)
         elif self.spaces != (observation_space, action_space):
-            raise ValueError(
-                f"The policy was built for observation space {self.spaces[0]} and action space "
-                f"{self.spaces[1]}, but the data provides {observation_space} and {action_space}. "
-                "Use a data module with the env this model was trained on."
-            )
+            raise ValueError(f"The policy was built for observation space {self.spaces[0]} and action space "
+                             f"{self.spaces[1]}, but the data provides {observation_space} and {action_space}. "
+                             "Use a data module with the env this model was trained on.")  # fmt: skip
 
     def setup(self, stage: str) -> None:
         """Build the policy from the data module's env spaces; make checkpoint writes atomic."""

@@ -34,10 +34,8 @@ def check_rollout_cut(rollout_steps: int, num_envs: int, length: int, num_miniba
         )
     sequences = num_envs * rollout_steps // length
     if sequences % num_minibatches:
-        raise ValueError(
-            f"num_minibatches={num_minibatches} does not divide the rollout's sequences of {length} "
-            f"step(s): rollout_steps x num_envs{' / L' * (length > 1)} = {rollout_steps} x {num_envs}"
-            f"{f' / {length}' * (length > 1)} = {sequences}; "
-            "choose a divisor so every minibatch has the same size: PPO(num_minibatches=...) (Hydra: "
-            "algo.num_minibatches=...; CLI: --model.num_minibatches)."
-        )
+        raise ValueError(f"num_minibatches={num_minibatches} does not divide the rollout's sequences of {length} "
+                         f"step(s): rollout_steps x num_envs{' / L' * (length > 1)} = {rollout_steps} x {num_envs}"
+                         f"{f' / {length}' * (length > 1)} = {sequences}; "
+                         "choose a divisor so every minibatch has the same size: PPO(num_minibatches=...) (Hydra: "
+                         "algo.num_minibatches=...; CLI: --model.num_minibatches).")  # fmt: skip

@@ -23,6 +23,7 @@ from rl_lightning.algos.base import RLModule
 from rl_lightning.algos.dqn_loss import LOSS_FUNCTIONS, DQNLossTerms, dqn_loss
 from rl_lightning.algos.update import adam
 from rl_lightning.checks import (
+    check_bool,
     check_hidden_sizes,
     check_one_of,
     check_positive,
@@ -92,6 +93,7 @@ class DQN(RLModule):
             total_timesteps, save_interval, keep_last, on_nonfinite, max_grad_norm, flush_denormal, compile
         )
         check_positive(lr=lr)
+        check_bool(double_dqn=double_dqn, anneal_lr=anneal_lr)
         check_unit_interval(gamma=gamma, tau=tau, open_low=True)
         for name in ("exploration_fraction", "exploration_initial_eps", "exploration_final_eps"):
             check_unit_interval(**{name: locals()[name]})

@@ -127,6 +127,8 @@ class PPO(RLModule):
         checks.check_positive(lr=lr, clip_coef=clip_coef)
         checks.check_non_negative(ent_coef=ent_coef, vf_coef=vf_coef)
         checks.check_hidden_sizes(hidden_sizes, allow_empty=True)
+        checks.check_bool(anneal_lr=anneal_lr, clip_vloss=clip_vloss, norm_adv=norm_adv, normalize_obs=normalize_obs,
+                          normalize_reward=normalize_reward, recurrent=recurrent, shared_core=shared_core)  # fmt: skip
         self.automatic_optimization = False  # the update phase runs inside training_step
         encoder, own_encoder = check_encoder_argument(encoder)  # checked now, before any env is made
         self.save_hyperparameters(ignore=["actor", "critic", *(["encoder"] if own_encoder else [])])

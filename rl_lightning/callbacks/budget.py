@@ -30,13 +30,17 @@ class EnvStepBudget(pl.Callback):
         steps_per_epoch = pl_module.env_steps_per_epoch  # 0 without a data module
         taken = -(-self.total_timesteps // steps_per_epoch) * steps_per_epoch if steps_per_epoch else 0
         # Off-policy: random actions and no gradient step up to learning_starts.
-        starts = trainer.datamodule.hparams.get("learning_starts", 0) if taken else 0
-        if starts >= taken > 0:
-            raise ValueError(
-                f"learning_starts={starts} is not below the {taken} env steps the run takes (total_timesteps="
-                f"{self.total_timesteps} in whole epochs of {steps_per_epoch}): it would take random actions only "
-                "and no gradient step. Lower learning_starts or raise total_timesteps."
-            )
+        settings = trainer.datamodule.hparams if taken else {}
+        starts, batch, stored = (
+            settings.get("learning_starts", 0),
+            settings.get("batch_size", 0),
+            taken // trainer.world_size,
+        )
+        if starts >= taken > 0 or batch > stored > 0:  # a gradient step needs a batch of a rank's own transitions
+            what = f"learning_starts={starts} is not below" if starts >= taken else f"batch_size={batch} is more than"
+            raise ValueError(f"{what} the {taken} env steps the run takes (total_timesteps={self.total_timesteps} in "
+                             f"whole epochs of {steps_per_epoch}; {stored} per rank): it would take no gradient step. "
+                             "Lower it or raise total_timesteps.")  # fmt: skip
         if taken != self.total_timesteps and steps_per_epoch:  # an epoch is not cut short
             rank_zero_info(
                 f"total_timesteps={self.total_timesteps} is not a multiple of the {steps_per_epoch} env steps an "

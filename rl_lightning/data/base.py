@@ -20,7 +20,7 @@ import torch.distributed as dist
 from lightning.pytorch.trainer.states import TrainerFn
 from torch.utils.data import DataLoader
 
-from rl_lightning.checks import check_positive_int, check_seed
+from rl_lightning.checks import check_bool, check_positive_int, check_seed
 from rl_lightning.data.collection import CollectionMetrics, DataCounters
 from rl_lightning.data.evaluation import EvaluationDataset, episodes_per_env
 from rl_lightning.envs import EnvGroup, check_env_id, make_env, resolve_obj_sets
@@ -151,6 +151,7 @@ class EnvDataModule(pl.LightningDataModule):
                                       worker_start_method, worker_timeout)  # fmt: skip
         check_positive_int(eval_interval=eval_interval, eval_episodes=eval_episodes)
         check_seed(seed)
+        check_bool(eval_deterministic=eval_deterministic)
         check_positive_int(none="None", eval_max_episode_steps=eval_max_episode_steps, eval_num_envs=eval_num_envs)
         if isinstance(eval_obj_sets, str):
             eval_obj_sets = [eval_obj_sets]

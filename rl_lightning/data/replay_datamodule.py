@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import warnings
 from collections.abc import Mapping, Sequence
@@ -12,7 +13,7 @@ from typing import Any
 from lightning.pytorch.trainer.states import TrainerFn
 from lightning.pytorch.utilities import rank_zero_info
 
-from rl_lightning.checks import check_positive_int
+from rl_lightning.checks import check_bool, check_positive_int
 from rl_lightning.data.base import EnvDataModule
 from rl_lightning.data.chunks import UTD_DENOMINATOR, chunk_schedule
 from rl_lightning.data.replay import ReplayDataset, make_replay_buffer, transition_bytes
@@ -152,8 +153,8 @@ class ReplayDataModule(EnvDataModule):
         check_positive_int(steps_per_epoch=steps_per_epoch, batch_size=batch_size, buffer_size=buffer_size)
         if not isinstance(learning_starts, int) or isinstance(learning_starts, bool) or learning_starts < 0:
             raise ValueError(f"learning_starts must be a non-negative integer, got {learning_starts!r}.")
-        if not isinstance(utd_ratio, (int, float)) or isinstance(utd_ratio, bool) or utd_ratio < 1 / UTD_DENOMINATOR:
-            raise ValueError(f"utd_ratio must be a number of at least 1e-6, got {utd_ratio!r}.")
+        if not isinstance(utd_ratio, (int, float)) or isinstance(utd_ratio, bool) or not 1e-6 <= utd_ratio < math.inf:
+            raise ValueError(f"utd_ratio must be a finite number of at least 1e-6, got {utd_ratio!r}.")
         if isinstance(num_envs, int) and num_envs > 0 and steps_per_epoch % num_envs:
             raise ValueError(
                 f"steps_per_epoch={steps_per_epoch} is not a multiple of num_envs={num_envs}: every env steps "
@@ -171,8 +172,7 @@ class ReplayDataModule(EnvDataModule):
             obs_bound, obs_bound_mode, on_nonfinite, wrappers, backend, env_factory, worker_start_method,
             worker_timeout,
         )  # fmt: skip
-        if not isinstance(optimize_memory_usage, bool):
-            raise TypeError(f"optimize_memory_usage must be true or false, got {optimize_memory_usage!r}.")
+        check_bool(save_replay_buffer=save_replay_buffer, optimize_memory_usage=optimize_memory_usage)
         # A batched env's rows stay on its device.
         device = "auto" if backend == "torch" else "cpu"
         self.buffer = make_replay_buffer(
@@ -265,6 +265,7 @@ class ReplayDataModule(EnvDataModule):
             # An epoch an interruption cut short: the resumed run takes only its remaining steps.
             "epoch_steps": dataset.epoch_steps if dataset is not None else restored.get("epoch_steps", 0),
             "replay_buffer": self.buffer.state_dict() if self.hparams.save_replay_buffer else None,
+            "num_envs": self.hparams.num_envs,  # what the epoch position (and a compact buffer's rows) count steps of
         }
 
     def _fitting(self) -> bool:
@@ -274,21 +275,26 @@ class ReplayDataModule(EnvDataModule):
 
     def check_world_size_change(self, saved_world: int, ranks: list[dict[str, Any]]) -> None:
         """Each rank's buffer shard belongs to that rank: refuse to resume them on another world size."""
-        if any(rank.get("replay_buffer") is not None for rank in ranks) and self._fitting():
-            raise ValueError(
-                f"This checkpoint holds replay buffer shards of {saved_world} rank(s), but this run has "
-                f"{self.world_size}: shards cannot be split or merged. Resume with the same number of processes "
-                f"(trainer.devices x trainer.num_nodes = {saved_world}), or with save_replay_buffer=false to refill "
-                "the buffers from scratch."
-            )
+        shards = any(rank.get("replay_buffer") is not None for rank in ranks)  # restored only with save_replay_buffer
+        if shards and self.hparams.save_replay_buffer and self._fitting():
+            raise ValueError(f"This checkpoint holds replay buffer shards of {saved_world} rank(s), but this run has "
+                             f"{self.world_size}: shards cannot be split or merged. Resume with the same number of "
+                             f"processes (trainer.devices x trainer.num_nodes = {saved_world}), or with "
+                             "save_replay_buffer=false to refill the buffers from scratch.")  # fmt: skip
 
     def load_rank_state_dict(self, state: dict[str, Any] | None) -> None:
-        """Restore the owed gradient steps, the epoch's position and this rank's buffer when the checkpoint holds it."""
+        """Restore the owed gradient steps, the epoch's position and this rank's buffer when the checkpoint holds it
+        (and ``save_replay_buffer`` is on: off, the buffer refills)."""
+        if state is not None and int(state["num_envs"]) != self.hparams.num_envs and self._fitting():
+            raise ValueError(f"This checkpoint's replay stream stepped num_envs={state['num_envs']} envs per rank, and "
+                             f"this run has {self.hparams.num_envs}: its epoch position and a compact buffer's rows "
+                             f"count steps of {state['num_envs']}. Resume with num_envs={state['num_envs']} (Hydra: "
+                             "env.num_envs), or start a new run.")  # fmt: skip
         self._restored = {key: 0 if state is None else int(state[key]) for key in ("gradient_credit", "epoch_steps")}
         if self.train_dataset is not None:
             self.train_dataset.gradient_credit = self._restored["gradient_credit"]
             self.train_dataset.epoch_steps = self._restored["epoch_steps"]
-        if state is not None and state.get("replay_buffer") is not None:
+        if state is not None and state.get("replay_buffer") is not None and self.hparams.save_replay_buffer:
             saved = "compact" in state["replay_buffer"]
             if saved != self.hparams.optimize_memory_usage:
                 raise ValueError(
@@ -299,7 +305,7 @@ class ReplayDataModule(EnvDataModule):
             self.buffer.load_state_dict(state["replay_buffer"])
         elif state is not None and self.counters.env_steps and self._fitting():
             warnings.warn(
-                "The checkpoint holds no replay buffer (save_replay_buffer=False when it was written): learning "
+                "The replay buffer is not restored (the checkpoint holds none, or save_replay_buffer=false): learning "
                 "resumes once a batch's worth of new transitions is stored, from a buffer that starts empty.",
                 stacklevel=2,
             )

@@ -73,11 +73,9 @@ def check_env_id(env_id: str) -> None:
     if package and not hint:  # a package's id without the package (not imported), which registers its ids then
         hint = f" Try env_id='{package}:{name}': '{package}' registers its ids when imported."
     where = f" The module '{module}' did not register it." if module else ""
-    raise ValueError(
-        f"Unknown environment id '{env_id}'.{hint}{where} Register a custom env with "
-        "gymnasium.register(id=..., entry_point=...) in a module of yours and name it as 'module:id' "
-        "(env_id='mypkg.envs:mypkg/Task-v0'), which imports the module first."
-    )
+    raise ValueError(f"Unknown environment id '{env_id}'.{hint}{where} Register a custom env with "
+                     "gymnasium.register(id=..., entry_point=...) in a module of yours and name it as 'module:id' "
+                     "(env_id='mypkg.envs:mypkg/Task-v0'), which imports the module first.")  # fmt: skip
 
 
 def check_env_settings(

@@ -68,13 +68,8 @@ def _classes(section: str) -> list[str]:
     import rl_lightning
 
     base = RLModule if section == "model" else EnvDataModule
-    names = [
-        name
-        for name in rl_lightning.__all__
-        if isinstance(getattr(rl_lightning, name), type)
-        and issubclass(getattr(rl_lightning, name), base)
-        and getattr(rl_lightning, name) is not base
-    ]
+    names = [name for name in rl_lightning.__all__ if isinstance(cls := getattr(rl_lightning, name), type)
+             and issubclass(cls, base) and cls is not base]  # fmt: skip
     return sorted(names, key=lambda name: name not in ("PPO", "RolloutDataModule"))
 
 
@@ -324,18 +319,14 @@ class RLCLI(LightningCLI):
         given, algorithm = self._subcommand_config(), saved["model"]["class_path"].rpartition(".")[2]
         model = str(given.model.class_path).rpartition(".")[2]
         if model != algorithm:  # named on the command line or in a config file
-            _fail(
-                f"{self.ckpt_path} holds a {algorithm} model, not a {model} one: drop the --model you gave "
-                f"({self.subcommand} builds the checkpoint's), or pass a {model} run's checkpoint."
-            )
+            _fail(f"{self.ckpt_path} holds a {algorithm} model, not a {model} one: drop the --model you gave "
+                  f"({self.subcommand} builds the checkpoint's), or pass a {model} run's checkpoint.")  # fmt: skip
         env_id, sets = given.data.init_args.get("env_id"), given.data.init_args.get("obj_sets") or {}
         named = {variation.get("env_id") for group in sets.values() for variation in group} - {None}
         if env_id != saved.get("data", {}).get("init_args", {}).get("env_id", env_id) and named - {env_id}:
-            _fail(
-                f"--data.env_id {env_id}: the checkpoint's object sets name {', '.join(sorted(named))} in their "
-                f"variations, so {self.subcommand} would run that env. Pass --data.obj_sets with variations of "
-                f"{env_id} too, or drop --data.env_id."
-            )
+            _fail(f"--data.env_id {env_id}: the checkpoint's object sets name {', '.join(sorted(named))} in their "
+                  f"variations, so {self.subcommand} would run that env. Pass --data.obj_sets with variations of "
+                  f"{env_id} too, or drop --data.env_id.")  # fmt: skip
 
     def _resume_command(self, err: BaseException) -> str:
         """``rl-lightning fit`` with this run's arguments, its run directory and the checkpoint just written."""

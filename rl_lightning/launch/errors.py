@@ -215,11 +215,8 @@ def _key_holding(args: Mapping[str, Any], quoted: str) -> str | None:
     """The (dotted) key of ``args`` whose value is ``quoted`` or a list holding it (``wandb.mode``) or holding a mapping
     that holds it (``wrappers``: ``[{wrapper: ...}]``)."""
     for key, value in args.items():
-        if (
-            value == quoted
-            or isinstance(value, (list, tuple))
-            and any(v == quoted or isinstance(v, Mapping) and _key_holding(v, quoted) for v in value)
-        ):
+        if value == quoted or isinstance(value, (list, tuple)) and any(
+                v == quoted or isinstance(v, Mapping) and _key_holding(v, quoted) for v in value):  # fmt: skip
             return key
         if inner := (_key_holding(value, quoted) if isinstance(value, Mapping) else None):
             return f"{key}.{inner}"

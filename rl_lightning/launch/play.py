@@ -93,10 +93,8 @@ def main(args: Sequence[str] | None = None) -> list[Episode]:
             env.reset(seed=ns.seed)
             env.render()  # fails here, before any episode, on a machine that cannot render this env
     except (gym.error.Error, ValueError, RuntimeError, ImportError) as err:
-        fail(
-            f"Cannot make {data['env_id']}{' with rendering' if ns.video else ''}: {type(err).__name__}: {err} "
-            "(install the env's dependencies; MuJoCo without a display renders with MUJOCO_GL=egl)."
-        )
+        fail(f"Cannot make {data['env_id']}{' with rendering' if ns.video else ''}: {type(err).__name__}: {err} "
+             "(install the env's dependencies; MuJoCo without a display renders with MUJOCO_GL=egl).")  # fmt: skip
     torch.manual_seed(ns.seed)  # the samples of --stochastic
     mode = "stochastic" if ns.stochastic else "deterministic"
     names = ", ".join(v.name or "unnamed" for v in env.obj_sets[obj_set])

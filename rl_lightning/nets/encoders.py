@@ -146,11 +146,8 @@ class EncoderSettings:
 
 def given_settings(value: Mapping[str, Any]) -> dict[str, Any]:
     """The settings of ``value`` that are given (not ``None``), lists as plain lists: what hyperparameters keep."""
-    return {
-        name: list(v) if isinstance(v, Sequence) and not isinstance(v, str) else v
-        for name, v in value.items()
-        if v is not None
-    }
+    return {name: list(v) if isinstance(v, Sequence) and not isinstance(v, str) else v
+            for name, v in value.items() if v is not None}  # fmt: skip
 
 
 def needs_encoder(space: gym.Space) -> bool:

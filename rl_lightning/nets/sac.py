@@ -33,7 +33,7 @@ def check_continuous_spaces(observation_space: gym.Space, action_space: gym.Spac
             "with a gymnasium.ObservationWrapper (or env.wrappers=[gymnasium.wrappers.FlattenObservation])."
         )
     if not isinstance(action_space, gym.spaces.Box) or len(action_space.shape) != 1:
-        raise TypeError(f"SAC acts in a 1-D Box action space, got {action_space}. For discrete actions use PPO.")
+        raise TypeError(f"SAC acts in a 1-D Box action space, got {action_space}. For discrete actions use DQN or PPO.")
     low, high = action_space.low, action_space.high
     if not (np.isfinite(low).all() and np.isfinite(high).all() and (high > low).all()):
         raise ValueError(

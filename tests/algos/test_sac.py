@@ -256,9 +256,20 @@ def test_a_budget_that_ends_before_learning_starts_is_refused():
     any step, naming the settings (it would take random actions only and train nothing), and that a budget below
     learning_starts whose epoch reaches past it is not."""
     refused = rf"learning_starts={REPLAY_STEPS} is not below the {REPLAY_STEPS} env steps the run takes"
-    with pytest.raises(ValueError, match=rf"{refused} \(total_timesteps=40 in whole epochs of {REPLAY_STEPS}\)"):
+    with pytest.raises(
+        ValueError,
+        match=rf"{refused} \(total_timesteps=40 in whole epochs of {REPLAY_STEPS}; {REPLAY_STEPS} per rank\)",
+    ):
         data = tiny_replay_data("Pendulum-v1", learning_starts=REPLAY_STEPS)
         quiet_trainer(max_epochs=1).fit(SAC(total_timesteps=40), data)
     model = SAC(hidden_sizes=[16], total_timesteps=REPLAY_LEARNING_STARTS)  # one 60-step epoch: learns past 40
     quiet_trainer(max_epochs=1).fit(model, tiny_replay_data("Pendulum-v1"))
     assert model.global_step == REPLAY_STEPS - REPLAY_LEARNING_STARTS
+
+
+def test_a_batch_larger_than_the_run_ever_stores_is_refused():
+    """Test that a batch_size above the transitions a run stores (its whole-epoch budget) is refused before any step,
+    naming it (the run finished with no gradient step and no message)."""
+    with pytest.raises(ValueError, match=rf"batch_size=1000 is more than the {REPLAY_STEPS} env steps the run takes"):
+        data = tiny_replay_data("Pendulum-v1", batch_size=1000, buffer_size=2000)
+        quiet_trainer(max_epochs=1).fit(SAC(total_timesteps=REPLAY_STEPS), data)

@@ -8,7 +8,9 @@ from rl_lightning.callbacks import EnvStepBudget
 
 
 def _state(env_steps, max_epochs=-1, env_steps_per_epoch=100):
-    trainer = SimpleNamespace(should_stop=False, max_epochs=max_epochs, datamodule=SimpleNamespace(hparams={}))
+    trainer = SimpleNamespace(
+        should_stop=False, max_epochs=max_epochs, world_size=1, datamodule=SimpleNamespace(hparams={})
+    )
     module = SimpleNamespace(env_steps=env_steps, env_steps_per_epoch=env_steps_per_epoch)
     return trainer, module
 

@@ -245,7 +245,7 @@ def test_a_chunk_cut_short_resumed_without_its_buffer_owes_nothing(tmp_path):
         )
     resumed, spy = data(), _GradientSteps()
     trainer = quiet_trainer(tmp_path, max_epochs=-1, callbacks=[spy])
-    with pytest.warns(UserWarning, match="holds no replay buffer"):
+    with pytest.warns(UserWarning, match="replay buffer is not restored"):
         trainer.fit(DQN(hidden_sizes=[16], total_timesteps=120), resumed, ckpt_path=info.value.checkpoint)
     # Owed chunk: none. Then the chunk ending at 60 (10 new rows < 16: none), then 70 ... 120: 6 chunks of 5.
     assert spy.chunks() == [(steps, 5) for steps in range(70, 121, 10)]

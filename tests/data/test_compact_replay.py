@@ -155,6 +155,17 @@ def test_compact_buffer_state_round_trips_and_refuses_the_other_kind(tmp_path):
     with pytest.raises(ValueError, match=r"optimize_memory_usage=true.*this run has false.*save_replay_buffer=false"):
         buf.seek(0)
         plain.load_state_dict(torch.load(buf, weights_only=True))
+    # The fix the message names works: without save_replay_buffer the saved buffer is left out and refills.
+    refill = ReplayDataModule(**{**kwargs, "save_replay_buffer": False})
+    buf.seek(0)
+    with pytest.warns(UserWarning, match=r"not restored \(the checkpoint holds none, or save_replay_buffer=false\)"):
+        refill.load_state_dict(torch.load(buf, weights_only=True))
+    assert len(refill.buffer) == 0 and refill.env_steps == data.env_steps
+    # Another num_envs: the compact rows' next observations (and the epoch position) count steps of the old one.
+    wider = ReplayDataModule(**{**kwargs, "num_envs": 2}, optimize_memory_usage=True)
+    buf.seek(0)
+    with pytest.raises(ValueError, match=r"stepped num_envs=1 envs per rank, and this run has 2.*with num_envs=1"):
+        wider.load_state_dict(torch.load(buf, weights_only=True))
     data.close()
 
 

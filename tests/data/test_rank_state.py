@@ -47,6 +47,9 @@ def test_replay_shards_refuse_another_world_size():
     data = tiny_replay_data("CartPole-v1")
     with pytest.warns(UserWarning, match="written by 2 rank"):
         data.load_state_dict(_two_rank_state(data))
+    # Saved shards resumed with save_replay_buffer=false, the fix the message names: left out, refilled.
+    with pytest.warns(UserWarning, match="written by 2 rank"):
+        tiny_replay_data("CartPole-v1").load_state_dict(state)
 
 
 def test_the_gpu_generator_is_saved_and_restored_where_cuda_is_in_use(monkeypatch):

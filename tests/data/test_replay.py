@@ -275,7 +275,7 @@ def test_without_saved_buffer_resume_warns_and_waits_for_a_batch():
     state = {**data.state_dict(), "env_steps": 100}
     assert state["ranks"][0]["replay_buffer"] is None
     restored = ReplayDataModule(**kwargs)
-    with pytest.warns(UserWarning, match="no replay buffer"):
+    with pytest.warns(UserWarning, match="replay buffer is not restored"):
         restored.load_state_dict(state)
     restored.setup("fit")
     restored._policy = lambda: ConstantExplorer()

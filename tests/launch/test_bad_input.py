@@ -64,6 +64,15 @@ ROWS = [
     ("api", "ppo-zero-budget", lambda c: PPO(total_timesteps=0), ["total_timesteps", "positive integer"]),
     ("api", "sac-tau-above-one", lambda c: SAC(tau=2.0), ["tau must be a number in (0, 1]", "2.0"]),
     ("api", "dqn-unknown-loss", lambda c: DQN(loss_function="mse"), ["loss_function", "'huber'", "'mse'"]),
+    ("api", "switch-given-as-text", lambda c: DQN(double_dqn="no"), ["double_dqn must be true or false, got 'no'"]),
+    ("api", "utd-ratio-nan", lambda c: ReplayDataModule(utd_ratio=float("nan")), ["utd_ratio must be a finite number"]),
+    ("api", "utd-ratio-inf", lambda c: ReplayDataModule(utd_ratio=float("inf")), ["utd_ratio must be a finite number"]),
+    (
+        "api",
+        "scratch-dir-unusable",  # a raw FileNotFoundError at the first write, in the middle of the fit
+        lambda c: ReplayDataModule(storage="memmap", scratch_dir="/proc/rl-lightning-scratch"),  # no mkdir in /proc
+        ["scratch_dir=", "cannot hold the memory-mapped replay buffer", "storage=memory"],
+    ),
     (
         "api",
         "minibatches-do-not-divide-rollout",
@@ -99,7 +108,7 @@ ROWS = [
         "api",
         "sac-on-discrete-actions",
         lambda c: c.fit(SAC(total_timesteps=100), tiny_replay_data("CartPole-v1")),
-        ["SAC acts in a 1-D Box action space", "Discrete(2)", "use PPO"],
+        ["SAC acts in a 1-D Box action space", "Discrete(2)", "use DQN or PPO"],
     ),
     (
         "api",
@@ -251,6 +260,12 @@ ROWS = [
         ["'env.num_envs'", "positive integer", "env.num_envs=..."],
     ),
     ("hydra", "negative-lr", ["algo.lr=-1"], ["'algo.lr'", "positive number", "algo.lr=..."]),
+    (
+        "hydra",
+        "switch-given-as-text",  # 'no' is text to Hydra, which `if` took for on
+        ["+experiment=dqn", "data.save_replay_buffer=no"],
+        ["'data.save_replay_buffer'", "save_replay_buffer must be true or false, got 'no'"],
+    ),
     ("hydra", "negative-seed", ["seed=-1"], ["seed must be an integer in [0, 2**32), got -1", "seed=0"]),
     (
         "hydra",

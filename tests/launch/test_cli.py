@@ -258,7 +258,8 @@ def test_console_script_fits_dqn_on_replay_data_and_exits_zero(tmp_path):
     args = ["fit", "--model", "DQN", "--model.hidden_sizes", "[16,16]", "--model.total_timesteps", "100"]
     args += ["--model.save_interval", "1"]
     args += ["--data", "ReplayDataModule", "--data.env_id", "CartPole-v1", "--data.steps_per_epoch", "100"]
-    args += ["--data.learning_starts", "50", "--data.eval_episodes", "1", "--trainer.default_root_dir", "fit"]
+    args += ["--data.learning_starts", "50", "--data.batch_size", "32", "--data.eval_episodes", "1"]
+    args += ["--trainer.default_root_dir", "fit"]
     args += ["--trainer.logger", "CSVLogger", "--trainer.logger.save_dir", "fit"]
     proc = subprocess.run(
         [script, *args], cwd=tmp_path, env=offline_env(str(tmp_path)), capture_output=True, text=True, timeout=300

@@ -96,3 +96,13 @@ def test_trainer_settings_of_text_are_checked_against_the_trainers_own_types():
     assert trainer.precision == "bf16-mixed"
     with pytest.raises(ConfigError, match="trainer.max_epochs must be int, got 'abc'"):
         build_trainer(_cfg("trainer.max_epochs=abc"), [], [])
+
+
+def test_a_run_without_save_interval_gets_no_checkpoints_of_lightnings_own():
+    """Test that algo.save_interval=null leaves Lightning's default checkpointing off (it wrote epoch=N-step=M.ckpt,
+    named by gradient steps, while the summary said no checkpoint, and a rerun was told to resume from a last.ckpt
+    that did not exist); with it set, checkpointing stays on (the library's callbacks replace Lightning's at fit)."""
+    from rl_lightning.launch.app import build_trainer
+
+    assert build_trainer(_cfg("+experiment=ppo", "algo.save_interval=null"), [], []).checkpoint_callback is None
+    assert build_trainer(_cfg("+experiment=ppo"), [], []).checkpoint_callback is not None
