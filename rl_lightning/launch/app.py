@@ -86,8 +86,7 @@ def build_trainer(cfg: DictConfig, loggers: list, callbacks: list) -> pl.Trainer
         if isinstance(value, str) and kinds and str not in allowed:
             raise ConfigError(f"trainer.{key} must be {' or '.join(sorted(k.__name__ for k in kinds))}, got "
                               f"{value!r}. Fix it: trainer.{key}=...")  # fmt: skip
-    # algo.save_interval=null: no checkpoints but an interruption's (Lightning's own would write epoch=N-step=M.ckpt).
-    saving = {"enable_checkpointing": False} if cfg.algo.get("save_interval") is None else {}
+    saving = {"enable_checkpointing": False} if cfg.algo.get("save_interval") is None else {}  # not Lightning's own
     return instantiate(cfg.trainer, default_root_dir=cfg.run_dir, logger=loggers or False, callbacks=callbacks,
                        _convert_="all", **saving)  # fmt: skip
 
