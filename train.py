@@ -31,12 +31,17 @@ CONFIG_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "conf")
 FAILED: list[str] = []
 
 
+def failed_jobs() -> str:
+    """What a sweep's end says of its jobs that failed (``""``: none)."""
+    return f"\n{len(FAILED)} job(s) of the sweep failed: " + "; ".join(FAILED) if FAILED else ""
+
+
 @hydra.main(config_path="conf", config_name="config", version_base="1.3")
 def main(cfg: DictConfig) -> float | None:
     try:
         summary = train(cfg)
     except ConfigError as err:
-        sys.exit(f"Config error: {err}")
+        sys.exit(f"Config error: {err}{failed_jobs()}")  # a config error or a signal ends the sweep
     except (TrainingInterrupted, EnvFault, NumericalFault) as err:
         command = getattr(err, "resume_command", None) if getattr(err, "checkpoint", None) else None
         prefix = "Numerical fault: " if isinstance(err, NumericalFault) else ""
@@ -48,6 +53,8 @@ def main(cfg: DictConfig) -> float | None:
             return None
         # 128 + the signal's number, as a shell reports a process a signal stopped (143 for SIGTERM).
         name = getattr(err, "signal_name", "")
+        if FAILED:
+            print(failed_jobs().strip(), file=sys.stderr)
         sys.exit(128 + getattr(signal, name).value if name.startswith("SIG") and hasattr(signal, name) else 1)
     # The return value is what Hydra's sweepers optimize.
     return None if summary is None else summary.eval_return
@@ -66,4 +73,4 @@ if __name__ == "__main__":
             sys.exit(f"Config error: {err}")
     main()
     if FAILED:
-        sys.exit(f"{len(FAILED)} job(s) of the sweep failed (the others ran): " + "; ".join(FAILED))
+        sys.exit(failed_jobs().strip() + " (the others ran)")

@@ -70,7 +70,7 @@ def check_positive_int(none: str | None = None, **values: Any) -> None:
 def check_bool(**values: Any) -> None:
     """Raise a ``TypeError`` naming the first switch that is not ``True`` or ``False`` (Hydra passes ``no`` or
     ``off`` on as text, which ``if`` would take for on)."""
-    if bad := next((name for name, value in values.items() if not isinstance(value, bool)), None):
+    if bad := next((name for name, value in values.items() if type(value).__name__ not in ("bool", "bool_")), None):
         raise TypeError(f"{bad} must be true or false, got {values[bad]!r}. Write {bad}=true or {bad}=false.")
 
 
@@ -114,10 +114,8 @@ def check_new_run_dir(run_dir: str, fix: str) -> None:
     would write over (runs in its subdirectories are not in the way); ``fix`` says how this front door resumes it."""
     kept = [os.path.join("checkpoints", "*.ckpt"), "metrics.csv"]
     if found := sorted(f for pattern in kept for f in glob.glob(os.path.join(glob.escape(run_dir), pattern))):
-        if not os.path.exists(
-            os.path.join(run_dir, "checkpoints", "last.ckpt")
-        ):  # nothing to resume (save_interval off)
-            fix = "It keeps no checkpoints/last.ckpt to resume from; " + fix.rpartition(", or ")[2]
+        if not any(f.endswith(".ckpt") for f in found):  # nothing to resume from (algo.save_interval=null)
+            fix = "It keeps no checkpoint to resume from; " + fix.rpartition(", or ")[2]
         raise ValueError(f"{run_dir} holds an earlier run ({found[0]}), which a fresh run would write over. {fix}")
 
 

@@ -58,9 +58,26 @@ def test_a_fresh_run_dir_is_refused_only_where_its_files_would_be_written_over(t
     (tmp_path / "runs" / "old" / "metrics.csv").write_text("step\n")
     check_new_run_dir(str(tmp_path), "Resume it, or pass another dir.")
     # A run without checkpoints (save_interval off) has nothing to resume: only the other directory is offered.
-    for name, fix in (("checkpoints/last.ckpt", "Resume it, or"), ("metrics.csv", "It keeps no checkpoints/last.ckpt")):
+    for name, fix in (
+        ("checkpoints/last.ckpt", "Resume it, or"),
+        ("checkpoints/epoch=0-step=256.ckpt", "Resume it, or"),
+        ("metrics.csv", "It keeps no checkpoint to resume from"),
+    ):
         run = tmp_path / name.replace("/", "_")
         (run / name).parent.mkdir(parents=True, exist_ok=True)
         (run / name).write_text("x")
         with pytest.raises(ValueError, match=f"holds an earlier run .*{name}.* {fix}.* pass another dir."):
             check_new_run_dir(str(run), "Resume it, or pass another dir.")
+
+
+def test_switches_take_python_and_numpy_bools_and_refuse_text():
+    """Test that check_bool takes True/False and numpy's bools (a user's config read with numpy) and refuses text
+    ('no', 'False': `if` takes either for on) and numbers, naming the switch."""
+    import numpy as np
+
+    from rl_lightning.checks import check_bool
+
+    check_bool(a=True, b=np.bool_(False))
+    for value in ("no", "False", 1, None):
+        with pytest.raises(TypeError, match=f"flag must be true or false, got {value!r}"):
+            check_bool(flag=value)

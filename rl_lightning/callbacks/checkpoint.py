@@ -138,8 +138,7 @@ class IntervalCheckpoint(RunCheckpoint):
         super().on_train_start(trainer, pl_module)
         # A resume from an older checkpoint of this run goes on over the newer files: said before they are replaced.
         env_steps = int(getattr(pl_module, "env_steps", trainer.global_step))
-        later = [name for steps, _, name in self._numbered() if steps > env_steps] if trainer.ckpt_path else []
-        if later:
+        if trainer.ckpt_path and (later := [name for steps, _, name in self._numbered() if steps > env_steps]):
             rank_zero_warn(
                 f"Resuming at env step {env_steps:,} in {self.dirpath}, which holds {len(later)} checkpoint(s) of "
                 f"later env steps ({later[0]} to {later[-1]}): this run overwrites them and last.ckpt as it reaches "

@@ -115,11 +115,8 @@ class Interruption(pl.Callback):
         interrupt_request.request(name)
         # os.write, not print: a handler that prints while the main thread is inside a write
         # to stderr (the progress bar) would raise "reentrant call".
-        os.write(
-            2,
-            f"\nReceived {name}: stopping at the next safe point and writing a checkpoint to resume from "
-            "(Ctrl+C again to abort without one).\n".encode(),
-        )
+        os.write(2, f"\nReceived {name}: stopping at the next safe point and writing a checkpoint to resume from "
+                    "(Ctrl+C again to abort without one).\n".encode())  # fmt: skip
 
     def _restore(self) -> None:
         """Put back the handlers ours replaced, where ours is still the one installed."""

@@ -23,6 +23,18 @@ from rl_lightning.checks import check_one_of, check_replay_sizes
 STORAGES = ("memory", "memmap")
 
 
+def check_scratch_dir(scratch_dir: str | None) -> None:
+    """Refuse, before a fit's first step, a memmap buffer's ``scratch_dir`` that cannot hold its files (the first write,
+    in the middle of the fit, would fail); evaluating a checkpoint on another machine never needs it."""
+    try:
+        if scratch_dir is not None:
+            os.makedirs(scratch_dir, exist_ok=True)
+            tempfile.TemporaryDirectory(dir=scratch_dir).cleanup()
+    except OSError as err:
+        raise ValueError(f"scratch_dir={scratch_dir!r} cannot hold the memory-mapped replay buffer ({err}). Name a "
+                         "writable directory, or keep storage=memory.") from None  # fmt: skip
+
+
 class ReplayBuffer:
     """The last ``capacity`` transitions written, in a ``TensorDict`` allocated at the first write.
 
@@ -47,14 +59,6 @@ class ReplayBuffer:
         check_replay_sizes(capacity, batch_size)
         self.capacity, self.batch_size = capacity, batch_size
         self.memmap, self.scratch_dir = storage == "memmap", scratch_dir
-        try:  # a directory that cannot hold the files is refused now, not at the first write in the middle of a fit
-            if self.memmap and scratch_dir is not None:
-                os.makedirs(scratch_dir, exist_ok=True)
-                tempfile.TemporaryDirectory(dir=scratch_dir).cleanup()
-        except OSError as err:
-            raise ValueError(f"scratch_dir={scratch_dir!r} cannot hold the memory-mapped replay buffer ({err}). Name "
-                             "a writable directory (on a disk with room for the buffer), or keep storage=memory."
-                             ) from None  # fmt: skip
         self.device = None if device == "auto" or self.memmap else torch.device(device)
         self.follows_writes = device == "auto" and not self.memmap  # the rows live where the writes come from
         self.storage: TensorDict | None = None
@@ -69,6 +73,7 @@ class ReplayBuffer:
         """Rows shaped like ``rows``' (its dtypes, its device unless one was given), ``capacity`` of them."""
         like = rows[:1].expand(self.capacity)  # a view: nothing allocated for the template
         if self.memmap:
+            check_scratch_dir(self.scratch_dir)  # made where missing
             # Deleted with the buffer (or at exit): a run leaves no buffer-sized files behind.
             self._files = tempfile.TemporaryDirectory(prefix="replay-", dir=self.scratch_dir)
             self.storage = like.memmap_like(prefix=self._files.name)

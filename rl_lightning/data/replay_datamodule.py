@@ -17,6 +17,7 @@ from rl_lightning.checks import check_bool, check_positive_int
 from rl_lightning.data.base import EnvDataModule
 from rl_lightning.data.chunks import UTD_DENOMINATOR, chunk_schedule
 from rl_lightning.data.replay import ReplayDataset, make_replay_buffer, transition_bytes
+from rl_lightning.data.replay_buffer import check_scratch_dir
 from rl_lightning.envs.gymnasium_env import WORKER_TIMEOUT
 from rl_lightning.envs.torchrl_env import EnvFactory
 
@@ -191,19 +192,10 @@ class ReplayDataModule(EnvDataModule):
         """The replay stream: one Lightning batch per epoch, its chunks collected as the algorithm iterates it."""
         hp = self.hparams
         self.check_buffer_memory()
-        stream = ReplayDataset(
-            self.train_envs,
-            self._policy(),
-            self.buffer,
-            hp.steps_per_epoch,
-            hp.learning_starts,
-            self.counters,
-            reset_seed,
-            world_size=self.world_size,
-            action_seed=hp.seed + 7919 * (self.rank + 1) + self.counters.env_steps,
-            train_freq=self.schedule[0],
-            gradient_steps=self.schedule[1],
-        )
+        stream = ReplayDataset(self.train_envs, self._policy(), self.buffer, hp.steps_per_epoch, hp.learning_starts,
+                               self.counters, reset_seed, world_size=self.world_size,
+                               action_seed=hp.seed + 7919 * (self.rank + 1) + self.counters.env_steps,
+                               train_freq=self.schedule[0], gradient_steps=self.schedule[1])  # fmt: skip
         stream.gradient_credit = self._restored.get("gradient_credit", 0)
         stream.epoch_steps = self._restored.get("epoch_steps", 0)
         return stream
@@ -222,16 +214,15 @@ class ReplayDataModule(EnvDataModule):
 
         Raises:
             MemoryError: ``buffer_size`` transitions in memory exceed this machine's memory.
+            ValueError: A memmap buffer's ``scratch_dir`` cannot hold its files.
         """
         hp = self.hparams
         per_transition = self.transition_bytes
         total = per_transition * hp.buffer_size
-        rank_zero_info(
-            f"Replay buffer ({hp.storage}): {hp.buffer_size:,} transitions x {per_transition:,} bytes = "
-            f"{total / 1e9:.2f} GB per rank."
-        )
-        if hp.storage != "memory":
-            return
+        rank_zero_info(f"Replay buffer ({hp.storage}): {hp.buffer_size:,} transitions x {per_transition:,} bytes = "
+                       f"{total / 1e9:.2f} GB per rank.")  # fmt: skip
+        if hp.storage != "memory":  # memmap files: a scratch_dir that cannot hold them is refused now
+            return check_scratch_dir(hp.scratch_dir)
         physical, available = machine_memory()
         fix = (
             f"lower data.buffer_size (it fits about {int(available // per_transition):,}), or set data.storage=memmap "
@@ -285,11 +276,13 @@ class ReplayDataModule(EnvDataModule):
     def load_rank_state_dict(self, state: dict[str, Any] | None) -> None:
         """Restore the owed gradient steps, the epoch's position and this rank's buffer when the checkpoint holds it
         (and ``save_replay_buffer`` is on: off, the buffer refills)."""
-        if state is not None and int(state["num_envs"]) != self.hparams.num_envs and self._fitting():
-            raise ValueError(f"This checkpoint's replay stream stepped num_envs={state['num_envs']} envs per rank, and "
-                             f"this run has {self.hparams.num_envs}: its epoch position and a compact buffer's rows "
-                             f"count steps of {state['num_envs']}. Resume with num_envs={state['num_envs']} (Hydra: "
-                             "env.num_envs), or start a new run.")  # fmt: skip
+        hp, saved = self.hparams, (state or {}).get("num_envs", self.hparams.num_envs)
+        compact = bool(state) and hp.save_replay_buffer and "compact" in (state.get("replay_buffer") or {})
+        if saved != hp.num_envs and self._fitting() and (compact or state["epoch_steps"]):  # counted in its steps
+            why = "its compact buffer pairs each row with the one num_envs on" if compact else "its epoch was cut short"
+            raise ValueError(f"This checkpoint's replay stream stepped num_envs={saved} envs per rank, and this run "
+                             f"has {hp.num_envs}: {why}. Resume with num_envs={saved} (Hydra: env.num_envs), or with "
+                             "save_replay_buffer=false once its epoch is over.")  # fmt: skip
         self._restored = {key: 0 if state is None else int(state[key]) for key in ("gradient_credit", "epoch_steps")}
         if self.train_dataset is not None:
             self.train_dataset.gradient_credit = self._restored["gradient_credit"]

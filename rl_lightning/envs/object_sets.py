@@ -169,9 +169,11 @@ class ObjectSetWrapper(gym.Wrapper):
         try:  # a keyword the env does not take is the object set's mistake, not an env fault
             env = gym.make(variation.env_id, **kwargs, **variation.make_kwargs)
         except TypeError as err:
+            if not (variation.make_kwargs and "unexpected keyword" in str(err)):
+                raise
             raise ValueError(f"Variation '{variation.name or variation.env_id}' passes make_kwargs "
                              f"{variation.make_kwargs} that {variation.env_id} does not take ({err}). Fix or drop them "
-                             "in the object set.") if variation.make_kwargs else err from None  # fmt: skip
+                             "in the object set.") from None  # fmt: skip
         env = apply_wrappers(env, self._wrappers)
         self._make_key = (variation.env_id, repr(sorted(variation.make_kwargs.items())))
         # Defaults of every attribute that any variation overrides, to restore between draws.

@@ -107,8 +107,7 @@ def explained_errors(cfg: DictConfig, model: pl.LightningModule | None = None):
     except Exception as err:
         if getattr(model, "loops_started", False):
             raise
-        message = explain_build_error(err, cfg) if model is None else explain_run_error(err, cfg)
-        if message is None:
+        if (message := explain_build_error(err, cfg) if model is None else explain_run_error(err, cfg)) is None:
             raise
         raise ConfigError(message) from None
 
@@ -338,16 +337,9 @@ def train(cfg: DictConfig) -> RunSummary | None:
             metrics = dict(trainer.callback_metrics)
         checkpoint = next((c.last_model_path for c in trainer.checkpoint_callbacks if c.last_model_path), None)
         summary = RunSummary.from_metrics(
-            metrics,
-            tested_checkpoint=tested,
-            env_steps=env_steps,
-            wall_seconds=wall,
-            env_steps_per_second=(env_steps - resumed_from) / max(wall, 1e-9),
-            resumed_from_env_steps=resumed_from,
-            checkpoint=checkpoint or None,
-            run_dir=os.path.abspath(cfg.run_dir),
-            seed=cfg.seed,
-        )
+            metrics, tested_checkpoint=tested, env_steps=env_steps, wall_seconds=wall,
+            env_steps_per_second=(env_steps - resumed_from) / max(wall, 1e-9), resumed_from_env_steps=resumed_from,
+            checkpoint=checkpoint or None, run_dir=os.path.abspath(cfg.run_dir), seed=cfg.seed)  # fmt: skip
     finally:
         data.close()
         _finish_loggers(loggers)

@@ -26,9 +26,23 @@ PANELS = (("eval/return_mean", "train object set (eval/)"), ("eval_ood/return_me
 Curve = tuple[np.ndarray, np.ndarray]  # (env steps, values), sorted by steps
 
 
-#: Settings that may differ between the seeds of one curve: the seed, the budget, where a run keeps its files.
-PER_RUN = {"seed", "total_timesteps", "max_epochs", "max_steps", "save_interval", "keep_last", "ckpt_path", "run_dir",
-           "save_dir", "dir", "name", "version", "id", "test_after_fit", "test_ckpt"}  # fmt: skip
+#: Settings that may differ between the seeds of one curve: the seed, the budget, where a run keeps its files and how
+#: it runs (a Hydra run's loggers, callbacks and trainer are left out whole).
+PER_RUN = {
+    "seed",
+    "total_timesteps",
+    "save_interval",
+    "keep_last",
+    "compile",
+    "flush_denormal",
+    "vectorization",
+    "max_env_restarts",
+    "worker_start_method",
+    "worker_timeout",
+    "storage",
+    "scratch_dir",
+    "save_replay_buffer",
+}
 
 
 def settings(run_dir: str) -> dict[str, str]:
@@ -45,6 +59,8 @@ def settings(run_dir: str) -> dict[str, str]:
             nodes += [(f"{key}.{k}" if key else str(k), v) for k, v in node.items()]
         elif key.rpartition(".")[2] not in PER_RUN:
             flat[key] = str(node)
+    if any(key.startswith("config.") for key in flat):  # a Hydra run's: the algo, env and data groups, what it learns
+        return {k: v for k, v in flat.items() if k.startswith(("config.algo.", "config.env.", "config.data."))}
     return flat
 
 

@@ -98,10 +98,8 @@ def main(args: Sequence[str] | None = None) -> list[Episode]:
     torch.manual_seed(ns.seed)  # the samples of --stochastic
     mode = "stochastic" if ns.stochastic else "deterministic"
     names = ", ".join(v.name or "unnamed" for v in env.obj_sets[obj_set])
-    print(
-        f"{algorithm} on {data['env_id']}, object set '{obj_set}' ({names}): {ns.episodes} {mode} episodes, "
-        f"seed {ns.seed}"
-    )
+    print(f"{algorithm} on {data['env_id']}, object set '{obj_set}' ({names}): {ns.episodes} {mode} episodes, "
+          f"seed {ns.seed}")  # fmt: skip
     print(f"{'episode':>7}  {'variation':<20} {'return':>10} {'length':>7}  success")
     episodes: list[Episode] = []
     video = VideoWriter(ns.video, env.metadata.get("render_fps") or 30) if ns.video else None

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from rl_lightning.data.replay_buffer import check_scratch_dir
 from tests.helpers import tiny_replay_data, tiny_rollout_data
 
 
@@ -71,3 +72,25 @@ def test_the_gpu_generator_is_saved_and_restored_where_cuda_is_in_use(monkeypatc
     generator["state"] = torch.zeros(16, dtype=torch.uint8)
     data.load_state_dict(state)  # resumed without a GPU: the CPU streams restore, the GPU's is left alone
     assert torch.equal(generator["state"], torch.zeros(16, dtype=torch.uint8))
+
+
+def test_a_replay_resume_on_another_num_envs_is_refused_only_where_the_position_counts_its_steps():
+    """Test that another num_envs resumes a replay checkpoint at an epoch's end (and one written before the rank state
+    kept num_envs, and an evaluation of it), and is refused where an epoch was cut short: its position counts vector
+    steps of the saved num_envs (the budget was overspent and the evaluation grid shifted)."""
+    state = tiny_replay_data("CartPole-v1", num_envs=2).state_dict()
+    tiny_replay_data("CartPole-v1", num_envs=4).load_state_dict(state)  # epoch_steps 0, no buffer: fine
+    del state["ranks"][0]["num_envs"]  # written before the key
+    tiny_replay_data("CartPole-v1", num_envs=4).load_state_dict(state)
+    state["ranks"][0].update(num_envs=2, epoch_steps=5)
+    with pytest.raises(ValueError, match=r"stepped num_envs=2 envs per rank, and this run has 4: its epoch was cut"):
+        tiny_replay_data("CartPole-v1", num_envs=4).load_state_dict(state)
+
+
+def test_a_scratch_dir_is_checked_when_a_fit_starts_not_when_a_checkpoints_settings_are_read(tmp_path):
+    """Test that building the data module (as `rl-lightning test` does from a checkpoint's settings, maybe on another
+    machine) neither refuses nor creates the scratch_dir; the fit's setup checks it before any step."""
+    data = tiny_replay_data("CartPole-v1", storage="memmap", scratch_dir=str(tmp_path / "scratch"))
+    assert not (tmp_path / "scratch").exists()
+    check_scratch_dir(data.hparams.scratch_dir)
+    assert (tmp_path / "scratch").is_dir() and not list((tmp_path / "scratch").iterdir())

@@ -1,5 +1,8 @@
 """Tests for object sets and the variation wrapper."""
 
+import traceback
+
+import gymnasium as gym
 import numpy as np
 import pytest
 
@@ -192,3 +195,22 @@ def test_mujoco_test_variations_change_dynamics(env_id, name):
 
     (variation,) = [v for v in SHIPPED_OBJ_SETS[env_id]["test"] if v["name"] == name]
     assert not np.allclose(rollout(variation), rollout(SHIPPED_OBJ_SETS[env_id]["train"][0]), atol=1e-4)
+
+
+class _BuggyEnv(gym.Env):
+    """An env whose constructor has a bug of its own (a TypeError that is no unexpected keyword)."""
+
+    def __init__(self, size=3):
+        self.limit = size + None
+
+
+def test_a_type_error_inside_the_env_is_not_blamed_on_the_variations_make_kwargs():
+    """Test that an env's own TypeError reaches the user as it is, with and without make_kwargs (it was reported as
+    make_kwargs the env does not take, and its traceback lost), while an unexpected keyword is the variation's."""
+    gym.register("rl_lightning_test/Buggy-v0", entry_point=_BuggyEnv)
+    for make_kwargs in ({}, {"size": 4}):
+        with pytest.raises(TypeError, match="unsupported operand") as info:
+            ObjectSetWrapper({"train": [Variation("rl_lightning_test/Buggy-v0", make_kwargs)]}, "train")
+        assert "self.limit = size + None" in "".join(traceback.format_exception(info.value))  # the env's own line
+    with pytest.raises(ValueError, match=r"passes make_kwargs \{'bogus': 1\} that CartPole-v1 does not take"):
+        ObjectSetWrapper({"train": [Variation("CartPole-v1", {"bogus": 1})]}, "train")

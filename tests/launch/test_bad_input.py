@@ -70,7 +70,9 @@ ROWS = [
     (
         "api",
         "scratch-dir-unusable",  # a raw FileNotFoundError at the first write, in the middle of the fit
-        lambda c: ReplayDataModule(storage="memmap", scratch_dir="/proc/rl-lightning-scratch"),  # no mkdir in /proc
+        lambda c: c.fit(
+            SAC(), ReplayDataModule(env_id="Pendulum-v1", storage="memmap", scratch_dir="/proc/rl-lightning-scratch")
+        ),  # no mkdir in /proc
         ["scratch_dir=", "cannot hold the memory-mapped replay buffer", "storage=memory"],
     ),
     (

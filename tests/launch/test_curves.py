@@ -66,15 +66,17 @@ def test_plot_counts_seeds_per_path_and_refuses_paths_without_metrics(tmp_path):
 def _write_hparams(path, lr, seed, hydra=True):
     """An ``hparams.yaml`` as the CSV logger writes it: a Hydra run's config and the modules' own, or the modules'."""
     flat = f"lr: {lr}\nseed: {seed}\nenv_id: CartPole-v1\nhidden_sizes:\n- 64\n"
-    config = f"config:\n  algo:\n    lr: {lr}\n  seed: {seed}\n  run_dir: {path}\n"
-    config += f"  logger:\n    csv:\n      save_dir: {path}\n"  # where each run keeps its files
+    config = f"config:\n  algo:\n    lr: {lr}\n    compile: {seed % 2 == 0}\n  seed: {seed}\n  run_dir: {path}\n"
+    config += f"  logger:\n    csv:\n      save_dir: {path}\n" + "    wandb:\n      mode: auto\n" * (seed == 2)
+    config += f"  env:\n    worker_timeout: {seed}\n  callbacks:\n    video:\n      video_interval: {seed}\n"
     (path / "hparams.yaml").write_text((config if hydra else "") + flat)
 
 
 @pytest.mark.parametrize("hydra", [True, False], ids=["hydra", "python"])
 def test_a_sweep_draws_a_curve_per_setting_not_every_run_as_a_seed(tmp_path, hydra):
     """Test that runs under one path that differ in more than the seed and where they keep their files (a sweep over
-    the learning rate) are drawn as a curve per setting, labelled by what differs, each with its own seeds."""
+    the learning rate) are drawn as a curve per setting, labelled by what differs, each with its own seeds; settings of
+    how a run runs (compile, its loggers, callbacks, worker_timeout) do not split a curve."""
     for run, (lr, seed) in enumerate([(0.001, 0), (0.001, 1), (0.0005, 0), (0.0005, 1), (0.0005, 2)]):
         _write_csv(tmp_path / "sweep" / str(run), [{"step": s, "eval/return_mean": lr * s, "eval_ood/return_mean": 1}
                                                    for s in (100, 200)])  # fmt: skip

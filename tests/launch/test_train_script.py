@@ -396,6 +396,6 @@ def test_a_sweep_job_that_faults_ends_that_job_and_the_sweep_goes_on(tmp_path, m
     proc = run([TRAIN, "-m", *FLAKY_RUN, "env.max_env_restarts=0,1", f"hydra.sweep.dir={sweep}"], tmp_path)
     assert proc.returncode == 1, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert "RuntimeError: simulator lost its context at step 80" in proc.stderr and "Resume with:" in proc.stderr
-    assert "1 job(s) of the sweep failed (the others ran)" in proc.stderr
+    assert "1 job(s) of the sweep failed: " in proc.stderr and "EnvFault (the others ran)" in proc.stderr
     assert f"{sweep / '0'} (" in proc.stderr and "env.max_env_restarts=0): EnvFault" in proc.stderr
     assert not (sweep / "0" / "summary.json").exists() and read_summary(sweep / "1")["env_steps"] == 512
