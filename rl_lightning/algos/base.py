@@ -141,14 +141,18 @@ class RLModule(pl.LightningModule):
                 raise RuntimeError(f"{type(self).__name__} builds its networks from the env of a {data}: "
                                    f"call trainer.fit(model, datamodule={data}(env_id=...)).")  # fmt: skip
             return
-        expected = self.datamodule_class
-        if expected is not None and not isinstance(datamodule, expected):
+        self.check_datamodule(datamodule)
+        self._ensure_policy(*datamodule.env_spaces())
+
+    def check_datamodule(self, datamodule: pl.LightningDataModule) -> None:
+        """Refuse a data module of another kind than this algorithm learns from (``datamodule_class``); at setup, and
+        by the CLI before a fit's run directory and loggers start."""
+        if (expected := self.datamodule_class) is not None and not isinstance(datamodule, expected):
             raise TypeError(
                 f"{type(self).__name__} learns from a {expected.__name__}, got a {type(datamodule).__name__}. "
                 f"Pass {expected.__name__}(env_id=...) (the CLI: --data {expected.__name__}; Hydra: the data group "
                 f"that goes with algo={type(self).__name__.lower()}, as its experiments set)."
             )
-        self._ensure_policy(*datamodule.env_spaces())
 
     @property
     def acting_policy(self) -> nn.Module | ActorCopy:
@@ -378,13 +382,16 @@ class RLModule(pl.LightningModule):
             metrics.log_epoch(self, global_metrics, rank_metrics)
 
     # ---------------------------------------------------------------- evaluation
-    def _eval_step(self, batch: dict[str, Any]) -> None:
+    def validation_step(self, batch: dict[str, Any], batch_idx: int, dataloader_idx: int = 0) -> None:
+        """Log one object set's evaluation: ``<prefix>/return_mean`` and friends (``test_step``: the final one)."""
         # Each rank ran its share of the episodes: the statistics are over all of them.
         values, mean = metrics.evaluation_metrics(self, batch)
         self.log_dict(values, add_dataloader_idx=False, batch_size=1)
         self._eval_returns[batch["prefix"]] = mean
 
-    def _end_evaluation(self) -> None:
+    test_step = validation_step
+
+    def on_validation_epoch_end(self) -> None:
         if not self._eval_returns:  # evaluation was not due this epoch
             return
         self.log_dict(
@@ -395,19 +402,7 @@ class RLModule(pl.LightningModule):
         if self.trainer.validating and isinstance(datamodule, EnvDataModule):
             datamodule.mark_evaluated()
 
-    def validation_step(self, batch: dict[str, Any], batch_idx: int, dataloader_idx: int = 0) -> None:
-        """Log one object set's evaluation: ``<prefix>/return_mean`` and friends."""
-        self._eval_step(batch)
-
-    def test_step(self, batch: dict[str, Any], batch_idx: int, dataloader_idx: int = 0) -> None:
-        """The final evaluation: same metrics as validation."""
-        self._eval_step(batch)
-
-    def on_validation_epoch_end(self) -> None:
-        self._end_evaluation()
-
-    def on_test_epoch_end(self) -> None:
-        self._end_evaluation()
+    on_test_epoch_end = on_validation_epoch_end
 
     # ---------------------------------------------------------------- checkpoints
     @classmethod

@@ -99,19 +99,15 @@ def loading(
 
 
 def _where(module: pl.LightningModule) -> str:
-    path = _checkpoint_path(module)
-    return f"Checkpoint '{path}'" if path else "This checkpoint"
+    """The file being loaded, for messages: the trainer's ``ckpt_path`` (fit/validate/test) or
+    ``load_from_checkpoint``'s."""
+    trainer = attached_trainer(module)
+    path = trainer.ckpt_path if trainer is not None else (_LOADING.get() or {}).get("path")
+    return f"Checkpoint '{os.fspath(path)}'" if path else "This checkpoint"
 
 
 #: The file and strictness of a ``load_from_checkpoint`` in progress (no trainer holds them there).
 _LOADING: contextvars.ContextVar[dict[str, Any] | None] = contextvars.ContextVar("rl_lightning_loading", default=None)
-
-
-def _checkpoint_path(module: pl.LightningModule) -> str | None:
-    """The file being loaded: the trainer's ``ckpt_path`` (fit/validate/test) or ``load_from_checkpoint``'s."""
-    trainer = attached_trainer(module)
-    path = trainer.ckpt_path if trainer is not None else (_LOADING.get() or {}).get("path")
-    return None if path is None else os.fspath(path)
 
 
 def _spaces_mismatch(module: pl.LightningModule, where: str, checkpoint: dict[str, Any], spaces: tuple) -> str:

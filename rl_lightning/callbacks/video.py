@@ -187,7 +187,8 @@ class EvaluationVideo(pl.Callback):
 
                 # What SummaryWriter.add_video writes (torch/utils/tensorboard/summary.py, make_video).
                 gif = gif_bytes(path)
-                height, width = _gif_size(gif)
+                # (height, width) from the GIF's logical screen descriptor (bytes 6-9, little-endian).
+                height, width = int.from_bytes(gif[8:10], "little"), int.from_bytes(gif[6:8], "little")
                 image = Summary.Image(height=height, width=width, colorspace=3, encoded_image_string=gif)
                 summary = Summary(value=[Summary.Value(tag=key, image=image)])
                 logger.experiment.file_writer.add_summary(summary, env_steps)
@@ -207,8 +208,3 @@ class EvaluationVideo(pl.Callback):
 def _remove(path: str) -> None:
     with contextlib.suppress(OSError):
         os.remove(path)
-
-
-def _gif_size(gif: bytes) -> tuple[int, int]:
-    """``(height, width)`` from a GIF's logical screen descriptor (bytes 6-9, little-endian)."""
-    return int.from_bytes(gif[8:10], "little"), int.from_bytes(gif[6:8], "little")

@@ -49,12 +49,6 @@ def identity_collate(batch):
     return batch
 
 
-def _numpy_state_to_plain(state: tuple) -> tuple:
-    """numpy's legacy RNG state with its key array as a list (loads with ``weights_only``)."""
-    kind, keys, pos, has_gauss, gauss = state
-    return kind, keys.tolist(), int(pos), int(has_gauss), float(gauss)
-
-
 def eval_prefix(obj_set: str, train_obj_set: str) -> str:
     """Metric prefix of an object set: ``eval`` for the training set, ``eval_ood`` for ``test``."""
     return "eval" if obj_set == train_obj_set else "eval_ood" if obj_set == "test" else f"eval_{obj_set}"
@@ -337,9 +331,16 @@ class EnvDataModule(pl.LightningDataModule):
         ``ranks[r]``, gathered on rank zero, which writes the file. Lightning calls this on
         every rank when a checkpoint is saved, so the gather is collective.
         """
+        kind, keys, pos, has_gauss, gauss = np.random.get_state()
         local = {
             "torch_rng": torch.get_rng_state(),
-            "numpy_rng": _numpy_state_to_plain(np.random.get_state()),
+            "numpy_rng": (
+                kind,
+                keys.tolist(),
+                int(pos),
+                int(has_gauss),
+                float(gauss),
+            ),  # plain: loads with weights_only
             "python_rng": random.getstate(),
             **self.rank_state_dict(),
         }

@@ -145,9 +145,9 @@ class CompactReplayBuffer:
         pending = self.sampleable.clone()
         if self._last is not None:  # a resumed run resets its envs: the latest step is never completed
             pending[self._last] = False
-        compact = {
+        compact = {  # final observations as tensors or plain dicts: weights_only loading refuses TensorDicts
             "sampleable": pending[: len(self.rows)].clone(),
-            "final_obs": {row: _plain(obs) for row, obs in self.final_obs.items()},
+            "final_obs": {row: x.to_dict() if isinstance(x, TensorDict) else x for row, x in self.final_obs.items()},
         }
         return {**self.rows.state_dict(), "compact": compact}
 
@@ -161,8 +161,3 @@ class CompactReplayBuffer:
         self._count = int(sampleable.sum())
         self.final_obs = dict(state["final_obs"])
         self.restart()
-
-
-def _plain(obs: Obs) -> Obs:
-    """A tensor, or a plain dict of them (checkpoints load with ``weights_only``, which refuses TensorDicts)."""
-    return obs.to_dict() if isinstance(obs, TensorDict) else obs

@@ -84,11 +84,8 @@ def evaluate(
     for k, i in enumerate(ended.envs):  # in step order: each env's first episodes come first
         if taken[i] < quota_list[i]:
             taken[i] += 1
-            result.returns.append(ended.returns[k])
-            result.lengths.append(ended.lengths[k])
-            result.successes.append(ended.successes[k])
-            result.successes_once.append(ended.successes_once[k])
-            result.envs.append(i)
+            for name in ("returns", "lengths", "successes", "successes_once", "envs"):  # envs[k] is i
+                getattr(result, name).append(getattr(ended, name)[k])
     return result
 
 

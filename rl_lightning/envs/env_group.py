@@ -349,9 +349,10 @@ class EnvGroup:
         final_obs, cut = obs if final_obs is None else _batch(final_obs, self.num_envs, self.device), info.get("cut")
         self._check(obs, reward, final_obs)
         self._add_faults(info)
-        if (success := info.get("success")) is not None:
-            success = torch.as_tensor(success, device=self.device).float()
-            if (ended := (info.get("final_info") or {}).get("success")) is not None:  # not its next episode's first
+        ended = (info.get("final_info") or {}).get("success")  # an ended env's own, not its next episode's first
+        if (success := info.get("success")) is not None or ended is not None:
+            success = torch.as_tensor(float("nan") if success is None else success, device=self.device).float()
+            if ended is not None:
                 success = torch.where(done, torch.as_tensor(ended, device=self.device).float(), success)
         self._log.append((reward, done, done if cut is None else done & ~cut, success, info.get("episode_return")))
         self._draw_variations(done)  # the next episodes' variations, from their first step on

@@ -376,19 +376,15 @@ class GymnasiumVectorEnv(gym.vector.VectorEnv):
             "vectorization='sync' steps the envs in this process."
         )
 
-    def _call(self, name: str, *args: Any, **kwargs: Any) -> Any:
-        """``envs.<name>(...)``; on async workers as ``<name>_async`` then ``<name>_wait`` within ``worker_timeout``."""
-        if not self.is_async:
-            return getattr(self.envs, name)(*args, **kwargs)
-        getattr(self.envs, f"{name}_async")(*args, **kwargs)
-        return getattr(self.envs, f"{name}_wait")(timeout=self.worker_timeout)
-
     def _guarded(self, call: str, *args: Any, **kwargs: Any) -> Any:
         """The vector env's ``call`` (``"reset"``, ``"step"``); ``None`` when an async worker died (:data:`WORKER_LOST`)
         and the envs were built anew; :class:`EnvFault` past ``max_env_restarts`` rebuilds in a row (or from an env:
         all workers stopped), or when the workers do not answer within ``worker_timeout``."""
-        try:
-            return self._call(call, *args, **kwargs)
+        try:  # on async workers as <call>_async, then <call>_wait within worker_timeout
+            if not self.is_async:
+                return getattr(self.envs, call)(*args, **kwargs)
+            getattr(self.envs, f"{call}_async")(*args, **kwargs)
+            return getattr(self.envs, f"{call}_wait")(timeout=self.worker_timeout)
         except multiprocessing.TimeoutError:
             terminate_workers(self.envs)
             raise EnvFault(self._timeout_message(call)) from None

@@ -174,14 +174,6 @@ def _print(text: str) -> None:
     print(text, flush=True)
 
 
-def _finish_loggers(loggers: list) -> None:
-    # A W&B run stays open until finished; a multirun's next job must not reuse it.
-    if any(isinstance(logger, pl.loggers.WandbLogger) for logger in loggers):
-        import wandb
-
-        wandb.finish()
-
-
 #: What the final test evaluates: the final weights, or best.ckpt (highest eval/return_mean).
 TEST_CHECKPOINTS = ("last", "best")
 
@@ -342,7 +334,11 @@ def train(cfg: DictConfig) -> RunSummary | None:
             checkpoint=checkpoint or None, run_dir=os.path.abspath(cfg.run_dir), seed=cfg.seed)  # fmt: skip
     finally:
         data.close()
-        _finish_loggers(loggers)
+        # A W&B run stays open until finished; a sweep's next job must not reuse it.
+        if any(isinstance(logger, pl.loggers.WandbLogger) for logger in loggers):
+            import wandb
+
+            wandb.finish()
     if not trainer.is_global_zero:
         return None
     summary.write()

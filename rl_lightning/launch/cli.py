@@ -276,6 +276,7 @@ class RLCLI(LightningCLI):
     def fit(self, **kwargs: Any) -> None:
         """``fit``: Lightning's CLI calls its own method of a subcommand's name in place of the trainer's."""
         with self._refusals_in_one_line():
+            self.model.check_datamodule(self.datamodule)  # before the loggers start and the config is saved
             self._check_start(kwargs.get("ckpt_path"))
             self.trainer.fit(**kwargs)
 

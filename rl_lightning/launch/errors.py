@@ -30,21 +30,16 @@ class ConfigError(Exception):
     """A configuration mistake, explained for the user."""
 
 
-def _single_run_overrides(overrides: Sequence[str]) -> list[str]:
-    """Command-line overrides with every sweep (``seed=1,2,3``) replaced by its first value."""
-    parsed = OverridesParser.create().parse_overrides(list(overrides))
-    return [f"{o.get_key_element()}={next(iter(o.sweep_string_iterator()))}" if o.is_sweep_override() else o.input_line
-            for o in parsed if not o.key_or_group.startswith("hydra")]  # fmt: skip
-
-
 def check_overrides(config_dir: str, config_name: str, overrides: Sequence[str]) -> None:
     """Compose the config once to catch composition mistakes before Hydra runs the job.
 
     Raises:
         ConfigError: With the key, what is wrong, and the fix.
     """
-    try:
-        single = _single_run_overrides(overrides)
+    try:  # the overrides with every sweep (seed=1,2,3) as its first value
+        parsed = OverridesParser.create().parse_overrides(list(overrides))
+        single = [f"{o.get_key_element()}={next(iter(o.sweep_string_iterator()))}" if o.is_sweep_override()
+                  else o.input_line for o in parsed if not o.key_or_group.startswith("hydra")]  # fmt: skip
     except HydraException as err:
         raise ConfigError(
             f"Cannot parse the command-line overrides {list(overrides)}: {str(err).splitlines()[0]}. "
@@ -133,7 +128,9 @@ def explain_build_error(err: Exception, cfg: DictConfig) -> str | None:
     if not (isinstance(err, ValueError) or config_type_error):
         return None
     text = str(err).strip()
-    key = _key_named_in(text, cfg, group)
+    # The key the message is about (``lr must be ...``: ``algo.lr``; ``'tset'``: ``env.train_obj_set``).
+    names = dict.fromkeys(g for g in (group, "algo", "data", "env", "trainer", "logger", "callbacks") if g)
+    key = culprit_key(text, [(n, OmegaConf.to_container(cfg[n])) for n in names if isinstance(cfg.get(n), DictConfig)])
     fix = f" Fix it on the command line ({key}=...) or in the config file." if key else ""
     where = f" in '{key}'" if key else (f" in group '{group}'" if group else "")
     return f"Invalid config value{where}: {text}{fix}"
@@ -144,13 +141,6 @@ def _config_key(key: str, cfg: DictConfig) -> str:
     group, _, name = key.partition(".")
     in_env = group == "data" and isinstance(cfg.get("env"), DictConfig) and name in cfg.env.keys()  # "???" too
     return f"env.{name}" if in_env else key
-
-
-def _key_named_in(text: str, cfg: DictConfig, group: str | None) -> str | None:
-    """The config key an error message is about (``lr must be ...``: ``algo.lr``; ``'tset'``: ``env.train_obj_set``)."""
-    names = dict.fromkeys(g for g in (group, "algo", "data", "env", "trainer", "logger", "callbacks") if g)
-    groups = [(name, OmegaConf.to_container(cfg[name])) for name in names if isinstance(cfg.get(name), DictConfig)]
-    return culprit_key(text, groups)
 
 
 #: The package's directory: errors raised by code under it are the library's own.

@@ -94,11 +94,15 @@ class LegacyKeysVectorEnv(SuccessCountVectorEnv):
     0.29's keys: ``final_observation`` and ``final_info`` (the step's info before the restart) only at a step where an
     episode ended, and ``success`` of the restarted envs' new episodes."""
 
+    #: Whether ``success`` is reported at every step, or in ``final_info`` only (at an episode's end).
+    every_step = True
+
     def step(self, actions):
         obs, reward, terminated, truncated, info = super().step(actions)
         ended = {"final_observation": info.pop("final_obs"), "_final_observation": info.pop("_final_obs"),
-                 "final_info": {"success": info["success"]}}  # fmt: skip
-        info["success"] = (self.even & (self.count >= 2)).reshape(-1)  # after the restart: the new episodes'
+                 "final_info": {"success": info.pop("success")}}  # fmt: skip
+        if self.every_step:
+            info["success"] = (self.even & (self.count >= 2)).reshape(-1)  # after the restart: the new episodes'
         return obs, reward, terminated, truncated, {**info, **ended} if bool(truncated.any()) else info
 
 
@@ -128,6 +132,13 @@ class BrokenContractVectorEnv(SuccessCountVectorEnv):
 def make_legacy_keys_envs(env_id, num_envs, device, seed, max_episode_steps):
     """``env.env_factory``: the batched ``LegacyKeysVectorEnv``."""
     return LegacyKeysVectorEnv(num_envs, device=device)
+
+
+def make_success_at_end_envs(env_id, num_envs, device, seed, max_episode_steps):
+    """``env.env_factory``: a ``LegacyKeysVectorEnv`` that reports success in ``final_info`` only."""
+    env = LegacyKeysVectorEnv(num_envs, device=device)
+    env.every_step = False
+    return env
 
 
 def make_broken_contract_envs(env_id, num_envs, device, seed, max_episode_steps):

@@ -138,13 +138,15 @@ def test_torchrl_specs_map_onto_gymnasium_spaces_by_their_class():
     assert isinstance(box, gym.spaces.Box) and box.shape == (3,) and box.low.tolist() == [-1.0] * 3
 
 
-def test_an_env_in_gymnasium_029_keys_gives_its_true_final_observations_and_success():
+@pytest.mark.parametrize("factory", ["make_legacy_keys_envs", "make_success_at_end_envs"])
+def test_an_env_in_gymnasium_029_keys_gives_its_true_final_observations_and_success(factory):
     """Test that an env reporting its ends as ManiSkill3's ManiSkillVectorEnv does (final_observation and final_info,
-    gymnasium 0.29's keys; info["success"] of the next episodes) gives each ended episode its last observation and its
-    own success: the group fell back to the next episode's first observation (bootstrapping truncated episodes, and
-    replay's next_obs, from it) and counted every episode a failure."""
-    group = EnvGroup("Count-v0", 4, obj_sets=PLAIN, backend="torch",
-                     env_factory="tests.envs.batched_factory.make_legacy_keys_envs")  # fmt: skip
+    gymnasium 0.29's keys; info["success"] of the next episodes, or success in final_info only) gives each ended
+    episode its last observation and its own success: the group fell back to the next episode's first observation
+    (bootstrapping truncated episodes, and replay's next_obs, from it) and counted every episode a failure."""
+    group = EnvGroup(
+        "Count-v0", 4, obj_sets=PLAIN, backend="torch", env_factory=f"tests.envs.batched_factory.{factory}"
+    )
     group.reset(seed=0)
     step = [group.step(torch.zeros(4, dtype=torch.long)) for _ in range(LIMIT)][-1]
     assert step.done.all() and step.final_obs.flatten().tolist() == [LIMIT] * 4 and not step.obs.any()

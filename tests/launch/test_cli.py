@@ -322,3 +322,14 @@ def test_top_level_help_names_every_subcommand(capsys):
     assert info.value.code == 0
     out = capsys.readouterr().out
     assert "Subcommands: fit, validate, test, plot, play, export" in out
+
+
+def test_a_model_given_the_wrong_data_module_is_refused_before_its_run_starts(tmp_path, monkeypatch, capsys):
+    """Test that `fit --model SAC` without `--data ReplayDataModule` is refused before the loggers start and the config
+    is saved (it left runs/<time>/ with a config.yaml and an offline W&B run behind), naming the flag."""
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit):
+        main(["fit", "--model", "SAC", "--trainer.default_root_dir", "run"])
+    err = capsys.readouterr().err
+    assert "SAC learns from a ReplayDataModule" in err and "--data ReplayDataModule" in err
+    assert not (tmp_path / "run" / "config.yaml").exists() and not (tmp_path / "run" / "wandb").exists()
