@@ -17,6 +17,8 @@ from typing import Any
 
 import lightning.pytorch as pl
 from hydra import compose, initialize_config_dir
+from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
 from hydra.utils import get_class, instantiate
 from lightning.pytorch.utilities import rank_zero_only
 from omegaconf import DictConfig, OmegaConf
@@ -253,8 +255,6 @@ def resume_command(run_dir: str) -> str:
     The job's own overrides (from Hydra; for a sweep job, its values) are repeated so the
     config composes the same; ``hydra.run.dir`` puts the resumed run in the same directory.
     """
-    from hydra.core.hydra_config import HydraConfig
-
     overrides = list(HydraConfig.get().overrides.task) if HydraConfig.initialized() else []
     kept = [o for o in overrides if o.split("=", 1)[0].lstrip("+~") not in ("ckpt_path", "hydra.run.dir")]
     args = [*kept, f"hydra.run.dir={run_dir}", "ckpt_path=last"]
@@ -294,7 +294,12 @@ def train(cfg: DictConfig) -> RunSummary | None:
         data, model = build_data(cfg), build_model(cfg)
         loggers, callbacks = build_loggers(cfg), build_callbacks(cfg)
         trainer = build_trainer(cfg, loggers, callbacks)
-    ckpt_path = _checked_checkpoint(cfg.ckpt_path, run_checkpoint_dir(trainer)) if cfg.get("ckpt_path") else None
+    # In a sweep (-m), ckpt_path=last resumes the jobs that have a last.ckpt and starts the others (not run yet).
+    fresh = cfg.get("ckpt_path") == "last" and HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
+    fresh = fresh and not os.path.exists(os.path.join(run_checkpoint_dir(trainer), "last.ckpt"))
+    ckpt_path = (
+        _checked_checkpoint(cfg.ckpt_path, run_checkpoint_dir(trainer)) if cfg.get("ckpt_path") and not fresh else None
+    )
     if ckpt_path is None:  # on every rank: one that went on alone would wait for the others in DDP's setup
         _check_new_run_dir(cfg.run_dir)
     if ckpt_path is not None:

@@ -86,7 +86,8 @@ def test_ddp_two_cpu_processes_share_the_budget(tmp_path):
 
 
 def test_multirun_sweeps_seeds_and_plot_draws_them(tmp_path):
-    """Test that -m seed=1,2 writes one run per seed and that rl-lightning plot draws the sweep to a PNG."""
+    """Test that -m seed=1,2 writes one run per seed, that rl-lightning plot draws the sweep to a PNG, and that the
+    sweep rerun with ckpt_path=last resumes the jobs that have a last.ckpt and starts the new one."""
     run_train(["-m", *TINY, "seed=1,2", "logger=csv", "hydra.sweep.dir=multirun/sweep"], tmp_path)
     sweep = tmp_path / "multirun" / "sweep"
     summaries = [read_summary(sweep / str(i)) for i in (0, 1)]
@@ -100,6 +101,12 @@ def test_multirun_sweeps_seeds_and_plot_draws_them(tmp_path):
     assert "2 run(s)" in proc.stdout
     with open(out, "rb") as f:
         assert f.read(8) == b"\x89PNG\r\n\x1a\n"
+    # The sweep again with one more seed, ckpt_path=last: the finished jobs resume (at their budget), the new one
+    # starts (it was refused: no last.ckpt in its directory).
+    run_train(["-m", *TINY, "seed=1,2,3", "logger=csv", "hydra.sweep.dir=multirun/sweep", "ckpt_path=last"], tmp_path)
+    summaries = [read_summary(sweep / str(i)) for i in (0, 1, 2)]
+    assert [s["seed"] for s in summaries] == [1, 2, 3] and all(s["env_steps"] == 512 for s in summaries)
+    assert [s["resumed_from_env_steps"] for s in summaries] == [512, 512, 0]
 
 
 def test_debug_warm_up_runs_first_then_a_fresh_run(tmp_path):
