@@ -19,6 +19,7 @@ import torch
 from tensordict import TensorDict
 
 from rl_lightning.checks import check_one_of, check_replay_sizes
+from rl_lightning.envs.obs import leaves
 
 STORAGES = ("memory", "memmap")
 
@@ -138,7 +139,8 @@ class ReplayBuffer:
         """Restore :meth:`state_dict`'s output into this buffer, row for row.
 
         Raises:
-            ValueError: Not a buffer's state, or one of another capacity (rows and write position would not match).
+            ValueError: Not a buffer's state, one of another capacity (rows and write position would not match), or a
+                damaged one (rows of unequal lengths or more than the capacity, a write position outside it).
         """
         if not {"rows", "cursor", "capacity"} <= set(state):
             raise ValueError(
@@ -153,7 +155,16 @@ class ReplayBuffer:
             )
         self.close()
         if state["rows"] is not None:
-            self.extend(TensorDict(state["rows"]).auto_batch_size_(batch_dims=1))
+            try:
+                rows = TensorDict(state["rows"]).auto_batch_size_(batch_dims=1)  # a column of None would be dropped
+                if not rows.batch_size or len(rows) > self.capacity or not 0 <= int(state["cursor"]) < self.capacity:
+                    raise ValueError(f"{rows.batch_size or 'no common'} rows, write position {state['cursor']}")
+                if any(column is None for column in leaves(state["rows"])):
+                    raise ValueError("a column of no values")
+                self.extend(rows)
+            except (TypeError, ValueError, RuntimeError, IndexError) as err:  # a damaged file: loses nothing saved
+                fix = "Resume from an earlier checkpoint, or with save_replay_buffer=false to refill it."
+                raise ValueError(f"The checkpoint's replay buffer is damaged ({err}). {fix}") from None
             self.cursor = int(state["cursor"])
 
 

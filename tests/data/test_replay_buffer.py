@@ -93,6 +93,28 @@ def test_a_state_of_another_capacity_or_no_buffer_is_refused_with_the_fix():
         ReplayBuffer(8, 2, storage="disk")
 
 
+def test_a_damaged_state_is_refused_naming_the_damage_and_the_fix():
+    """Test that a buffer state with rows of unequal lengths, a missing column, more rows than the capacity or a write
+    position outside it is refused as damaged, naming the fixes (raw IndexError/TypeError, or loaded silently)."""
+    buffer = ReplayBuffer(8, 2)
+    buffer.extend(rows(0, 3))
+    good = buffer.state_dict()
+    torn = {**good, "rows": {**good["rows"], "n": good["rows"]["n"][:2]}}
+    missing = {**good, "rows": {**good["rows"], "n": None}}
+    for state in (torn, missing, {**good, "cursor": 9}, {**good, "cursor": -1}):
+        with pytest.raises(
+            ValueError, match=r"replay buffer is damaged .* earlier checkpoint.*save_replay_buffer=false"
+        ):
+            ReplayBuffer(8, 2).load_state_dict(state)
+    with pytest.raises(ValueError, match=r"damaged \(torch.Size\(\[9\]\) rows"):
+        big = ReplayBuffer(16, 2)
+        big.extend(rows(0, 9))
+        ReplayBuffer(8, 2).load_state_dict({**big.state_dict(), "capacity": 8})
+    restored = ReplayBuffer(8, 2)
+    restored.load_state_dict(good)
+    assert len(restored) == 3 and restored.cursor == 3
+
+
 def test_rows_stay_on_the_device_of_the_first_write_or_the_one_given():
     """Test that ``device="auto"`` keeps the rows where the first write came from, and a given device is used."""
     auto, given = ReplayBuffer(4, 2), ReplayBuffer(4, 2, device="meta")
