@@ -19,11 +19,10 @@ import sys
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
-from hydra.types import RunMode
 from omegaconf import DictConfig
 
 from rl_lightning.faults import EnvFault, NumericalFault, TrainingInterrupted
-from rl_lightning.launch.app import check_resume_before_hydra, train
+from rl_lightning.launch.app import check_resume_before_hydra, sweeping, train
 from rl_lightning.launch.errors import ConfigError, check_overrides
 
 CONFIG_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "conf")
@@ -46,7 +45,7 @@ def main(cfg: DictConfig) -> float | None:
         command = getattr(err, "resume_command", None) if getattr(err, "checkpoint", None) else None
         prefix = "Numerical fault: " if isinstance(err, NumericalFault) else ""
         print(f"{prefix}{err}" + (f"\nResume with:\n  {command}" if command else ""), file=sys.stderr, flush=True)
-        if HydraConfig.get().mode == RunMode.MULTIRUN and not isinstance(err, TrainingInterrupted):
+        if sweeping() and not isinstance(err, TrainingInterrupted):
             # One job's fault ends that job, not the sweep: the others run, and the command fails after them.
             job = HydraConfig.get()
             FAILED.append(f"{job.runtime.output_dir} ({' '.join(job.overrides.task)}): {type(err).__name__}")

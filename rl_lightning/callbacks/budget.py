@@ -31,11 +31,8 @@ class EnvStepBudget(pl.Callback):
         taken = -(-self.total_timesteps // steps_per_epoch) * steps_per_epoch if steps_per_epoch else 0
         # Off-policy: random actions and no gradient step up to learning_starts.
         settings = trainer.datamodule.hparams if taken else {}
-        starts, batch, stored = (
-            settings.get("learning_starts", 0),
-            settings.get("batch_size", 0),
-            taken // trainer.world_size,
-        )
+        starts, batch = settings.get("learning_starts", 0), settings.get("batch_size", 0)
+        stored = taken // trainer.world_size  # the most transitions one rank stores
         if starts >= taken > 0 or batch > stored > 0:  # a gradient step needs a batch of a rank's own transitions
             what = f"learning_starts={starts} is not below" if starts >= taken else f"batch_size={batch} is more than"
             raise ValueError(f"{what} the {taken} env steps the run takes (total_timesteps={self.total_timesteps} in "

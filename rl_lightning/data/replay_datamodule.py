@@ -277,7 +277,8 @@ class ReplayDataModule(EnvDataModule):
         """Restore the owed gradient steps, the epoch's position and this rank's buffer when the checkpoint holds it
         (and ``save_replay_buffer`` is on: off, the buffer refills)."""
         hp, saved = self.hparams, (state or {}).get("num_envs", self.hparams.num_envs)
-        compact = bool(state) and hp.save_replay_buffer and "compact" in (state.get("replay_buffer") or {})
+        buffer = state.get("replay_buffer") if state is not None and hp.save_replay_buffer else None  # restored, if any
+        compact = buffer is not None and "compact" in buffer
         if saved != hp.num_envs and self._fitting() and (compact or state["epoch_steps"]):  # counted in its steps
             why = "its compact buffer pairs each row with the one num_envs on" if compact else "its epoch was cut short"
             raise ValueError(f"This checkpoint's replay stream stepped num_envs={saved} envs per rank, and this run "
@@ -287,15 +288,14 @@ class ReplayDataModule(EnvDataModule):
         if self.train_dataset is not None:
             self.train_dataset.gradient_credit = self._restored["gradient_credit"]
             self.train_dataset.epoch_steps = self._restored["epoch_steps"]
-        if state is not None and state.get("replay_buffer") is not None and self.hparams.save_replay_buffer:
-            saved = "compact" in state["replay_buffer"]
-            if saved != self.hparams.optimize_memory_usage:
+        if buffer is not None:
+            if compact != hp.optimize_memory_usage:
                 raise ValueError(
-                    f"The checkpoint's replay buffer was saved with optimize_memory_usage={str(saved).lower()}, and "
-                    f"this run has {str(not saved).lower()}: the two store transitions differently. Resume with the "
+                    f"The checkpoint's replay buffer was saved with optimize_memory_usage={str(compact).lower()}, and "
+                    f"this run has {str(not compact).lower()}: the two store transitions differently. Resume with the "
                     "setting the run had, or with save_replay_buffer=false to refill the buffer."
                 )
-            self.buffer.load_state_dict(state["replay_buffer"])
+            self.buffer.load_state_dict(buffer)
         elif state is not None and self.counters.env_steps and self._fitting():
             warnings.warn(
                 "The replay buffer is not restored (the checkpoint holds none, or save_replay_buffer=false): learning "

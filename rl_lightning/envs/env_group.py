@@ -261,6 +261,7 @@ class EnvGroup:
         shifted = start is not None and bool((start != 0).any())
         self._start = torch.as_tensor(start, device=self.device) if shifted else None
         self.obs: Obs | None = None
+        self._rewards_checked = False  # against the contract once, at the first step after a reset: not every step
         self._clear_episodes()
         self.stats = EpisodeStats()
 
@@ -328,7 +329,7 @@ class EnvGroup:
         self._clear_episodes()
         if isinstance(self.observation_space, gym.spaces.Box):
             self._contract("observations", obs, (self.num_envs, *self.observation_space.shape))
-        self.obs = _batch(obs, self.num_envs, self.device)
+        self.obs, self._rewards_checked = _batch(obs, self.num_envs, self.device), False
         self._check(self.obs)
         return self.obs
 
@@ -339,7 +340,9 @@ class EnvGroup:
             obs, reward, terminated, truncated, info = self.env.step(action)
         except Exception as err:
             return self._restarted_step(err)
-        self._contract("rewards", reward, (self.num_envs,))
+        if not self._rewards_checked:
+            self._contract("rewards", reward, (self.num_envs,))
+            self._rewards_checked = True
         obs, done, reward = _batch(obs, self.num_envs, self.device), terminated | truncated, reward.float()
         # gymnasium 1's name, or 0.29's (ManiSkill3's ManiSkillVectorEnv); absent where no episode ended.
         final_obs = info.get("final_obs", info.get("final_observation"))

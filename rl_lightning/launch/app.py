@@ -213,6 +213,11 @@ def _checked_checkpoint(ckpt_path: str, checkpoint_dir: str) -> str:
     return path
 
 
+def sweeping() -> bool:
+    """Whether this Hydra job is one of a sweep's (``-m``)."""
+    return HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
+
+
 def _check_new_run_dir(run_dir: str) -> None:
     try:
         check_new_run_dir(
@@ -295,8 +300,8 @@ def train(cfg: DictConfig) -> RunSummary | None:
         loggers, callbacks = build_loggers(cfg), build_callbacks(cfg)
         trainer = build_trainer(cfg, loggers, callbacks)
     # In a sweep (-m), ckpt_path=last resumes the jobs that have a last.ckpt and starts the others (not run yet).
-    fresh = cfg.get("ckpt_path") == "last" and HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
-    fresh = fresh and not os.path.exists(os.path.join(run_checkpoint_dir(trainer), "last.ckpt"))
+    last = os.path.join(run_checkpoint_dir(trainer), "last.ckpt")
+    fresh = cfg.get("ckpt_path") == "last" and sweeping() and not os.path.exists(last)
     ckpt_path = (
         _checked_checkpoint(cfg.ckpt_path, run_checkpoint_dir(trainer)) if cfg.get("ckpt_path") and not fresh else None
     )

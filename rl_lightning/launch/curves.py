@@ -28,26 +28,14 @@ Curve = tuple[np.ndarray, np.ndarray]  # (env steps, values), sorted by steps
 
 #: Settings that may differ between the seeds of one curve: the seed, the budget, where a run keeps its files and how
 #: it runs (a Hydra run's loggers, callbacks and trainer are left out whole).
-PER_RUN = {
-    "seed",
-    "total_timesteps",
-    "save_interval",
-    "keep_last",
-    "compile",
-    "flush_denormal",
-    "vectorization",
-    "max_env_restarts",
-    "worker_start_method",
-    "worker_timeout",
-    "storage",
-    "scratch_dir",
-    "save_replay_buffer",
-}
+PER_RUN = {"seed", "total_timesteps", "save_interval", "keep_last", "compile", "flush_denormal", "vectorization",
+           "max_env_restarts", "worker_start_method", "worker_timeout", "storage", "scratch_dir",
+           "save_replay_buffer"}  # fmt: skip
 
 
 def settings(run_dir: str) -> dict[str, str]:
     """A run's settings, from the ``hparams.yaml`` its logger wrote beside the metrics, as dotted keys (a Hydra run's
-    under ``config.``) without :data:`PER_RUN`'s; ``{}`` where none can be read."""
+    as its command line names them: ``algo.lr``) without :data:`PER_RUN`'s; ``{}`` where none can be read."""
     try:  # BaseLoader: every value as text, and the tags of objects a user's hparams hold are not imported
         with open(os.path.join(run_dir, "hparams.yaml")) as f:
             nodes, flat = [("", yaml.load(f, Loader=yaml.BaseLoader))], {}
@@ -60,7 +48,8 @@ def settings(run_dir: str) -> dict[str, str]:
         elif key.rpartition(".")[2] not in PER_RUN:
             flat[key] = str(node)
     if any(key.startswith("config.") for key in flat):  # a Hydra run's: the algo, env and data groups, what it learns
-        return {k: v for k, v in flat.items() if k.startswith(("config.algo.", "config.env.", "config.data."))}
+        learning = ("config.algo.", "config.env.", "config.data.")  # named as on the command line (algo.lr)
+        return {k.removeprefix("config."): v for k, v in flat.items() if k.startswith(learning)}
     return flat
 
 
@@ -142,11 +131,9 @@ def plot_runs(paths: Sequence[str | Sequence[str]], out: str, title: str | None 
             )  # fmt: skip
         shared = {k: v for k, v in runs[0][1].items() if all(s.get(k) == v for _, s in runs)}
         differ = sorted({k for _, s in runs for k in s} - set(shared))
-        # A Hydra run holds its settings twice: under config. (as the command line names them) and as the modules'.
-        differ = [k.removeprefix("config.") for k in differ if k.startswith("config.")] or differ
         kinds: dict[str, list[dict[str, Curve]]] = {}  # one curve per setting, the seeds of each
         for curves, setting in runs:
-            kind = ", ".join(f"{k}={setting.get('config.' + k, setting.get(k, '-'))}" for k in differ)
+            kind = ", ".join(f"{k}={setting.get(k, '-')}" for k in differ)
             kinds.setdefault(kind, []).append(curves)
         for kind, members in kinds.items():
             seeds[f"{path} ({kind})" if kind else path] = len(members)
