@@ -8,6 +8,7 @@ the warm-up (``debug=true``), ``fit``, the final test on every object set, and t
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shlex
 import time
@@ -32,7 +33,7 @@ from rl_lightning.data.chunks import chunk_schedule
 from rl_lightning.envs.object_sets import NoObjectSetsWarning
 from rl_lightning.faults import EnvFault, NumericalFault, TrainingInterrupted
 from rl_lightning.launch.errors import ConfigError, explain_build_error, explain_run_error
-from rl_lightning.launch.summary import RunSummary
+from rl_lightning.launch.summary import SUMMARY_FILE, RunSummary
 from rl_lightning.loggers import continue_loggers
 
 # Loggers share the run directory with Hydra's files; nothing of theirs is deleted.
@@ -302,6 +303,10 @@ def train(cfg: DictConfig) -> RunSummary | None:
     # In a sweep (-m), ckpt_path=last resumes the jobs that have a last.ckpt and starts the others (not run yet).
     last = os.path.join(run_checkpoint_dir(trainer), "last.ckpt")
     fresh = cfg.get("ckpt_path") == "last" and sweeping() and not os.path.exists(last)
+    if fresh and os.path.exists(done := os.path.join(cfg.run_dir, SUMMARY_FILE)):  # finished, without checkpoints
+        _print(f"{cfg.run_dir} is a finished run (its {SUMMARY_FILE}) that keeps no checkpoint to resume: skipped.")
+        with open(done) as f:
+            return RunSummary(**json.load(f))
     ckpt_path = (
         _checked_checkpoint(cfg.ckpt_path, run_checkpoint_dir(trainer)) if cfg.get("ckpt_path") and not fresh else None
     )

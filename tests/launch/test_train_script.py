@@ -109,6 +109,19 @@ def test_multirun_sweeps_seeds_and_plot_draws_them(tmp_path):
     assert [s["resumed_from_env_steps"] for s in summaries] == [512, 512, 0]
 
 
+def test_a_sweep_rerun_skips_a_finished_job_that_keeps_no_checkpoint(tmp_path):
+    """Test that a sweep rerun with ckpt_path=last skips a job that finished with checkpointing off (it was refused
+    as an earlier run in the way, which ended the sweep), keeping its summary, and runs the new job."""
+    sweep, off = tmp_path / "multirun" / "off", "algo.save_interval=null"
+    run_train(["-m", *TINY, off, "seed=1", "logger=csv", f"hydra.sweep.dir={sweep}"], tmp_path)
+    finished = read_summary(sweep / "0")
+    rerun = [*TINY, off, "seed=1,2", "logger=csv", f"hydra.sweep.dir={sweep}", "ckpt_path=last"]
+    proc = run_train(["-m", *rerun], tmp_path)
+    assert "is a finished run (its summary.json) that keeps no checkpoint to resume: skipped." in proc.stdout
+    assert read_summary(sweep / "0") == finished and finished["checkpoint"] is None
+    assert read_summary(sweep / "1")["env_steps"] == 512
+
+
 def test_debug_warm_up_runs_first_then_a_fresh_run(tmp_path):
     """Test that debug=true reports a warm-up, then the real run starts from zero env steps with its own seeds."""
     proc = run_train([*TINY, "debug=true", "logger=csv", "hydra.run.dir=runs/debug"], tmp_path)
