@@ -306,6 +306,32 @@ def test_multi_discrete_actions_export_as_int64_batch_by_n_with_the_spaces_start
     assert (actions == expected).all(axis=1).mean() >= (1.0 if fmt == "torchscript" else 0.95)
 
 
+def test_a_recurrent_dict_policy_exports_its_keys_and_state_and_acts_as_predict(tmp_path):
+    """Test that a recurrent policy over Dict observations (an image and a vector) exports (it raised: the policy
+    reshaped a dict as a tensor) and that the file's actions and states equal predict's, step after step."""
+    data = tiny_rollout_data(
+        env_id="tests.envs.pixel_goal:pixel_goal/PixelGoal-v0", obj_sets={"train": [{}], "test": [{}]}
+    )
+    encoder = {"cnn_channels": [4], "cnn_kernels": [2], "cnn_strides": [1], "cnn_features": 16}
+    model = _fit_ppo(data, tmp_path, encoder=encoder, recurrent=True, recurrent_size=8, num_minibatches=1)
+    path = str(tmp_path / "actor.pt")
+    contract = export_policy(model, path, "torchscript")
+    assert [i["name"] for i in contract["inputs"]] == ["image", "position"]
+    assert contract["state"]["shape"] == ["batch", 2, 1, 8]
+    actor, space = torch.jit.load(path), model.spaces[0]
+    space.seed(0)
+    state = exported_state = np.zeros((16, 2, 1, 8), np.float32)
+    for _ in range(3):  # the state carries the steps before
+        samples = [space.sample() for _ in range(16)]
+        obs = {key: np.stack([s[key] for s in samples]) for key in space.spaces}
+        action, state = model.predict(obs, state=state)
+        inputs = tuple(torch.from_numpy(obs[i["name"]]) for i in contract["inputs"])
+        exported, exported_state = (t.numpy() for t in actor(inputs, torch.from_numpy(exported_state)))
+        np.testing.assert_array_equal(exported, action)
+        np.testing.assert_allclose(exported_state, state, rtol=1e-6, atol=1e-6)
+    assert np.abs(state).max() > 0.01
+
+
 def _run_recurrent(path: str, fmt: str, obs: np.ndarray, state: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     if fmt == "torchscript":
         action, state_out = torch.jit.load(path)(torch.from_numpy(obs), torch.from_numpy(state))

@@ -26,6 +26,7 @@ import torch
 from torch import nn
 
 from rl_lightning.checks import check_one_of, check_positive_int
+from rl_lightning.envs.obs import Obs, map_obs
 from rl_lightning.nets.actor_critic import ActorCritic
 from rl_lightning.nets.encoders import EncoderSettings
 from rl_lightning.nets.mlp import mlp
@@ -51,6 +52,11 @@ def check_recurrent_settings(
         )
     check_positive_int(recurrent_size=recurrent_size)
     check_positive_int(bptt_length=bptt_length, none="None")
+
+
+def _one_step(obs: Obs) -> Obs:
+    """One step's observations ``[B, ...]`` as a sequence of one, ``[1, B, ...]`` (a dict's leaves each)."""
+    return map_obs(lambda leaf: leaf.unsqueeze(0), obs)
 
 
 def _core(cell: str, in_features: int, size: int) -> nn.RNNBase:
@@ -142,7 +148,7 @@ class RecurrentActorCritic(ActorCritic):
         """
         T, B = starts.shape
         state = self.initial_state(B, starts.device) if state is None else state
-        flat = obs.flatten(0, 1)
+        flat = map_obs(lambda leaf: leaf.flatten(0, 1), obs)  # a dict's leaves, too (an exported policy's)
         x = self.features(flat)
         inputs = [x.reshape(T, B, -1)]
         if len(self.cores) == 2 and critic:
@@ -167,13 +173,13 @@ class RecurrentActorCritic(ActorCritic):
             critic, and its own core, do not run), plus the state to pass with the next step.
         """
         starts = episode_start.unsqueeze(0)
-        actor_in, critic_in, next_state = self._heads_input(obs.unsqueeze(0), state, starts, critic=value)
+        actor_in, critic_in, next_state = self._heads_input(_one_step(obs), state, starts, critic=value)
         action, log_prob = self._action_and_log_prob(self.actor(actor_in[0]), deterministic)
         return action, log_prob, self.critic(critic_in[0]).squeeze(-1) if value else None, next_state
 
     def value(self, obs: torch.Tensor, state: torch.Tensor | None, episode_start: torch.Tensor) -> torch.Tensor:
         """State values ``[B]`` of one step (the bootstrap value after a rollout's last step)."""
-        _, critic_in, _ = self._heads_input(obs.unsqueeze(0), state, episode_start.unsqueeze(0))
+        _, critic_in, _ = self._heads_input(_one_step(obs), state, episode_start.unsqueeze(0))
         return self.critic(critic_in[0]).squeeze(-1)
 
     def evaluate_actions(
