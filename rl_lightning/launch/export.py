@@ -40,8 +40,9 @@ def main(args: Sequence[str] | None = None) -> dict[str, Any]:
     def fail(message: str) -> NoReturn:
         parser.exit(2, f"rl-lightning export: error: {message}\n")
 
-    if os.path.abspath(out) == os.path.abspath(ns.checkpoint):
-        fail(f"--out {out} is the checkpoint itself; name another file (e.g. policy{SUFFIXES[ns.format]}).")
+    if (same := os.path.realpath(out) == os.path.realpath(ns.checkpoint)) or out.endswith(".ckpt"):  # links resolved
+        what = "the checkpoint itself" if same else "named as a checkpoint (a run's would be replaced)"
+        fail(f"--out {out} is {what}; name another file (e.g. policy{SUFFIXES[ns.format]}).")
     if other := next((f for f, suffix in SUFFIXES.items() if f != ns.format and out.endswith(suffix)), None):
         fail(f"--out {out} is named as a {other} file, but --format {ns.format} writes {ns.format}: name it "
              f"{os.path.splitext(out)[0] + SUFFIXES[ns.format]}, or pass --format {other}.")  # fmt: skip

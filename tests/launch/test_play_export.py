@@ -117,6 +117,23 @@ def test_export_refuses_a_file_named_as_the_other_format(ppo_checkpoint, fmt, ou
     assert (tmp_path / out).read_bytes() == b"an earlier export"
 
 
+def test_export_refuses_to_write_over_a_checkpoint_named_through_a_link_or_another_one(
+    ppo_checkpoint, tmp_path, capsys
+):
+    """Test that --out naming the checkpoint through a symlinked directory, or another run's .ckpt, is refused and
+    both files are left as they were (each was replaced by the export: the run's resumable state lost)."""
+    os.symlink(os.path.dirname(ppo_checkpoint), tmp_path / "latest")
+    other = tmp_path / "best.ckpt"
+    other.write_bytes(b"another checkpoint")
+    before = open(ppo_checkpoint, "rb").read()
+    for out, what in ((tmp_path / "latest" / os.path.basename(ppo_checkpoint), "is the checkpoint itself"),
+                      (other, "is named as a checkpoint (a run's would be replaced)")):  # fmt: skip
+        with pytest.raises(SystemExit) as exit_info:
+            export_cli.main([ppo_checkpoint, "--format", "torchscript", "--out", str(out)])
+        assert exit_info.value.code == 2 and f"--out {out} {what}; name another file" in capsys.readouterr().err
+    assert open(ppo_checkpoint, "rb").read() == before and other.read_bytes() == b"another checkpoint"
+
+
 @pytest.mark.parametrize("fmt", ["onnx", "torchscript"])
 def test_export_command_writes_a_file_that_acts_as_the_checkpoint(ppo_checkpoint, fmt, tmp_path, capsys):
     out = str(tmp_path / f"policy.{fmt}")
