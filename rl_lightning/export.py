@@ -206,13 +206,11 @@ def _onnx(actor: DeployedActor, path: str) -> None:
             f"ONNX export needs the onnx and onnxscript packages ({err.name} is missing): "
             "pip install 'rl_lightning[export]', or export with --format torchscript."
         ) from None
-    dim = torch.export.Dim("batch", min=1)
-    batch = {0: dim}
+    batch = {0: torch.export.Dim("batch", min=1)}
     dynamic_shapes = {"obs": batch if actor.keys is None else tuple(batch for _ in actor.inputs)}
-    names = [i["name"] for i in actor.inputs]
-    outputs = ["action"]
+    names, outputs = [i["name"] for i in actor.inputs], ["action"]
     if actor.recurrent:
-        dynamic_shapes["state"] = {0: dim}
+        dynamic_shapes["state"] = batch
         names, outputs = [*names, "state_in"], ["action", "state_out"]
     exporter_log = logging.getLogger("torch.onnx")
     level = exporter_log.level
@@ -241,12 +239,9 @@ def _onnx(actor: DeployedActor, path: str) -> None:
 
 
 def export_policy(
-    model: RLModule,
-    path: str | os.PathLike,
-    format: str = "onnx",
-    metadata: Mapping[str, Any] | None = None,
+    model: RLModule, path: str | os.PathLike, format: str = "onnx", metadata: Mapping[str, Any] | None = None,
     obs_bound: float | None = None,
-) -> dict[str, Any]:
+) -> dict[str, Any]:  # fmt: skip
     """Write ``model``'s deterministic actor to ``path`` as TorchScript or ONNX.
 
     The file is written beside ``path`` first and moved over it once complete, so a failed

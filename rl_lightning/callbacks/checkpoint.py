@@ -46,7 +46,12 @@ def atomic_file(path: str) -> Iterator[str]:
         yield tmp
         os.chmod(tmp, plain_file_mode())  # mkstemp made it private (0600)
         os.replace(tmp, path)
-        _fsync_directory(directory)  # the rename itself survives a power loss
+        with contextlib.suppress(OSError):  # the rename itself survives a power loss (Windows: no directory to open)
+            fd = os.open(directory, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
     finally:
         with contextlib.suppress(OSError):
             os.remove(tmp)  # gone already after the rename
@@ -216,16 +221,11 @@ class BestCheckpoint(RunCheckpoint):
 class AtomicCheckpointIO(TorchCheckpointIO):
     """Checkpoint files that are either the previous version or the complete new one, never a torn write.
 
-    The checkpoint is serialized to a temporary file next to its destination, flushed to
-    disk (``fsync``) and renamed over it (``os.replace``, atomic on POSIX and Windows). A
-    crash or a kill at any moment leaves the previous file intact. Lightning's own writer
-    stages the bytes in the system temp directory and moves them: when the run directory is
-    on another filesystem (a scratch or network disk), that move is a copy, and a kill
-    during it leaves a partial file under the checkpoint's name.
-
-    Loading names the file and the fix when it is missing or is not a complete archive.
-    Remote paths (``s3://...``) go through Lightning's writer unchanged.
-
+    Written by :func:`atomic_file` (a temporary file beside the destination, ``fsync``-ed and renamed over it), so a
+    crash or a kill at any moment leaves the previous file intact. Lightning's own writer stages the bytes in the
+    system temp directory and moves them: onto another filesystem (a scratch or network disk) that move is a copy,
+    and a kill during it leaves a partial file under the checkpoint's name. Loading names the file and the fix when
+    it is missing or not a complete archive. Remote paths (``s3://...``) go through Lightning's writer unchanged.
     Installed by :func:`install_atomic_checkpoint_io` when an algorithm is set up.
     """
 
@@ -242,15 +242,6 @@ class AtomicCheckpointIO(TorchCheckpointIO):
     def load_checkpoint(self, path: str | os.PathLike, *args: Any, **kwargs: Any) -> dict[str, Any]:
         check_checkpoint_file(path)
         return super().load_checkpoint(path, *args, **kwargs)
-
-
-def _fsync_directory(directory: str) -> None:
-    with contextlib.suppress(OSError):  # e.g. Windows, where directories cannot be opened
-        fd = os.open(directory, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
 
 
 def check_checkpoint_file(path: str | os.PathLike) -> dict[str, Any] | None:

@@ -63,13 +63,9 @@ class EvaluationVideo(pl.Callback):
     """
 
     def __init__(
-        self,
-        video_interval: int = 1,
-        video_obj_sets: list[str] | None = None,
-        dirpath: str | None = None,
-        seed: int = 0,
-        max_frames: int | None = None,
-    ):
+        self, video_interval: int = 1, video_obj_sets: list[str] | None = None, dirpath: str | None = None,
+        seed: int = 0, max_frames: int | None = None,
+    ):  # fmt: skip
         if not isinstance(video_interval, int) or isinstance(video_interval, bool) or video_interval < 0:
             raise ValueError(f"video_interval must be an integer >= 0 (0 records no video), got {video_interval!r}.")
         check_positive_int(max_frames=max_frames, none="None (whole episodes)")
@@ -165,14 +161,13 @@ class EvaluationVideo(pl.Callback):
                             policy, env, self.seed, hp.eval_deterministic, video, self.max_frames, obs_bound=obs_bound
                         )
                 self._log(trainer, f"{eval_prefix(obj_set, hp.train_obj_set)}/video", path, env_steps)
+                self.last_videos[obj_set] = path
             except (TrainingInterrupted, KeyboardInterrupt):
                 _remove(path)
                 raise
             except Exception as err:
                 _remove(path)
                 rank_zero_warn(f"EvaluationVideo: the video of object set '{obj_set}' failed and was skipped: {err!r}")
-                continue
-            self.last_videos[obj_set] = path
         return self.last_videos
 
     @staticmethod

@@ -333,11 +333,8 @@ class RLCLI(LightningCLI):
         """``rl-lightning fit`` with this run's arguments, its run directory and the checkpoint just written."""
         given, replaced = self._given_args, ("--ckpt_path", "--trainer.default_root_dir")
         # Each replaced flag is dropped with its value (the next argument, or after "=").
-        args = [
-            a
-            for prev, a in zip(["", *given], given, strict=False)
-            if prev not in replaced and a.split("=")[0] not in replaced
-        ]
+        args = [a for prev, a in zip(["", *given], given, strict=False)
+                if prev not in replaced and a.split("=")[0] not in replaced]  # fmt: skip
         root = getattr(err, "run_dir", None) or self.trainer.default_root_dir
         extra = ["--trainer.default_root_dir", str(root), "--ckpt_path", str(getattr(err, "checkpoint", ""))]
         return "rl-lightning " + " ".join(shlex.quote(a) for a in [*args, *extra])
@@ -360,11 +357,8 @@ class RLCLI(LightningCLI):
 
     @staticmethod
     def subcommands() -> dict[str, set[str]]:
-        return {
-            "fit": {"model", "train_dataloaders", "val_dataloaders", "datamodule"},
-            "validate": {"model", "dataloaders", "datamodule"},
-            "test": {"model", "dataloaders", "datamodule"},
-        }
+        """Lightning's subcommands (with the trainer arguments they skip), less ``predict``: :data:`SUBCOMMANDS`."""
+        return {name: skipped for name, skipped in LightningCLI.subcommands().items() if name in SUBCOMMANDS}
 
     def add_arguments_to_parser(self, parser) -> None:
         parser.set_defaults({"data": {"class_path": "rl_lightning.RolloutDataModule"}})
@@ -398,15 +392,10 @@ class RLCLI(LightningCLI):
 
 def _section_that_raised(err: BaseException) -> str | None:
     """``"model"``, ``"data"`` or ``"trainer"``: whose constructor raised ``err`` (the innermost in its traceback)."""
-    section, tb = None, err.__traceback__
+    section, tb, owners = None, err.__traceback__, {RLModule: "model", EnvDataModule: "data", pl.Trainer: "trainer"}
     while tb is not None:
         owner = tb.tb_frame.f_locals.get("self")
-        if isinstance(owner, RLModule):
-            section = "model"
-        elif isinstance(owner, EnvDataModule):
-            section = "data"
-        elif isinstance(owner, pl.Trainer):
-            section = "trainer"
+        section = next((name for cls, name in owners.items() if isinstance(owner, cls)), section)
         tb = tb.tb_next
     return section
 

@@ -75,10 +75,8 @@ def main(args: Sequence[str] | None = None) -> list[Episode]:
         fail(f"This checkpoint was trained on env_factory={data['env_factory']}, a batched simulator; play steps one "
              "gymnasium env. Evaluate it with `rl-lightning test --ckpt_path` (or trainer.test).")  # fmt: skip
     if "env_id" not in data:
-        fail(
-            f"Checkpoint '{ns.checkpoint}' holds no env settings (it was saved without a data module), so "
-            "there is no env to play on. Pass a checkpoint written by a run (train.py, rl-lightning fit)."
-        )
+        fail(f"Checkpoint '{ns.checkpoint}' holds no env settings (it was saved without a data module), so there is "
+             "no env to play on. Pass a checkpoint written by a run (train.py, rl-lightning fit).")  # fmt: skip
     algorithm = type(model).__name__
     obj_set = ns.obj_set or data["train_obj_set"]
     sets = resolve_obj_sets(data["env_id"], data["obj_sets"])
@@ -108,11 +106,9 @@ def main(args: Sequence[str] | None = None) -> list[Episode]:
             seed = ns.seed if k == 0 else None
             episode = play_episode(model.policy, env, seed, not ns.stochastic, video, obs_bound=obs_bound)
             episodes.append(episode)
-            print(
-                f"{k + 1:>7}  {episode.variation or '-':<20} {episode.ret:>10.2f} {episode.length:>7}  "
-                f"{'-' if math.isnan(episode.success) else 'yes' if episode.success else 'no'}",
-                flush=True,
-            )
+            success = "-" if math.isnan(episode.success) else "yes" if episode.success else "no"
+            print(f"{k + 1:>7}  {episode.variation or '-':<20} {episode.ret:>10.2f} {episode.length:>7}  {success}",
+                  flush=True)  # fmt: skip
     except KeyboardInterrupt:
         print(f"Stopped after {len(episodes)} episode(s).")
         if video is not None:

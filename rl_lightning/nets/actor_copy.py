@@ -75,13 +75,9 @@ class ActorCopy:
     """
 
     def __init__(
-        self,
-        learner: nn.Module,
-        device: str | torch.device = "cpu",
-        dtype: str = "float32",
-        sync_interval: int = 1,
+        self, learner: nn.Module, device: str | torch.device = "cpu", dtype: str = "float32", sync_interval: int = 1,
         verify: bool = False,
-    ):
+    ):  # fmt: skip
         check_one_of(sorted(DTYPES), " (the acting copy's)", dtype=dtype)
         check_positive_int(sync_interval=sync_interval)
         self.learner = learner
@@ -90,10 +86,9 @@ class ActorCopy:
         self.sync_interval = sync_interval
         self.verify_each_sync = verify
         self.module = copy.deepcopy(learner).to(self.device).requires_grad_(False).eval()
+        dtypes = _copy_dtypes(self.module, self.dtype)
         with torch.no_grad():
-            for (_, tensor), target in zip(
-                _named_tensors(self.module), _copy_dtypes(self.module, self.dtype), strict=True
-            ):
+            for (_, tensor), target in zip(_named_tensors(self.module), dtypes, strict=True):
                 tensor.data = tensor.data.to(target)
         self.pending_updates = 0  # learner updates not yet pulled in
         self.syncs = 0

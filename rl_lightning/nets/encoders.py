@@ -320,8 +320,7 @@ class NatureCNN(nn.Module):
     def __init__(self, image: ImageInput, settings: EncoderSettings):
         super().__init__()
         c, h, w = image.chw
-        out_h = conv_output_size(h, settings.cnn_kernels, settings.cnn_strides)
-        out_w = conv_output_size(w, settings.cnn_kernels, settings.cnn_strides)
+        out_h, out_w = (conv_output_size(size, settings.cnn_kernels, settings.cnn_strides) for size in (h, w))
         if out_h <= 0 or out_w <= 0:
             raise ValueError(
                 f"Observation key {image.key!r} is an image of {h}x{w} pixels, too small for the CNN's kernels "

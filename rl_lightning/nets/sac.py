@@ -131,13 +131,9 @@ class QEnsemble(nn.Module):
     """
 
     def __init__(
-        self,
-        obs_dim: int,
-        act_dim: int,
-        hidden_sizes: Sequence[int],
-        num_nets: int = 2,
+        self, obs_dim: int, act_dim: int, hidden_sizes: Sequence[int], num_nets: int = 2,
         encoder: nn.Module | None = None,
-    ):
+    ):  # fmt: skip
         super().__init__()
         nets = [QNetwork(obs_dim, act_dim, hidden_sizes) for _ in range(num_nets)]
         linears = [[m for m in net.net if isinstance(m, nn.Linear)] for net in nets]
@@ -157,7 +153,9 @@ class QEnsemble(nn.Module):
                 actor loss, where the critics are held fixed).
             encoded: ``obs`` are the encoder's features already.
         """
-        x = self._input(obs, action, encoded)
+        if self.encoder is not None and not encoded:
+            obs = self.encoder(obs)
+        x = torch.cat([obs, action], dim=-1).expand(self.num_nets, -1, -1)  # [num_nets, B, obs_dim + act_dim], one copy
         *hidden, last = self.layers
         for layer in hidden:
             x = torch.relu(layer(x, detach_params))
@@ -172,15 +170,6 @@ class QEnsemble(nn.Module):
             with torch.no_grad():  # the critics, their encoder included, are held fixed
                 obs = self.encoder(obs)
         return self(obs, action, detach_params=True, encoded=True).min(0).values
-
-    def _input(self, obs: Obs, action: torch.Tensor, encoded: bool = False) -> torch.Tensor:
-        """``[features, action]`` for every critic: ``[num_nets, B, obs_dim + act_dim]`` (one copy, expanded).
-
-        ``encoded``: ``obs`` are the encoder's features already.
-        """
-        if self.encoder is not None and not encoded:
-            obs = self.encoder(obs)
-        return torch.cat([obs, action], dim=-1).expand(self.num_nets, -1, -1)
 
 
 class SquashedGaussianActor(nn.Module):
@@ -197,12 +186,9 @@ class SquashedGaussianActor(nn.Module):
     """
 
     def __init__(
-        self,
-        observation_space: gym.Space,
-        action_space: gym.Space,
-        hidden_sizes: Sequence[int] = (256, 256),
+        self, observation_space: gym.Space, action_space: gym.Space, hidden_sizes: Sequence[int] = (256, 256),
         encoder: EncoderSettings | dict | nn.Module | None = None,
-    ):
+    ):  # fmt: skip
         super().__init__()
         check_continuous_spaces(observation_space, action_space)
         self.encoder = build_encoder(encoder, observation_space, normalize_obs=False)
@@ -242,13 +228,9 @@ class SquashedGaussianActor(nn.Module):
         return None
 
     def act(
-        self,
-        obs: Obs,
-        state: None = None,
-        episode_start: torch.Tensor | None = None,
-        deterministic: bool = True,
+        self, obs: Obs, state: None = None, episode_start: torch.Tensor | None = None, deterministic: bool = True,
         value: bool = False,
-    ) -> tuple[torch.Tensor, None, None, None]:
+    ) -> tuple[torch.Tensor, None, None, None]:  # fmt: skip
         """Actions for evaluation and deployment: the squashed mean, or a sample.
 
         Returns ``(action, None, None, None)``: off-policy evaluation uses no log-probability,
