@@ -27,6 +27,7 @@ from rl_lightning.algos.update import UpdateGuard
 from rl_lightning.callbacks import BestCheckpoint, EnvStepBudget, FlushDenormals, Interruption, IntervalCheckpoint
 from rl_lightning.callbacks.checkpoint import CHECKPOINT_KEY, check_checkpoint_file, install_atomic_checkpoint_io
 from rl_lightning.callbacks.interrupt import stop_if_requested
+from rl_lightning.callbacks.video import EvaluationVideo
 from rl_lightning.checks import check_bool, check_positive, check_positive_int
 from rl_lightning.data.base import EnvDataModule, collected_since, last_collection
 from rl_lightning.envs.obs import Obs, clip_floats, leaves, map_obs, to_tensor
@@ -325,16 +326,20 @@ class RLModule(pl.LightningModule):
         """
         if self.acting_copy is not None:
             self.acting_copy.sync()
-        logged, means = {}, {}
+        logged, means, obj_sets = {}, {}, []
         for loader in datamodule.val_dataloader():
             for batch in loader:
                 values, means[batch["prefix"]] = metrics.evaluation_metrics(self, batch)
                 logged.update(values)
+                obj_sets.append(batch["obj_set"])
         if logged:
             metrics.log_epoch(self, metrics.with_generalization_gap(logged, means), {})
         datamodule.mark_evaluated()
-        for best in (c for c in self.trainer.callbacks if isinstance(c, BestCheckpoint)):
-            best.offer(self.trainer, logged.get(best.monitor))
+        for callback in self.trainer.callbacks:
+            if isinstance(callback, BestCheckpoint):
+                callback.offer(self.trainer, logged.get(callback.monitor))
+            elif isinstance(callback, EvaluationVideo):  # filmed where an uninterrupted run filmed this evaluation
+                callback.evaluated(self.trainer, self, obj_sets)
 
     def on_validation_start(self) -> None:
         self.loops_started = not self.trainer.sanity_checking

@@ -120,11 +120,15 @@ class EvaluationVideo(pl.Callback):
             self._evaluated.append(batch["obj_set"])
 
     def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        if trainer.sanity_checking or not self._evaluated or trainer.state.fn != TrainerFn.FITTING:
-            return
+        if not trainer.sanity_checking and trainer.state.fn == TrainerFn.FITTING:
+            self.evaluated(trainer, pl_module, self._evaluated)
+
+    def evaluated(self, trainer: pl.Trainer, pl_module: pl.LightningModule, obj_sets: list[str]) -> None:
+        """Film ``obj_sets``, just evaluated, where this evaluation is one to film (``video_interval``); also called
+        for the evaluation a resumed run reruns outside the validation loop (``RLModule._evaluate_cut``)."""
         evaluation = trainer.datamodule.counters.iterations // trainer.datamodule.hparams.eval_interval  # on the grid
-        if self.video_interval and evaluation % self.video_interval == 0 and trainer.is_global_zero:
-            self.record(trainer, pl_module, self._to_film(self._evaluated))
+        if obj_sets and self.video_interval and evaluation % self.video_interval == 0 and trainer.is_global_zero:
+            self.record(trainer, pl_module, self._to_film(obj_sets))
 
     def _to_film(self, obj_sets: list[str]) -> list[str]:
         return [s for s in obj_sets if self.video_obj_sets is None or s in self.video_obj_sets]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import glob
 import os
+import shutil
 
 import numpy as np
 import pytest
@@ -67,12 +68,14 @@ def test_video_interval_counts_evaluations_and_survives_a_resume(tmp_path):
 
 def test_an_evaluation_rerun_at_a_resume_keeps_the_video_cadence(tmp_path):
     """Test that a run stopped between its second collection and that collection's evaluation (rerun when the fit
-    resumes, outside the validation loop) still films evaluations 2 and 4 with video_interval=2, not 2 and 3."""
+    resumes, outside the validation loop) still films evaluations 2 and 4 with video_interval=2, not 2 and 3, and
+    films the rerun evaluation 2 itself (it was never filmed)."""
     callback = EvaluationVideo(video_interval=2)
     trainer = quiet_trainer(tmp_path, callbacks=[callback], max_epochs=2)
     data = tiny_rollout_data()
     trainer.fit(tiny_ppo(hidden_sizes=[16, 16]), data)
-    data.counters.evaluated = 1  # as the stop left it: the second collection's evaluation undone
+    data.counters.evaluated = 1  # as the stop left it: the second collection's evaluation undone, and its video
+    shutil.rmtree(tmp_path / "videos")
     ckpt = str(tmp_path / "cut.ckpt")
     trainer.save_checkpoint(ckpt)
     trainer = quiet_trainer(tmp_path, callbacks=[EvaluationVideo(video_interval=2)], max_epochs=4)
