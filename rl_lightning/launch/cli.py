@@ -377,6 +377,9 @@ class RLCLI(LightningCLI):
         if self.checkpoint_config is not None:
             self._check_against_checkpoint(self.checkpoint_config)
         trainer = self._subcommand_config().trainer
+        if trainer.enable_progress_bar is False:  # Lightning refuses a progress bar callback then
+            defaults = self.trainer_defaults
+            defaults["callbacks"] = [c for c in defaults["callbacks"] if not isinstance(c, EnvStepProgressBar)]
         if trainer.default_root_dir is None:
             trainer.default_root_dir = os.path.join("runs", time.strftime("%Y-%m-%d_%H-%M-%S"))
         for logger in trainer.logger if isinstance(trainer.logger, list) else [trainer.logger]:

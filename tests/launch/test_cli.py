@@ -180,9 +180,9 @@ def test_cli_library_loggers_write_in_the_run_dir(name, tmp_path, monkeypatch):
 
 def test_cli_fit_keeps_an_earlier_runs_results_and_test_keeps_its_config(tmp_path, monkeypatch, capsys):
     """Test that a fit into a directory a refused fit left (only its config.yaml) runs, that a fresh fit into a
-    directory holding a run's results is refused leaving them as they were, that `test` into the run's
-    directory writes test_config.yaml beside the fit's config.yaml, and that `test --model` naming another
-    algorithm than the checkpoint's, or an env its object sets would not run, is refused for that reason."""
+    directory holding a run's results is refused leaving them as they were, that `test` into the run's directory
+    writes test_config.yaml beside the fit's config.yaml (with the progress bar off), and that `test --model` naming
+    another algorithm than the checkpoint's, or an env its object sets would not run, is refused for that reason."""
     monkeypatch.chdir(tmp_path)
     root = ["--trainer.default_root_dir", "run", "--trainer.logger", "CSVLogger"]
     with pytest.raises(SystemExit):  # SAC refuses CartPole's discrete actions once the envs are built
@@ -198,7 +198,9 @@ def test_cli_fit_keeps_an_earlier_runs_results_and_test_keeps_its_config(tmp_pat
     err = capsys.readouterr().err
     assert "run holds an earlier run" in err and "Resume it with --ckpt_path" in err
     assert {name: (tmp_path / "run" / name).read_bytes() for name in saved} == saved
-    main(["test", "--ckpt_path", "run/checkpoints/last.ckpt", *root])
+    no_bar = ["--trainer.enable_progress_bar", "false"]  # was refused: Lightning's check against our bar's callback
+    cli = main(["test", "--ckpt_path", "run/checkpoints/last.ckpt", *root, *no_bar])
+    assert cli.trainer.progress_bar_callback is None and "eval/return_mean" in cli.trainer.callback_metrics
     assert (tmp_path / "run" / "config.yaml").read_bytes() == saved["config.yaml"]
     assert b"ckpt_path: run/checkpoints/last.ckpt" in (tmp_path / "run" / "test_config.yaml").read_bytes()
     capsys.readouterr()
