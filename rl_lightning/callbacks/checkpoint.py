@@ -274,6 +274,10 @@ def check_checkpoint_file(path: str | os.PathLike) -> dict[str, Any] | None:
             "write may have been interrupted, or the disk corrupted it). Use an earlier checkpoint from the same "
             "directory."
         )
+    with zipfile.ZipFile(path) as archive:  # a TorchScript archive holds constants.pkl (as torch.load tells them)
+        if any(name.endswith("/constants.pkl") for name in archive.namelist()):
+            raise ValueError(f"'{path}' is an exported TorchScript policy (rl-lightning export), not a checkpoint: "
+                             "load it with torch.jit.load, or pass the run's .ckpt file (checkpoints/).")  # fmt: skip
     try:
         checkpoint = torch.load(path, weights_only=True, map_location="cpu", mmap=True)
     except Exception as err:  # a zip archive that torch cannot read, or one holding arbitrary objects

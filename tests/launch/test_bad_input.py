@@ -132,6 +132,12 @@ ROWS = [
     ),
     (
         "api",
+        "load-exported-torchscript-policy",
+        lambda c: PPO.load_from_checkpoint(c.files.scripted),
+        ["'{scripted}' is an exported TorchScript policy", "load it with torch.jit.load", "the run's .ckpt file"],
+    ),
+    (
+        "api",
         "load-missing-checkpoint",
         lambda c: PPO.load_from_checkpoint(c.files.missing),
         ["{missing}", "does not exist", "checkpoints/"],
@@ -501,6 +507,12 @@ ROWS = [
         ["test", "--ckpt_path", "{truncated}"],
         ["{truncated}", "not a complete checkpoint archive", "earlier checkpoint"],
     ),
+    (
+        "cli",
+        "test-exported-torchscript-policy",
+        ["test", "--ckpt_path", "{scripted}"],
+        ["'{scripted}' is an exported TorchScript policy", "torch.jit.load"],
+    ),
     ("cli", "test-missing-checkpoint", ["test", "--ckpt_path", "{missing}"], ["{missing}", "does not exist"]),
     (
         "cli",
@@ -562,8 +574,10 @@ def files(tmp_path_factory) -> SimpleNamespace:
     (root / "truncated.ckpt").write_bytes(good[:1000])
     (root / "text.ckpt").write_text("not a checkpoint\n")
     torch.save({"state_dict": {}, "hyper_parameters": {}, "pytorch-lightning_version": "2.6.6"}, root / "foreign.ckpt")
+    torch.jit.save(torch.jit.script(torch.nn.Linear(2, 1)), root / "scripted.pt")  # as rl-lightning export writes
     names = ("truncated", "text", "foreign")
-    return SimpleNamespace(ppo=ppo, missing=str(root / "missing.ckpt"), **{n: str(root / f"{n}.ckpt") for n in names})
+    return SimpleNamespace(ppo=ppo, missing=str(root / "missing.ckpt"), scripted=str(root / "scripted.pt"),
+                           **{n: str(root / f"{n}.ckpt") for n in names})  # fmt: skip
 
 
 def _fill(text: str, files: SimpleNamespace) -> str:
