@@ -29,7 +29,7 @@ from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv
 
 from rl_lightning.checks import check_max_env_restarts
 from rl_lightning.envs.object_sets import ObjectSetWrapper, ObjSets
-from rl_lightning.envs.obs import Obs, map_obs, select_envs, to_tensor, write_obs
+from rl_lightning.envs.obs import Obs, float32_obs, map_obs, select_envs, to_tensor, write_obs
 from rl_lightning.envs.wrappers import WrapperSpec
 from rl_lightning.faults import EnvFault, NumericalFault
 
@@ -413,7 +413,7 @@ class GymnasiumVectorEnv(gym.vector.VectorEnv):
         obs, info = result
         restarts = info.get("env_restart")  # recreations inside RestartingEnv.reset
         self._faults.update(env_restarts=rebuilt + (0 if restarts is None else int(restarts.sum())))
-        return obs, rebuilt > 0
+        return float32_obs(obs), rebuilt > 0
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[Obs, dict[str, Any]]:
         """Reset every env (env ``i`` with ``seed + i``); checked (and clipped) first observations as tensors."""
@@ -483,7 +483,7 @@ class GymnasiumVectorEnv(gym.vector.VectorEnv):
             info = {"final_obs": to_tensor(final, "cpu", batch_dims=1), "cut": cut, "faults": self._pop_faults()}
             return obs, torch.zeros(n), torch.zeros(n, dtype=torch.bool), cut.clone(), info
         obs, reward, terminated, truncated, info = result
-        reward = np.asarray(reward, dtype=np.float32)
+        obs, reward = float32_obs(obs), np.asarray(reward, dtype=np.float32)  # checked as the tensors hold them
         done, final, cut = terminated | truncated, obs, None  # final: what each env reached
         if done.any():
             final = map_obs(np.copy, obs)

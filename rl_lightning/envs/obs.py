@@ -45,12 +45,20 @@ def empty_obs(space: gym.Space, batch_shape: tuple[int, ...]) -> Obs:
 
 
 def write_obs(buffer: Obs, index: Any, obs: Obs) -> None:
-    """``buffer[index] = obs`` leaf by leaf (casting to the buffer's dtype)."""
+    """``buffer[index] = obs`` leaf by leaf (casting to the buffer's dtype: beyond float32's range, inf)."""
     if isinstance(buffer, Mapping):
         for key in buffer.keys():
             write_obs(buffer[key], index, obs[key])
     else:
-        buffer[index] = obs
+        with np.errstate(over="ignore"):
+            buffer[index] = obs
+
+
+def float32_obs(obs: Obs) -> Obs:
+    """``obs`` with its float arrays in float32, as the tensors will hold them: a float64 value beyond float32's
+    range is inf there, and the value checks must see it so."""
+    with np.errstate(over="ignore"):
+        return map_obs(lambda x: x if x.dtype.kind != "f" or x.dtype == np.float32 else x.astype(np.float32), obs)
 
 
 def select_envs(mask: np.ndarray, new: Obs, old: Obs) -> Obs:

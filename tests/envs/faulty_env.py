@@ -20,7 +20,8 @@ class FaultyEnv(gym.Env):
 
     At step ``at`` of an episode it injects ``fault``: ``"step"`` raises, ``"exit"`` kills
     its process (``os._exit``), ``"nan_reward"``, ``"nan_obs"``, ``"inf_obs"`` and
-    ``"big_obs"`` (1e6) return a bad value; ``"reset"`` raises, ``"exit_reset"`` exits and
+    ``"big_obs"`` (1e6) and ``"huge_obs"`` (1e40: finite in a ``dtype="float64"`` space, inf in float32) return a
+    bad value; ``"reset"`` raises, ``"exit_reset"`` exits and
     ``"nan_reset_obs"`` returns NaN in ``reset`` instead. ``fail_every=k`` restricts the fault to every k-th
     episode of each instance. With ``once_file`` the fault fires once over all instances
     and processes: for the ``nth`` env to get there (numbered ticket files), so a
@@ -29,9 +30,10 @@ class FaultyEnv(gym.Env):
 
     metadata = {"render_modes": []}
 
-    def __init__(self, fault="none", at=3, fail_every=None, once_file=None, nth=1):
+    def __init__(self, fault="none", at=3, fail_every=None, once_file=None, nth=1, dtype="float32"):
         self.fault, self.at, self.fail_every, self.once_file, self.nth = fault, at, fail_every, once_file, nth
-        self.observation_space = gym.spaces.Box(-np.inf, np.inf, shape=(1,), dtype=np.float32)
+        self.dtype = np.dtype(dtype)
+        self.observation_space = gym.spaces.Box(-np.inf, np.inf, shape=(1,), dtype=self.dtype)
         self.action_space = gym.spaces.Discrete(2)
         self.t = 0
         self.episode = 0
@@ -58,7 +60,7 @@ class FaultyEnv(gym.Env):
                 os._exit(1)
             raise RuntimeError("reset failed")
         value = np.nan if self.fault == "nan_reset_obs" and self._due() else 0.0
-        return np.array([value], dtype=np.float32), {}
+        return np.array([value], dtype=self.dtype), {}
 
     def step(self, action):
         self.t += 1
@@ -70,8 +72,8 @@ class FaultyEnv(gym.Env):
                 os._exit(1)
             if self.fault == "nan_reward":
                 reward = float("nan")
-            obs = {"nan_obs": np.nan, "inf_obs": np.inf, "big_obs": 1e6}.get(self.fault, obs)
-        return np.array([obs], dtype=np.float32), reward, self.t >= EPISODE_LEN, False, {}
+            obs = {"nan_obs": np.nan, "inf_obs": np.inf, "big_obs": 1e6, "huge_obs": 1e40}.get(self.fault, obs)
+        return np.array([obs], dtype=self.dtype), reward, self.t >= EPISODE_LEN, False, {}
 
 
 if FAULTY_ID not in gym.registry:

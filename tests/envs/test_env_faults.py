@@ -220,13 +220,17 @@ def test_nan_reward_stops_with_message_naming_reward_and_env(tmp_path):
         assert part in message
 
 
-@pytest.mark.parametrize("fault, what", [("nan_obs", "observation"), ("inf_obs", "observation")])
-def test_nonfinite_observation_stops(fault, what):
-    """Test that a NaN or inf observation raises NumericalFault naming the observation."""
-    group = faulty_group(num_envs=1, fault=fault, at=2)
+@pytest.mark.parametrize(
+    "fault, dtype, value",
+    [("nan_obs", "float32", "nan"), ("inf_obs", "float32", "inf"), ("huge_obs", "float64", "inf")],
+)
+def test_nonfinite_observation_stops(fault, dtype, value):
+    """Test that a NaN or inf observation raises NumericalFault naming the observation, also a float64 one beyond
+    float32's range, which the policy's tensors hold as inf (it passed the check made in float64)."""
+    group = faulty_group(num_envs=1, fault=fault, at=2, dtype=dtype)
     group.reset()
     run(group, 1)
-    with pytest.raises(NumericalFault, match=f"Non-finite {what} value"):
+    with pytest.raises(NumericalFault, match=f"Non-finite observation value {value}"):
         group.step(np.zeros(1, dtype=np.int64))
 
 
