@@ -19,6 +19,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 import yaml
+from gymnasium.envs.classic_control.cartpole import CartPoleEnv
 
 from rl_lightning.envs.wrappers import WrapperSpec, apply_wrappers
 
@@ -138,7 +139,7 @@ def _refresh_derived(unwrapped: gym.Env) -> None:
     """Recompute quantities an env derives from overridable attributes in its constructor."""
     # gymnasium/envs/classic_control/cartpole.py: total_mass and polemass_length are set in
     # __init__ from masspole, masscart and length, and step() only reads the derived values.
-    if type(unwrapped).__name__ == "CartPoleEnv":
+    if isinstance(unwrapped, CartPoleEnv):  # a user's subclass too
         unwrapped.total_mass = unwrapped.masspole + unwrapped.masscart
         unwrapped.polemass_length = unwrapped.masspole * unwrapped.length
 

@@ -5,20 +5,30 @@ import traceback
 import gymnasium as gym
 import numpy as np
 import pytest
+from gymnasium.envs.classic_control.cartpole import CartPoleEnv
 
 from rl_lightning.envs import SHIPPED_OBJ_SETS, EnvGroup, ObjectSetWrapper, Variation, resolve_obj_sets
 
 
-def _cartpole(attrs):
-    sets = resolve_obj_sets("CartPole-v1", {"only": [{"attrs": attrs}]})
+class ShapedCartPole(CartPoleEnv):
+    """A user's CartPole with its own reward: the same physics, under another class name."""
+
+
+gym.register("test_object_sets/ShapedCartPole-v0", entry_point=ShapedCartPole, max_episode_steps=500)
+
+
+def _cartpole(attrs, env_id="CartPole-v1"):
+    sets = resolve_obj_sets(env_id, {"only": [{"attrs": attrs}]})
     env = ObjectSetWrapper(sets, "only")
     env.reset(seed=0)
     return env
 
 
-def test_cartpole_variation_attributes_read_back():
-    """Test that a CartPole variation's attributes are set on the unwrapped env, derived ones too."""
-    env = _cartpole({"length": 1.0, "masspole": 0.2})
+@pytest.mark.parametrize("env_id", ["CartPole-v1", "test_object_sets/ShapedCartPole-v0"])
+def test_cartpole_variation_attributes_read_back(env_id):
+    """Test that a CartPole variation's attributes are set on the unwrapped env, derived ones too, also on a
+    subclass of CartPole (its derived masses, which step reads, kept their defaults)."""
+    env = _cartpole({"length": 1.0, "masspole": 0.2}, env_id)
     u = env.unwrapped
     assert u.length == 1.0 and u.masspole == 0.2
     assert u.polemass_length == pytest.approx(0.2 * 1.0)
