@@ -407,10 +407,13 @@ class EnvDataModule(pl.LightningDataModule):
         """Raise if the saved per-rank state ``ranks`` cannot resume on another number of ranks."""
 
     def close(self) -> None:
-        """Close every environment."""
+        """Close every environment; one whose close raises is reported in a warning, and the others are closed."""
         for envs in [self.train_envs, *self.eval_envs.values()]:
-            if envs is not None:
-                envs.close()
+            try:
+                if envs is not None:
+                    envs.close()
+            except Exception as err:  # the run's results are in: a simulator failing to close must not cost them
+                warnings.warn(f"Closing the {envs.label} failed ({type(err).__name__}: {err}).", stacklevel=2)
         self.train_envs, self.eval_envs = None, {}
 
 

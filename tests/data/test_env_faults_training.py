@@ -36,6 +36,19 @@ def faulty_fit(total_timesteps: int, on_nonfinite: str = "stop", data_kwargs=Non
     return model, data, trainer
 
 
+def test_a_run_whose_envs_fail_to_close_closes_every_group_and_warns():
+    """Test that a fit whose env raises in close ends normally: each group's failed close is a warning naming it, and
+    every group is closed (the first failure raised, left the others open, and cost a Hydra run its summary)."""
+    with pytest.warns(UserWarning, match="close failed") as warned:
+        _, data, _ = faulty_fit(ROLLOUT, fault="close")  # closes the data module at its end
+    messages = sorted(str(w.message) for w in warned if "Closing" in str(w.message))
+    assert messages == [
+        f"Closing the {FAULTY_ID} (object set '{s}') failed (RuntimeError: close failed)."
+        for s in ("test", "train", "train")
+    ]  # fmt: skip (the training envs and the train set's evaluation)
+    assert data.env_steps == ROLLOUT and data.train_envs is None and data.eval_envs == {}
+
+
 def test_ppo_fit_survives_a_flaky_env_and_logs_restarts():
     """Test that PPO trains through an env that raises in every second episode, and logs the restarts."""
     # Every env instance raises at step 3 of its second episode; the recreated one does the same.

@@ -15,17 +15,19 @@ FAULTY_ID = "Faulty-v0"
 EPISODE_LEN = 5
 
 
+NOT_IN_STEP = ("none", "reset", "exit_reset", "nan_reset_obs", "close")  # the faults injected elsewhere
+
+
 class FaultyEnv(gym.Env):
     """Observation = steps taken in the episode, reward 1 per step, terminates after 5 steps.
 
-    At step ``at`` of an episode it injects ``fault``: ``"step"`` raises, ``"exit"`` kills
-    its process (``os._exit``), ``"nan_reward"``, ``"nan_obs"``, ``"inf_obs"`` and
-    ``"big_obs"`` (1e6) and ``"huge_obs"`` (1e40: finite in a ``dtype="float64"`` space, inf in float32) return a
-    bad value; ``"reset"`` raises, ``"exit_reset"`` exits and
-    ``"nan_reset_obs"`` returns NaN in ``reset`` instead. ``fail_every=k`` restricts the fault to every k-th
-    episode of each instance. With ``once_file`` the fault fires once over all instances
-    and processes: for the ``nth`` env to get there (numbered ticket files), so a
-    recreated env or a rebuilt worker does not fail again.
+    At step ``at`` of an episode it injects ``fault``: ``"step"`` raises, ``"exit"`` kills its process
+    (``os._exit``), ``"nan_reward"``, ``"nan_obs"``, ``"inf_obs"``, ``"big_obs"`` (1e6) and ``"huge_obs"`` (1e40:
+    finite in a ``dtype="float64"`` space, inf in float32) return a bad value; ``"reset"`` raises, ``"exit_reset"``
+    exits and ``"nan_reset_obs"`` returns NaN in ``reset`` instead; ``"close"`` raises in ``close``.
+    ``fail_every=k`` restricts the fault to every k-th episode of each instance. With ``once_file`` the fault fires
+    once over all instances and processes: for the ``nth`` env to get there (numbered ticket files), so a recreated
+    env or a rebuilt worker does not fail again.
     """
 
     metadata = {"render_modes": []}
@@ -62,10 +64,14 @@ class FaultyEnv(gym.Env):
         value = np.nan if self.fault == "nan_reset_obs" and self._due() else 0.0
         return np.array([value], dtype=self.dtype), {}
 
+    def close(self):
+        if self.fault == "close":
+            raise RuntimeError("close failed")
+
     def step(self, action):
         self.t += 1
         obs, reward = float(self.t), 1.0
-        if self.t == self.at and self.fault not in ("none", "reset", "exit_reset", "nan_reset_obs") and self._due():
+        if self.t == self.at and self.fault not in NOT_IN_STEP and self._due():
             if self.fault == "step":
                 raise RuntimeError(f"boom at step {self.t}")
             if self.fault == "exit":
