@@ -13,6 +13,7 @@ import importlib.resources
 import operator
 import warnings
 from collections.abc import Mapping, Sequence
+from numbers import Integral
 from typing import Any
 
 import gymnasium as gym
@@ -58,17 +59,20 @@ class Variation:
         if unknown := set(value) - {f.name for f in dataclasses.fields(cls)}:
             raise ValueError(f"Unknown key(s) {sorted(unknown)} in object-set variation {dict(value)!r}; "
                              "allowed keys are env_id, make_kwargs, attrs, seeds, name.")  # fmt: skip
-        seeds = given = value.get("seeds")
-        if seeds is not None:
-            try:  # a string ("0,100") or a number is no range
-                seeds = tuple(int(s) for s in seeds) if not isinstance(seeds, str) else ()
-            except (TypeError, ValueError):
-                seeds = ()
-            if len(seeds) != 2 or seeds[0] >= seeds[1]:
-                raise ValueError(f"Variation seeds must be a range [low, high) of integers, low < high; got {given!r}.")
+        seeds = value.get("seeds")  # what gymnasium's seeding takes; a string ("0,100"), a number or 0.5 is no range
+        whole = isinstance(seeds, Sequence) and all(isinstance(s, Integral) and type(s) is not bool for s in seeds)
+        if seeds is not None and not (whole and not isinstance(seeds, str) and len(seeds) == 2
+                                      and 0 <= seeds[0] < seeds[1] <= 2**32):  # fmt: skip
+            raise ValueError(f"Variation seeds must be a range [low, high) of integers, 0 <= low < high <= 2**32; got "
+                             f"{seeds!r}.")  # fmt: skip
+        for key in ("make_kwargs", "attrs"):
+            if not isinstance(given := value.get(key) or {}, Mapping) or not all(isinstance(k, str) for k in given):
+                raise ValueError(f"Variation {key} must map names to values, got {given!r} in {dict(value)!r}. Write "
+                                 f"it as e.g. {{'{key}': {{'length': 0.6}}}}.")  # fmt: skip
         return cls(
             env_id=value.get("env_id"), make_kwargs=dict(value.get("make_kwargs") or {}),
-            attrs=dict(value.get("attrs") or {}), seeds=seeds, name=str(value.get("name", "")),
+            attrs=dict(value.get("attrs") or {}), seeds=None if seeds is None else (int(seeds[0]), int(seeds[1])),
+            name=str(value.get("name", "")),
         )  # fmt: skip
 
 
@@ -194,13 +198,21 @@ class ObjectSetWrapper(gym.Wrapper):
                     f"A variation overrides attribute '{key}', which {type(unwrapped).__name__} "
                     f"({variation.env_id}) does not have. Check the spelling in the object set."
                 ) from None
-        # A value a numeric attribute cannot take is the object set's mistake, refused here, not an env fault.
+        # A value an attribute cannot take is the object set's mistake, refused here, not an env fault at a reset.
         for var, key, value in ((v, k, x) for vs in self.obj_sets.values() for v in vs for k, x in v.attrs.items()):
-            default = self._defaults[key]
-            numeric = [np.asarray(x).dtype.kind in "biuf" for x in (default, value)]
-            if key != BODY_MASS_SCALE and value is not None and numeric == [True, False]:
-                raise ValueError(f"Variation '{var.name or var.env_id}' sets '{key}' to {value!r}; give a number: "
-                                 f"{type(unwrapped).__name__}.{key} is {default!r}.")  # fmt: skip
+            default, label = self._defaults[key], f"Variation '{var.name or var.env_id}' sets '{key}' to {value!r}"
+            if key == BODY_MASS_SCALE:
+                try:  # body names the model has, each with a number
+                    [(unwrapped.model.body(body), float(factor)) for body, factor in (value or {}).items()]
+                except (AttributeError, KeyError, TypeError, ValueError) as err:
+                    raise ValueError(f"{label}; give body names of the model and factors, e.g. {{torso: 1.5}} "
+                                     f"({type(err).__name__}: {err}).") from None  # fmt: skip
+            elif value is not None and np.asarray(default).dtype.kind in "biuf":
+                shape, given = np.shape(default), np.shape(value)[::-1]  # it must broadcast to the default's shape
+                fits = len(given) <= len(shape) and all(a in (1, b) for a, b in zip(given, shape[::-1], strict=False))
+                if np.asarray(value).dtype.kind not in "biuf" or not fits:
+                    raise ValueError(f"{label}; give {'an array of shape ' + str(shape) if shape else 'a number'}: "
+                                     f"{type(unwrapped).__name__}.{key} is {default!r}.")  # fmt: skip
         return env
 
     def _apply(self, variation: Variation) -> None:

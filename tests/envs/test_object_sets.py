@@ -115,8 +115,14 @@ def test_unregistered_sets_warn_and_fall_back():
         ({"train": []}, "non-empty list"),
         ({"train": [{"atrs": {}}]}, "Unknown key"),
         ({"train": [{"seeds": [5, 1]}]}, "low < high"),
-        ({"train": [{"seeds": "0,100"}]}, r"range \[low, high\) of integers, low < high; got '0,100'"),
+        ({"train": [{"seeds": "0,100"}]}, r"range \[low, high\) of integers, 0 <= low < high <= 2\*\*32; got '0,100'"),
         ({"train": [{"seeds": 7}]}, "got 7"),
+        ({"train": [{"seeds": [0.5, 10.7]}]}, r"got \[0.5, 10.7\]"),  # were truncated to (0, 10)
+        ({"train": [{"seeds": [-100, -50]}]}, "0 <= low"),  # failed at the env's reset, as an env fault
+        ({"train": [{"seeds": [0, 2**64]}]}, "high <= 2"),
+        ({"train": [{"attrs": ["length", 0.5]}]}, r"Variation attrs must map names to values, got \['length', 0.5\]"),
+        ({"train": [{"make_kwargs": [1, 2]}]}, "Variation make_kwargs must map names to values"),
+        ({"train": [{"attrs": {1: 0.5}}]}, r"attrs must map names to values, got \{1: 0.5\}"),
         ({"train": ["length"]}, "mapping or a Variation"),
     ],
 )
@@ -141,6 +147,24 @@ def test_a_value_a_numeric_attribute_cannot_take_is_refused_as_the_object_set_s_
         EnvGroup("CartPole-v1", 1, obj_sets=obj_sets)
     obj_sets = {"train": [{"attrs": {"length": 1}}, {"attrs": {"length": np.float32(0.7)}}], "test": [{}]}
     assert EnvGroup("CartPole-v1", 1, obj_sets=obj_sets).num_envs == 1
+
+
+@pytest.mark.parametrize(
+    "env_id, attrs, match",
+    [
+        ("CartPole-v1", {"length": [1.0]}, r"sets 'length' to \[1.0\]; give a number: CartPoleEnv.length is 0.5"),
+        ("InvertedPendulum-v5", {"model.opt.gravity": [0, -9.81]}, r"give an array of shape \(3,\)"),
+        ("InvertedPendulum-v5", {"body_mass_scale": {"polee": 2}}, "give body names of the model and factors.*polee"),
+        ("InvertedPendulum-v5", {"body_mass_scale": {"pole": "double"}}, "ValueError: could not convert"),
+        ("InvertedPendulum-v5", {"body_mass_scale": 2.0}, "sets 'body_mass_scale' to 2.0; give body names"),
+    ],
+)
+def test_a_value_of_the_wrong_shape_or_an_unknown_body_is_refused_when_the_envs_are_built(env_id, attrs, match):
+    """Test that a value that does not fit the attribute's shape, or a body mass scale naming a body the model lacks
+    or giving no number, is refused when the envs are built, naming the variation (each failed at the first reset
+    that drew it, taken for an env fault: retried, then an EnvFault, the run stopped mid-training)."""
+    with pytest.raises(ValueError, match=match):
+        EnvGroup(env_id, 1, obj_sets={"train": [{}], "test": [{"name": "bad", "attrs": attrs}]})
 
 
 def test_dotted_path_overrides_mujoco_arrays_in_place():
