@@ -168,6 +168,8 @@ class ObjectSetWrapper(gym.Wrapper):
         self._rng, self._seeded_once = np.random.default_rng(), False
         self.variation = obj_sets[obj_set][0]
         super().__init__(self._make(self.variation))
+        for variation in obj_sets[obj_set][1:]:  # applied once now: one that cannot be (other spaces) is refused here
+            self._apply(variation)
 
     def _make(self, variation: Variation) -> gym.Env:
         kwargs = {k: v for k, v in self._make_args.items() if v is not None}
@@ -221,7 +223,7 @@ class ObjectSetWrapper(gym.Wrapper):
             self.env = self._make(variation)
             if self.env.observation_space != old.observation_space or self.env.action_space != old.action_space:
                 raise ValueError(f"Variation '{variation.name or variation.env_id}' changes the observation or action "
-                                 "space; all variations of an object group must share their spaces.")  # fmt: skip
+                                 "space; all variations of an object set must share their spaces.")  # fmt: skip
             old.close()
             self._seeded_once = False
         unwrapped = self.env.unwrapped

@@ -167,6 +167,14 @@ def test_a_value_of_the_wrong_shape_or_an_unknown_body_is_refused_when_the_envs_
         EnvGroup(env_id, 1, obj_sets={"train": [{}], "test": [{"name": "bad", "attrs": attrs}]})
 
 
+def test_a_variation_with_other_spaces_is_refused_when_the_envs_are_built():
+    """Test that a variation whose env has other spaces is refused when the envs are built, naming it (it raised at
+    the first reset that drew it, as an env fault: with restarts allowed it was dropped silently, never run)."""
+    obj_sets = {"train": [{"name": "cartpole"}, {"name": "mountaincar", "env_id": "MountainCar-v0"}], "test": [{}]}
+    with pytest.raises(ValueError, match="Variation 'mountaincar' changes the observation or action space"):
+        EnvGroup("CartPole-v1", 2, obj_sets=obj_sets, max_env_restarts=10)
+
+
 def test_dotted_path_overrides_mujoco_arrays_in_place():
     """Test that a dotted-path attribute writes a MuJoCo model field and is restored by other variations."""
     sets = resolve_obj_sets(
