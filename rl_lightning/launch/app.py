@@ -291,6 +291,13 @@ def train(cfg: DictConfig) -> RunSummary | None:
         check_seed(cfg.seed)  # before seed_everything, whose own refusal is a traceback
     except ValueError as err:
         raise ConfigError(f"{err} Write seed=0 (or another such integer).") from None
+    done = os.path.join(cfg.run_dir, SUMMARY_FILE)
+    if cfg.get("ckpt_path") == "last" and sweeping() and os.path.exists(done):  # a sweep rerun keeps finished jobs
+        with open(done) as f:
+            summary = RunSummary(**json.load(f))
+        if summary.env_steps >= cfg.algo.total_timesteps:  # this budget spent: its results stay as they are
+            _print(f"{cfg.run_dir} finished this budget (its {SUMMARY_FILE}): skipped.")
+            return summary
     os.makedirs(cfg.run_dir, exist_ok=True)
     if cfg.get("debug"):
         pl.seed_everything(cfg.seed, verbose=False)
@@ -303,10 +310,6 @@ def train(cfg: DictConfig) -> RunSummary | None:
     # In a sweep (-m), ckpt_path=last resumes the jobs that have a last.ckpt and starts the others (not run yet).
     last = os.path.join(run_checkpoint_dir(trainer), "last.ckpt")
     fresh = cfg.get("ckpt_path") == "last" and sweeping() and not os.path.exists(last)
-    if fresh and os.path.exists(done := os.path.join(cfg.run_dir, SUMMARY_FILE)):  # finished, without checkpoints
-        _print(f"{cfg.run_dir} is a finished run (its {SUMMARY_FILE}) that keeps no checkpoint to resume: skipped.")
-        with open(done) as f:
-            return RunSummary(**json.load(f))
     ckpt_path = (
         _checked_checkpoint(cfg.ckpt_path, run_checkpoint_dir(trainer)) if cfg.get("ckpt_path") and not fresh else None
     )

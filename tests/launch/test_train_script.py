@@ -87,7 +87,8 @@ def test_ddp_two_cpu_processes_share_the_budget(tmp_path):
 
 def test_multirun_sweeps_seeds_and_plot_draws_them(tmp_path):
     """Test that -m seed=1,2 writes one run per seed, that rl-lightning plot draws the sweep to a PNG, and that the
-    sweep rerun with ckpt_path=last resumes the jobs that have a last.ckpt and starts the new one."""
+    sweep rerun with ckpt_path=last skips the finished jobs and starts the new one, and with a larger budget resumes
+    the jobs from their last.ckpt."""
     run_train(["-m", *TINY, "seed=1,2", "logger=csv", "hydra.sweep.dir=multirun/sweep"], tmp_path)
     sweep = tmp_path / "multirun" / "sweep"
     summaries = [read_summary(sweep / str(i)) for i in (0, 1)]
@@ -101,12 +102,16 @@ def test_multirun_sweeps_seeds_and_plot_draws_them(tmp_path):
     assert "2 run(s)" in proc.stdout
     with open(out, "rb") as f:
         assert f.read(8) == b"\x89PNG\r\n\x1a\n"
-    # The sweep again with one more seed, ckpt_path=last: the finished jobs resume (at their budget), the new one
-    # starts (it was refused: no last.ckpt in its directory).
+    # The sweep again with one more seed, ckpt_path=last: the finished jobs are skipped, their results kept as they
+    # were (their final test reran and their summaries were replaced), and the new one starts (it was refused: no
+    # last.ckpt in its directory); with a larger budget they resume from their last.ckpt.
+    metrics = _metrics(sweep / "0")
     run_train(["-m", *TINY, "seed=1,2,3", "logger=csv", "hydra.sweep.dir=multirun/sweep", "ckpt_path=last"], tmp_path)
-    summaries = [read_summary(sweep / str(i)) for i in (0, 1, 2)]
-    assert [s["seed"] for s in summaries] == [1, 2, 3] and all(s["env_steps"] == 512 for s in summaries)
-    assert [s["resumed_from_env_steps"] for s in summaries] == [512, 512, 0]
+    assert [read_summary(sweep / str(i)) for i in (0, 1)] == summaries and _metrics(sweep / "0") == metrics
+    assert read_summary(sweep / "2")["seed"] == 3 and read_summary(sweep / "2")["env_steps"] == 512
+    more = ["-m", *TINY, "algo.total_timesteps=1024", "seed=1", "logger=csv", "hydra.sweep.dir=multirun/sweep"]
+    run_train([*more, "ckpt_path=last"], tmp_path)
+    assert read_summary(sweep / "0")["env_steps"] == 1024 and read_summary(sweep / "0")["resumed_from_env_steps"] == 512
 
 
 def test_a_sweep_rerun_skips_a_finished_job_that_keeps_no_checkpoint(tmp_path):
@@ -117,7 +122,7 @@ def test_a_sweep_rerun_skips_a_finished_job_that_keeps_no_checkpoint(tmp_path):
     finished = read_summary(sweep / "0")
     rerun = [*TINY, off, "seed=1,2", "logger=csv", f"hydra.sweep.dir={sweep}", "ckpt_path=last"]
     proc = run_train(["-m", *rerun], tmp_path)
-    assert "is a finished run (its summary.json) that keeps no checkpoint to resume: skipped." in proc.stdout
+    assert "finished this budget (its summary.json): skipped." in proc.stdout
     assert read_summary(sweep / "0") == finished and finished["checkpoint"] is None
     assert read_summary(sweep / "1")["env_steps"] == 512
 
