@@ -335,8 +335,9 @@ def train(cfg: DictConfig) -> RunSummary | None:
             err.resume_command = resume_command(os.path.abspath(cfg.run_dir))  # type: ignore[attr-defined]
             raise
         wall = time.perf_counter() - start
-        # Testing a checkpoint restores its counters into the data module: read them first.
+        # Testing a checkpoint restores its counters into the data module, and its callbacks' state: read them first.
         env_steps, resumed_from = data.env_steps, data.resumed_from
+        checkpoint = next((c.last_model_path for c in trainer.checkpoint_callbacks if c.last_model_path), None)
         tested = None
         if cfg.get("test_after_fit", True):
             tested = _best_checkpoint(trainer) if test_ckpt == "best" else None
@@ -345,7 +346,6 @@ def train(cfg: DictConfig) -> RunSummary | None:
             metrics = {k: v for r in results for k, v in r.items()}
         else:
             metrics = dict(trainer.callback_metrics)
-        checkpoint = next((c.last_model_path for c in trainer.checkpoint_callbacks if c.last_model_path), None)
         summary = RunSummary.from_metrics(
             metrics, tested_checkpoint=tested, env_steps=env_steps, wall_seconds=wall,
             env_steps_per_second=(env_steps - resumed_from) / max(wall, 1e-9), resumed_from_env_steps=resumed_from,

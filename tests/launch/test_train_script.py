@@ -193,8 +193,10 @@ def test_off_policy_experiment_runs_with_its_warm_up(experiment, loss_key, sched
     assert "Warm-up passed" in proc.stdout
     summary = read_summary(tmp_path / "runs" / experiment)
     assert summary["env_steps"] == 200 and summary["eval_return"] is not None
-    # The final test evaluated best.ckpt (the summary still reports the run's own env steps).
+    # The final test evaluated best.ckpt (the summary still reports the run's own env steps and its last.ckpt, which
+    # read as none: loading best.ckpt for the test put back its checkpoint callbacks' state).
     assert summary["tested_checkpoint"] == str(tmp_path / "runs" / experiment / "checkpoints" / "best.ckpt")
+    assert summary["checkpoint"] == str(tmp_path / "runs" / experiment / "checkpoints" / "last.ckpt")
     rows = _metrics(tmp_path / "runs" / experiment)
     assert any(r.get(loss_key) for r in rows) and any(r.get("eval_ood/return_mean") for r in rows)
 
