@@ -55,9 +55,10 @@ def check_overrides(config_dir: str, config_name: str, overrides: Sequence[str])
 
 
 def _explain_composition(message: str, config_dir: str, config_name: str, overrides: list[str]) -> str:
-    if missing := re.search(r"Could not find '([\w/]+)/([\w.-]+)'", message):
+    if missing := re.search(r"Could not (?:find|load) '([\w/]+)/([\w.-]+)'", message):  # load: in a list of options
         group, option = missing.groups()
-        options = re.findall(r"^\t(\S+)$", message.split("Config search path")[0], flags=re.M)
+        options = re.findall(r"^\t(\S+)$", message.split("Config search path")[0], flags=re.M) or sorted(
+            name.removesuffix(".yaml") for name in os.listdir(os.path.join(config_dir, group)))  # fmt: skip
         return (
             f"Unknown {group} '{option}'.{did_you_mean(option, options)} Choose one of: {', '.join(options)} "
             f"(e.g. {'+' if group == 'experiment' else ''}{group}={options[0] if options else '...'}"

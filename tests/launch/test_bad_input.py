@@ -254,6 +254,13 @@ ROWS = [
         ["Invalid config value in 'logger.wandb.mode'", "got 'on'"],
     ),
     ("hydra", "unknown-logger", ["logger=tensorbord"], ["Unknown logger 'tensorbord'", "'tensorboard'", "logger="]),
+    # In a list of loggers Hydra says "Could not load", naming no options: they are read from conf/logger.
+    (
+        "hydra",
+        "unknown-logger-in-a-list",
+        ["logger=[tensorboard,cvs]"],
+        ["Unknown logger 'cvs'. Did you mean 'csv'? Choose one of: csv, ", "tensorboard", "logger=[wandb,csv]"],
+    ),
     ("hydra", "unparsable-override", ["algo.lr=[1,"], ["Cannot parse", "algo.lr=[1,", "key=value"]),
     (
         "hydra",
