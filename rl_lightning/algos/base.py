@@ -151,8 +151,9 @@ class RLModule(pl.LightningModule):
         if (expected := self.datamodule_class) is not None and not isinstance(datamodule, expected):
             raise TypeError(
                 f"{type(self).__name__} learns from a {expected.__name__}, got a {type(datamodule).__name__}. "
-                f"Pass {expected.__name__}(env_id=...) (the CLI: --data {expected.__name__}; Hydra: the data group "
-                f"that goes with algo={type(self).__name__.lower()}, as its experiments set)."
+                f"Pass {expected.__name__}(env_id=...) (the CLI: --data {expected.__name__}; Hydra: data="
+                f"{expected.__name__.removesuffix('DataModule').lower()}, as +experiment={type(self).__name__.lower()} "
+                "sets)."
             )
 
     @property

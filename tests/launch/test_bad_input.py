@@ -116,7 +116,11 @@ ROWS = [
         "api",
         "ppo-on-replay-data",
         lambda c: c.fit(tiny_ppo(total_timesteps=100), tiny_replay_data("CartPole-v1")),
-        ["PPO learns from a RolloutDataModule, got a ReplayDataModule", "Pass RolloutDataModule(env_id=...)"],
+        [
+            "PPO learns from a RolloutDataModule, got a ReplayDataModule",
+            "Pass RolloutDataModule(env_id=...)",
+            "Hydra: data=rollout, as +experiment=ppo sets",
+        ],  # fmt: skip
     ),
     (
         "api",
@@ -338,7 +342,7 @@ ROWS = [
         "hydra",
         "ppo-on-replay-data",
         ["algo=ppo", "data=replay"],
-        ["PPO learns from a RolloutDataModule", "algo=ppo"],
+        ["PPO learns from a RolloutDataModule", "Hydra: data=rollout"],
         [],
     ),
     ("hydra", "resume-missing-checkpoint", ["ckpt_path={missing}"], ["ckpt_path:", "{missing}", "does not exist"]),
