@@ -219,8 +219,9 @@ class ReplayDataModule(EnvDataModule):
         hp = self.hparams
         per_transition = self.transition_bytes
         total = per_transition * hp.buffer_size
+        size = f"{total / 1e9:.2f} GB" if total >= 1e9 else f"{total / 1e6:.1f} MB"
         rank_zero_info(f"Replay buffer ({hp.storage}): {hp.buffer_size:,} transitions x {per_transition:,} bytes = "
-                       f"{total / 1e9:.2f} GB per rank.")  # fmt: skip
+                       f"{size} per rank.")  # fmt: skip
         if hp.storage != "memory":  # memmap files: a scratch_dir that cannot hold them is refused now
             return check_scratch_dir(hp.scratch_dir)
         physical, available = machine_memory()

@@ -4,6 +4,7 @@ observation stored once."""
 from __future__ import annotations
 
 import io
+import logging
 
 import pytest
 import torch
@@ -177,9 +178,9 @@ def test_impossible_compact_settings_are_refused():
         ReplayDataModule(env_id=SCRIPTED_ID, optimize_memory_usage="yes")
 
 
-def test_an_in_memory_buffer_larger_than_the_machine_is_refused_before_any_step():
+def test_an_in_memory_buffer_larger_than_the_machine_is_refused_before_any_step(caplog):
     """Test that a buffer_size no machine's memory holds is refused, naming the setting and memmap, before an env
-    steps; and that the report states bytes per transition."""
+    steps; and that the report states bytes per transition, and a small buffer's size in MB."""
     data = ReplayDataModule(env_id=PIXEL_ID, obj_sets=PIXEL_SETS, buffer_size=10**12, eval_episodes=1)
     data.setup("fit")
     assert data.transition_bytes == 2 * (25 + 8) + 8 + 4 + 1
@@ -193,6 +194,12 @@ def test_an_in_memory_buffer_larger_than_the_machine_is_refused_before_any_step(
     memmap._policy = lambda: RandomExplorer()
     memmap.check_buffer_memory()  # files on disk: no refusal
     memmap.close()
+    small = ReplayDataModule(env_id=PIXEL_ID, obj_sets=PIXEL_SETS, buffer_size=100_000)
+    small.setup("fit")
+    with caplog.at_level(logging.INFO):
+        small.check_buffer_memory()
+    assert "100,000 transitions x 79 bytes = 7.9 MB per rank." in caplog.text  # it read 0.00 GB
+    small.close()
 
 
 def test_stored_final_observations_are_their_own_not_views_of_the_steps_batch():
