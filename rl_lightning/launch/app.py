@@ -152,7 +152,8 @@ def warm_up(cfg: DictConfig) -> None:
     )
     start = time.perf_counter()
     try:
-        with explained_errors(cfg, model):
+        with explained_errors(cfg, model), warnings.catch_warnings():
+            warnings.filterwarnings("ignore", r"Trainer\(max_epochs=1\) stops after")  # one epoch, on purpose
             trainer.fit(model, data)
     finally:
         data.close()

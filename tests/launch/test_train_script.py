@@ -128,9 +128,11 @@ def test_a_sweep_rerun_skips_a_finished_job_that_keeps_no_checkpoint(tmp_path):
 
 
 def test_debug_warm_up_runs_first_then_a_fresh_run(tmp_path):
-    """Test that debug=true reports a warm-up, then the real run starts from zero env steps with its own seeds."""
+    """Test that debug=true reports a warm-up (without advice about its one epoch), then the real run starts from zero
+    env steps with its own seeds."""
     proc = run_train([*TINY, "debug=true", "logger=csv", "hydra.run.dir=runs/debug"], tmp_path)
     assert "Warm-up passed" in proc.stdout
+    assert "stops after" not in proc.stderr  # the warm-up's one epoch is on purpose: no advice about max_epochs
     run_dir = tmp_path / "runs" / "debug"
     assert read_summary(run_dir)["env_steps"] == 512
     # The real run's first logged rollout is at 256 env steps (8 x 32), not after the warm-up's steps.
