@@ -127,7 +127,7 @@ def plot_runs(paths: Sequence[str | Sequence[str]], out: str, title: str | None 
                 f"No evaluation curves under '{missing or path}': "
                 + ("no such file or directory; check the path." if missing else "plotting reads "
                    "metrics.csv (logger=csv) or TensorBoard events (logger=tensorboard); W&B-only runs are read by "
-                   "W&B. Rerun with logger=[wandb,csv].")
+                   "W&B. Rerun with logger=[wandb,csv] (the CLI: --trainer.logger CSVLogger).")
             )  # fmt: skip
         shared = {k: v for k, v in runs[0][1].items() if all(s.get(k) == v for _, s in runs)}
         differ = sorted({k for _, s in runs for k in s} - set(shared))

@@ -219,3 +219,14 @@ def test_the_atari_dqn_experiment_trains_on_uint8_frames_in_a_compact_buffer(tmp
     assert 2.8e9 < full_buffer < 2.9e9  # frames once: 4 x 84 x 84 bytes + 14 per transition
     results = {k: v for r in trainer.test(model, data, verbose=False) for k, v in r.items()}
     assert "eval/return_mean" in results and "eval_ood/return_mean" in results
+
+
+@pytest.mark.parametrize("env", sorted(f.removesuffix(".yaml") for f in os.listdir(os.path.join(CONF, "env"))))
+def test_the_held_out_variations_of_every_env_config_are_named(env):
+    """Test that every variation of an env config's evaluation-only sets has a name: play's table and the evaluation
+    logs report variations by name (MiniGrid's 6x6 and 8x8 read 'unnamed')."""
+    obj_sets = OmegaConf.load(os.path.join(CONF, "env", f"{env}.yaml")).get("obj_sets") or {}
+    unnamed = [
+        dict(v) for name, variations in obj_sets.items() if name != "train" for v in variations if not v.get("name")
+    ]
+    assert not unnamed
