@@ -385,8 +385,14 @@ class RLCLI(LightningCLI):
         for logger in trainer.logger if isinstance(trainer.logger, list) else [trainer.logger]:
             if not str(getattr(logger, "class_path", "")).startswith("rl_lightning.loggers."):
                 continue
-            if logger.init_args.get("save_dir") not in (None, "."):
-                continue  # a directory of the user's: Lightning's version_N under it keeps runs apart
+            if (given := logger.init_args.get("save_dir")) not in (None, "."):
+                # A directory of the user's: Lightning's version_N under it keeps runs apart, and a resume goes on in
+                # the version its checkpoint is in (it started a new one: the run's metrics split in two).
+                run = os.path.realpath(os.path.join(self.ckpt_path or "", os.pardir, os.pardir))
+                name, mine = os.path.basename(run), bool(self.ckpt_path) and run.startswith(os.path.realpath(given))
+                if mine and name.startswith("version_") and logger.init_args.get("version", "") is None:
+                    logger.init_args.version = name
+                continue
             logger.init_args.save_dir = trainer.default_root_dir
             for key in ("name", "version"):  # CSV and TensorBoard: no lightning_logs/version_N under it
                 if key in logger.init_args and logger.init_args[key] is None and logger.class_path != WANDB_LOGGER:

@@ -214,6 +214,21 @@ def test_cli_fit_keeps_an_earlier_runs_results_and_test_keeps_its_config(tmp_pat
     assert "object sets name CartPole-v1 in their variations" in capsys.readouterr().err
 
 
+def test_cli_resume_goes_on_in_the_version_dir_of_a_logger_save_dir_the_user_gave(tmp_path, monkeypatch):
+    """Test that with --trainer.logger.save_dir given, a resume from a checkpoint of that directory's version_0 goes on
+    appending to version_0's metrics.csv (it started a version_1, splitting the run's metrics in two)."""
+    monkeypatch.chdir(tmp_path)
+    fit = ["fit", "--model", "PPO", "--data.num_envs", "2", "--data.rollout_steps", "16", "--data.eval_episodes", "1"]
+    fit += ["--trainer.logger", "CSVLogger", "--trainer.logger.save_dir", "logs", "--model.save_interval", "1"]
+    main([*fit, "--model.total_timesteps", "32"])
+    (run,) = glob.glob("logs/**/version_0", recursive=True)
+    main([*fit, "--model.total_timesteps", "64", "--ckpt_path", f"{run}/checkpoints/last.ckpt"])
+    assert glob.glob("logs/**/version_*", recursive=True) == [run]
+    with open(f"{run}/metrics.csv") as f:
+        steps = [row["time/env_steps"] for row in csv.DictReader(f) if row.get("train/policy_loss")]
+    assert [float(step) for step in steps] == [32.0, 64.0]
+
+
 def test_cli_resumes_from_a_ckpt_path_in_a_config_file_and_prints_it(tmp_path, monkeypatch, capsys):
     """Test that a ckpt_path written in a --config file resumes as --ckpt_path does (with the command line's settings,
     not the checkpoint's), that `test` builds its model and data from it as from --ckpt_path, and that --print_config
