@@ -57,8 +57,12 @@ def write_obs(buffer: Obs, index: Any, obs: Obs) -> None:
 def float32_obs(obs: Obs) -> Obs:
     """``obs`` with its float arrays in float32, as the tensors will hold them: a float64 value beyond float32's
     range is inf there, and the value checks must see it so."""
+    if isinstance(obs, Mapping):
+        return map_obs(float32_obs, obs)
+    if obs.dtype.kind != "f" or obs.dtype == np.float32:
+        return obs  # every step of a float32 env: nothing to cast
     with np.errstate(over="ignore"):
-        return map_obs(lambda x: x if x.dtype.kind != "f" or x.dtype == np.float32 else x.astype(np.float32), obs)
+        return obs.astype(np.float32)
 
 
 def select_envs(mask: np.ndarray, new: Obs, old: Obs) -> Obs:
