@@ -3,7 +3,8 @@
     python -m benchmarks.ppo_step_costs [--repeats 5] [--threads 1] [--num-envs 4]
 
 Tight loops of the pieces one env step of ``RolloutDataset.collect`` runs on 4 CartPole-v1
-envs (``ActorCritic.act`` on 4 observations; gymnasium's own ``SyncVectorEnv.step``; the
+envs (``ActorCritic.act`` on 4 observations, under ``no_grad`` and under ``inference_mode``, which the rollout's
+steps run in; gymnasium's own ``SyncVectorEnv.step``; the
 gymnasium backend's ``GymnasiumVectorEnv.step`` over it; ``EnvGroup.step`` over that, with
 ``pop_stats`` once per 128 steps as a rollout calls it; Stable-Baselines3's ``DummyVecEnv.step``
 of the same envs, what its algorithms step), then one minibatch of the update
@@ -67,6 +68,10 @@ def pieces(num_envs: int = PPO_SETTINGS.num_envs) -> tuple[dict[str, Callable[[]
     def act() -> None:
         policy.act(group.obs)
 
+    @torch.inference_mode()  # what RolloutDataset.collect steps in
+    def act_inference() -> None:
+        policy.act(group.obs)
+
     def close() -> None:
         group.close()
         raw.close()
@@ -75,6 +80,7 @@ def pieces(num_envs: int = PPO_SETTINGS.num_envs) -> tuple[dict[str, Callable[[]
     return (
         {
             f"ActorCritic.act ({num_envs} observations)": act,
+            "the same under inference_mode": act_inference,
             "gymnasium SyncVectorEnv.step": lambda: raw.step(actions.numpy()),
             "GymnasiumVectorEnv.step": lambda: group.env.step(actions),
             "EnvGroup.step": group_step,

@@ -9,13 +9,14 @@ def test_each_piece_is_one_env_step_or_one_real_minibatch_update():
     variants, model, close = pieces()
     try:
         assert list(variants) == [
-            "ActorCritic.act (4 observations)", "gymnasium SyncVectorEnv.step", "GymnasiumVectorEnv.step",
+            "ActorCritic.act (4 observations)", "the same under inference_mode", "gymnasium SyncVectorEnv.step",
+            "GymnasiumVectorEnv.step",
             "EnvGroup.step", "Stable-Baselines3 DummyVecEnv.step", "PPO minibatch: loss, backward, Adam (128)",
         ]  # fmt: skip
         before = [p.detach().clone() for p in model.policy.parameters()]
         variants["PPO minibatch: loss, backward, Adam (128)"]()
         assert any(not torch.equal(a, b) for a, b in zip(before, model.policy.parameters(), strict=True))
-        for name in list(variants)[:5]:
+        for name in list(variants)[:6]:
             variants[name]()
         assert sum(p.grad is not None for p in model.policy.parameters()) > 0
     finally:
