@@ -247,12 +247,13 @@ class ReplayDataset(IterableDataset):
                 self.buffer.restart()  # the step stored last (before a resume) has no next row
         obs, clock = envs.obs, self._clock
         t0 = clock()
-        if self.counters.env_steps < self.learning_starts:
-            action = torch.as_tensor(self.random_actions.sample(), device=envs.device)
-        else:
-            action = self.policy.explore(obs.to(device), self.counters.env_steps)
-        t1 = clock()
-        step = envs.step(action)
+        with torch.inference_mode():  # as the rollout's steps (data/rollout.py); the buffer copies what it stores
+            if self.counters.env_steps < self.learning_starts:
+                action = torch.as_tensor(self.random_actions.sample(), device=envs.device)
+            else:
+                action = self.policy.explore(obs.to(device), self.counters.env_steps)
+            t1 = clock()
+            step = envs.step(action)
         self._seconds["inference"] += t1 - t0
         self._seconds["env"] += clock() - t1
         fields = {"obs": obs, "action": action.to(envs.device), "reward": step.reward, "terminated": step.terminated}
