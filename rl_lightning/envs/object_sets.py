@@ -128,26 +128,6 @@ def select_obj_set(env_id: str, obj_sets: UserObjSets, obj_set: str) -> ObjSets:
     return resolved
 
 
-def _set_path(obj: Any, path: str, value: Any) -> None:
-    """Set a dotted attribute path (``model.opt.gravity``); numpy arrays (MuJoCo model fields) are written in place."""
-    parent, _, name = path.rpartition(".")
-    obj = operator.attrgetter(parent)(obj) if parent else obj
-    current = getattr(obj, name)
-    if isinstance(current, np.ndarray):
-        current[...] = np.asarray(value, dtype=current.dtype)
-    else:
-        setattr(obj, name, copy.deepcopy(value))
-
-
-def _refresh_derived(unwrapped: gym.Env) -> None:
-    """Recompute quantities an env derives from overridable attributes in its constructor."""
-    # gymnasium/envs/classic_control/cartpole.py: total_mass and polemass_length are set in
-    # __init__ from masspole, masscart and length, and step() only reads the derived values.
-    if isinstance(unwrapped, CartPoleEnv):  # a user's subclass too
-        unwrapped.total_mass = unwrapped.masspole + unwrapped.masscart
-        unwrapped.polemass_length = unwrapped.masspole * unwrapped.length
-
-
 class ObjectSetWrapper(gym.Wrapper):
     """Draws each episode's variation from the object set ``obj_set`` of ``obj_sets`` and applies it before reset.
 
@@ -234,9 +214,19 @@ class ObjectSetWrapper(gym.Wrapper):
                 for body, factor in (value or {}).items():
                     masses[unwrapped.model.body(body).id] *= float(factor)
                 unwrapped.model.body_mass[:] = masses
-            else:
-                _set_path(unwrapped, attr, default if value is None else value)
-        _refresh_derived(unwrapped)
+            else:  # a dotted path (model.opt.gravity); numpy arrays (MuJoCo model fields) are written in place
+                parent, _, name = attr.rpartition(".")
+                owner = operator.attrgetter(parent)(unwrapped) if parent else unwrapped
+                value = default if value is None else value
+                if isinstance(current := getattr(owner, name), np.ndarray):
+                    current[...] = np.asarray(value, dtype=current.dtype)
+                else:
+                    setattr(owner, name, copy.deepcopy(value))
+        # gymnasium/envs/classic_control/cartpole.py: total_mass and polemass_length are set in __init__ from masspole,
+        # masscart and length, and step() only reads these derived values (a user's subclass's too).
+        if isinstance(unwrapped, CartPoleEnv):
+            unwrapped.total_mass = unwrapped.masspole + unwrapped.masscart
+            unwrapped.polemass_length = unwrapped.masspole * unwrapped.length
         self.variation = variation
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):

@@ -55,8 +55,7 @@ def write_obs(buffer: Obs, index: Any, obs: Obs) -> None:
 
 
 def float32_obs(obs: Obs) -> Obs:
-    """``obs`` with its float arrays in float32, as the tensors will hold them: a float64 value beyond float32's
-    range is inf there, and the value checks must see it so."""
+    """``obs``'s float arrays in float32, as the tensors hold them (a float64 value beyond that range: inf)."""
     if isinstance(obs, Mapping):
         return map_obs(float32_obs, obs)
     if obs.dtype.kind != "f" or obs.dtype == np.float32:

@@ -25,7 +25,7 @@ def _gym_envs(env_id: str, params: dict[str, torch.Tensor]) -> list[gym.Env]:
         env = gym.make(env_id).unwrapped
         for name, values in params.items():
             setattr(env, name, float(values[i]))
-        if env_id == "CartPole-v1":  # derived in CartPoleEnv's constructor (object_sets._refresh_derived)
+        if env_id == "CartPole-v1":  # derived in CartPoleEnv's constructor (ObjectSetWrapper._apply refreshes them)
             env.total_mass = env.masspole + env.masscart
             env.polemass_length = env.masspole * env.length
         env.reset(seed=i)
