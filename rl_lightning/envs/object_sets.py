@@ -13,7 +13,6 @@ import importlib.resources
 import operator
 import warnings
 from collections.abc import Mapping, Sequence
-from numbers import Integral
 from typing import Any
 
 import gymnasium as gym
@@ -59,20 +58,22 @@ class Variation:
         if unknown := set(value) - {f.name for f in dataclasses.fields(cls)}:
             raise ValueError(f"Unknown key(s) {sorted(unknown)} in object-set variation {dict(value)!r}; "
                              "allowed keys are env_id, make_kwargs, attrs, seeds, name.")  # fmt: skip
-        seeds = value.get("seeds")  # what gymnasium's seeding takes; a string ("0,100"), a number or 0.5 is no range
-        whole = isinstance(seeds, Sequence) and all(isinstance(s, Integral) and type(s) is not bool for s in seeds)
-        if seeds is not None and not (whole and not isinstance(seeds, str) and len(seeds) == 2
-                                      and 0 <= seeds[0] < seeds[1] <= 2**32):  # fmt: skip
-            raise ValueError(f"Variation seeds must be a range [low, high) of integers, 0 <= low < high <= 2**32; got "
-                             f"{seeds!r}.")  # fmt: skip
+        if (seeds := value.get("seeds")) is not None:
+            try:  # two whole numbers (1e5 as YAML reads it, numpy's too); a string ("0,100"), 7 or 0.5 is no range
+                low, high = (int(s) for s in seeds if not isinstance(s, str | bool) and float(s).is_integer())
+            except (TypeError, ValueError):
+                low = high = -1
+            if not 0 <= low < high <= 2**32:  # what gymnasium's seeding takes
+                raise ValueError(f"Variation seeds must be a range [low, high) of integers, 0 <= low < high <= 2**32; "
+                                 f"got {seeds!r}.")  # fmt: skip
+            seeds = (low, high)
         for key in ("make_kwargs", "attrs"):
             if not isinstance(given := value.get(key) or {}, Mapping) or not all(isinstance(k, str) for k in given):
                 raise ValueError(f"Variation {key} must map names to values, got {given!r} in {dict(value)!r}. Write "
                                  f"it as e.g. {{'{key}': {{'length': 0.6}}}}.")  # fmt: skip
         return cls(
             env_id=value.get("env_id"), make_kwargs=dict(value.get("make_kwargs") or {}),
-            attrs=dict(value.get("attrs") or {}), seeds=None if seeds is None else (int(seeds[0]), int(seeds[1])),
-            name=str(value.get("name", "")),
+            attrs=dict(value.get("attrs") or {}), seeds=seeds, name=str(value.get("name", "")),
         )  # fmt: skip
 
 
@@ -128,6 +129,11 @@ def select_obj_set(env_id: str, obj_sets: UserObjSets, obj_set: str) -> ObjSets:
     return resolved
 
 
+def _built_from(variation: Variation) -> tuple[str | None, str]:
+    """What ``gymnasium.make`` builds a variation's env from: its id and ``make_kwargs``."""
+    return variation.env_id, repr(sorted(variation.make_kwargs.items()))
+
+
 class ObjectSetWrapper(gym.Wrapper):
     """Draws each episode's variation from the object set ``obj_set`` of ``obj_sets`` and applies it before reset.
 
@@ -162,11 +168,13 @@ class ObjectSetWrapper(gym.Wrapper):
                              f"{variation.make_kwargs} that {variation.env_id} does not take ({err}). Fix or drop them "
                              "in the object set.") from None  # fmt: skip
         env = apply_wrappers(env, self._wrappers)
-        self._make_key = (variation.env_id, repr(sorted(variation.make_kwargs.items())))
-        # Defaults of every attribute that any variation overrides, to restore between draws.
+        self._make_key = _built_from(variation)
+        # Defaults of every attribute that a variation built as this env overrides, to restore between draws (another
+        # env's variations are checked and applied when theirs is made).
         self._defaults: dict[str, Any] = {}
         unwrapped = env.unwrapped
-        overridden = (key for variations in self.obj_sets.values() for var in variations for key in var.attrs)
+        mine = [v for variations in self.obj_sets.values() for v in variations if _built_from(v) == self._make_key]
+        overridden = (key for var in mine for key in var.attrs)
         for key in dict.fromkeys(overridden):
             if key == BODY_MASS_SCALE:
                 if not hasattr(unwrapped, "model"):
@@ -181,7 +189,7 @@ class ObjectSetWrapper(gym.Wrapper):
                     f"({variation.env_id}) does not have. Check the spelling in the object set."
                 ) from None
         # A value an attribute cannot take is the object set's mistake, refused here, not an env fault at a reset.
-        for var, key, value in ((v, k, x) for vs in self.obj_sets.values() for v in vs for k, x in v.attrs.items()):
+        for var, key, value in ((v, k, x) for v in mine for k, x in v.attrs.items()):
             default, label = self._defaults[key], f"Variation '{var.name or var.env_id}' sets '{key}' to {value!r}"
             if key == BODY_MASS_SCALE:
                 try:  # body names the model has, each with a number
@@ -191,14 +199,16 @@ class ObjectSetWrapper(gym.Wrapper):
                                      f"({type(err).__name__}: {err}).") from None  # fmt: skip
             elif value is not None and np.asarray(default).dtype.kind in "biuf":
                 shape, given = np.shape(default), np.shape(value)[::-1]  # it must broadcast to the default's shape
-                fits = len(given) <= len(shape) and all(a in (1, b) for a, b in zip(given, shape[::-1], strict=False))
+                fits = isinstance(default, list | tuple) or (  # a list is replaced whole; arrays are written in place
+                    len(given) <= len(shape) and all(a in (1, b) for a, b in zip(given, shape[::-1], strict=False))
+                )
                 if np.asarray(value).dtype.kind not in "biuf" or not fits:
                     raise ValueError(f"{label}; give {'an array of shape ' + str(shape) if shape else 'a number'}: "
                                      f"{type(unwrapped).__name__}.{key} is {default!r}.")  # fmt: skip
         return env
 
     def _apply(self, variation: Variation) -> None:
-        if (variation.env_id, repr(sorted(variation.make_kwargs.items()))) != self._make_key:
+        if _built_from(variation) != self._make_key:
             old = self.env
             self.env = self._make(variation)
             if self.env.observation_space != old.observation_space or self.env.action_space != old.action_space:

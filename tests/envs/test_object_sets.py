@@ -11,7 +11,11 @@ from rl_lightning.envs import SHIPPED_OBJ_SETS, EnvGroup, ObjectSetWrapper, Vari
 
 
 class ShapedCartPole(CartPoleEnv):
-    """A user's CartPole with its own reward: the same physics, under another class name."""
+    """A user's CartPole with its own reward: the same physics, under another class name, and settings of its own."""
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.bonus, self.goal = 0.0, (0.5, 0.5)  # a number, and a tuple a variation replaces whole
 
 
 gym.register("test_object_sets/ShapedCartPole-v0", entry_point=ShapedCartPole, max_episode_steps=500)
@@ -173,6 +177,28 @@ def test_a_variation_with_other_spaces_is_refused_when_the_envs_are_built():
     obj_sets = {"train": [{"name": "cartpole"}, {"name": "mountaincar", "env_id": "MountainCar-v0"}], "test": [{}]}
     with pytest.raises(ValueError, match="Variation 'mountaincar' changes the observation or action space"):
         EnvGroup("CartPole-v1", 2, obj_sets=obj_sets, max_env_restarts=10)
+
+
+def test_a_variation_is_checked_against_the_env_it_builds_and_a_tuple_may_change_length():
+    """Test that a held-out variation of another env (a subclass with settings of its own) is checked against that
+    env, not the training set's (the training envs refused its attribute), and that an attribute holding a tuple takes
+    one of another length (replaced whole; it was refused as an array of the wrong shape)."""
+    shaped = "test_object_sets/ShapedCartPole-v0"
+    obj_sets = {
+        "train": [{}],
+        "test": [{"name": "shaped", "env_id": shaped, "attrs": {"bonus": 1.0, "goal": [1, 2, 3]}}],
+    }
+    group = EnvGroup("CartPole-v1", 1, obj_sets=obj_sets, obj_set="test")
+    group.reset(seed=0)
+    unwrapped = group.env.envs.envs[0].unwrapped
+    assert (unwrapped.bonus, list(unwrapped.goal)) == (1.0, [1, 2, 3])
+    assert EnvGroup("CartPole-v1", 1, obj_sets=obj_sets).num_envs == 1  # the training set's envs build too
+
+
+@pytest.mark.parametrize("seeds, expected", [([0, 1e5], (0, 100_000)), (np.array([3, 9]), (3, 9))])
+def test_whole_number_seeds_of_other_types_are_taken(seeds, expected):
+    """Test that seeds written as floats (YAML reads 1e5 as one) or a numpy array are taken as the integers they are."""
+    assert Variation.from_any({"seeds": seeds}).seeds == expected
 
 
 def test_dotted_path_overrides_mujoco_arrays_in_place():
