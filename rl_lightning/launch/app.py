@@ -294,11 +294,11 @@ def train(cfg: DictConfig) -> RunSummary | None:
         raise ConfigError(f"{err} Write seed=0 (or another such integer).") from None
     done = os.path.join(cfg.run_dir, SUMMARY_FILE)
     if cfg.get("ckpt_path") == "last" and sweeping() and os.path.exists(done):  # a sweep rerun keeps finished jobs
-        with open(done) as f:
-            summary = RunSummary(**json.load(f))
-        if summary.env_steps >= cfg.algo.total_timesteps:  # this budget spent: its results stay as they are
+        # The budget it finished (a trainer limit may have ended it earlier): a larger one resumes it.
+        if cfg.algo.total_timesteps <= OmegaConf.load(os.path.join(cfg.run_dir, "config.yaml")).algo.total_timesteps:
             _print(f"{cfg.run_dir} finished this budget (its {SUMMARY_FILE}): skipped.")
-            return summary
+            with open(done) as f:
+                return RunSummary(**json.load(f))
     os.makedirs(cfg.run_dir, exist_ok=True)
     if cfg.get("debug"):
         pl.seed_everything(cfg.seed, verbose=False)

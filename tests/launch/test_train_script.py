@@ -116,15 +116,17 @@ def test_multirun_sweeps_seeds_and_plot_draws_them(tmp_path):
 
 def test_a_sweep_rerun_skips_a_finished_job_that_keeps_no_checkpoint(tmp_path):
     """Test that a sweep rerun with ckpt_path=last skips a job that finished with checkpointing off (it was refused
-    as an earlier run in the way, which ended the sweep), keeping its summary, and runs the new job."""
-    sweep, off = tmp_path / "multirun" / "off", "algo.save_interval=null"
-    run_train(["-m", *TINY, off, "seed=1", "logger=csv", f"hydra.sweep.dir={sweep}"], tmp_path)
+    as an earlier run in the way, which ended the sweep), keeping its summary, also one a trainer limit ended before
+    total_timesteps, and runs the new job."""
+    sweep, off = tmp_path / "multirun" / "off", ["algo.save_interval=null", "trainer.max_epochs=1"]
+    run_train(["-m", *TINY, *off, "seed=1", "logger=csv", f"hydra.sweep.dir={sweep}"], tmp_path)
     finished = read_summary(sweep / "0")
-    rerun = [*TINY, off, "seed=1,2", "logger=csv", f"hydra.sweep.dir={sweep}", "ckpt_path=last"]
+    rerun = [*TINY, *off, "seed=1,2", "logger=csv", f"hydra.sweep.dir={sweep}", "ckpt_path=last"]
     proc = run_train(["-m", *rerun], tmp_path)
     assert "finished this budget (its summary.json): skipped." in proc.stdout
     assert read_summary(sweep / "0") == finished and finished["checkpoint"] is None
-    assert read_summary(sweep / "1")["env_steps"] == 512
+    # max_epochs=1 ended each job short of total_timesteps: finished all the same.
+    assert finished["env_steps"] == read_summary(sweep / "1")["env_steps"] == 256
 
 
 def test_debug_warm_up_runs_first_then_a_fresh_run(tmp_path):
