@@ -389,7 +389,8 @@ class RLCLI(LightningCLI):
                 # A directory of the user's: Lightning's version_N under it keeps runs apart, and a resume goes on in
                 # the version its checkpoint is in (it started a new one: the run's metrics split in two).
                 run = os.path.realpath(os.path.join(self.ckpt_path or "", os.pardir, os.pardir))
-                name, mine = os.path.basename(run), bool(self.ckpt_path) and run.startswith(os.path.realpath(given))
+                logs = os.path.realpath(os.path.join(given, logger.init_args.get("name") or ""))  # its version_N's
+                name, mine = os.path.basename(run), bool(self.ckpt_path) and os.path.dirname(run) == logs
                 if mine and name.startswith("version_") and logger.init_args.get("version", "") is None:
                     logger.init_args.version = name
                 continue

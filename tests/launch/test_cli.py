@@ -227,6 +227,23 @@ def test_cli_resume_goes_on_in_the_version_dir_of_a_logger_save_dir_the_user_gav
     with open(f"{run}/metrics.csv") as f:
         steps = [row["time/env_steps"] for row in csv.DictReader(f) if row.get("train/policy_loss")]
     assert [float(step) for step in steps] == [32.0, 64.0]
+    # A checkpoint of another directory whose name begins alike ("logs_old") resumes into a new version of "logs",
+    # leaving version_0's run as it was (its last.ckpt and metrics were written over).
+    main(
+        [
+            *fit[:-4],
+            "--trainer.logger.save_dir",
+            "logs_old",
+            "--model.save_interval",
+            "1",
+            "--model.total_timesteps",
+            "32",
+        ]
+    )
+    before = {name: open(f"{run}/{name}", "rb").read() for name in ("metrics.csv", "checkpoints/last.ckpt")}
+    main([*fit, "--model.total_timesteps", "64", "--ckpt_path", "logs_old/version_0/checkpoints/last.ckpt"])
+    assert sorted(glob.glob("logs/**/version_*", recursive=True)) == [run, run.replace("version_0", "version_1")]
+    assert {name: open(f"{run}/{name}", "rb").read() for name in before} == before
 
 
 def test_cli_resumes_from_a_ckpt_path_in_a_config_file_and_prints_it(tmp_path, monkeypatch, capsys):
