@@ -233,15 +233,6 @@ class ValueChecks:
         return count
 
 
-def nonfinite_message(problem: str, fix: str, label: str, episode_step: int | None) -> str:
-    """The :class:`~rl_lightning.faults.NumericalFault` message: the bad value, where it came from and the fixes."""
-    at = f" at step {episode_step} of its episode" if episode_step is not None else " at reset"
-    return (
-        f"{problem} from {label}{at}. To go on: {fix}; or cut such episodes short and continue with "
-        "on_nonfinite='skip' on the data module (Hydra: env.on_nonfinite=skip)."
-    )
-
-
 # ---------------------------------------------------------------- the backend
 
 #: Episodes in a row one env may have cut short by non-finite values (``on_nonfinite="skip"``) before the run
@@ -441,9 +432,11 @@ class GymnasiumVectorEnv(gym.vector.VectorEnv):
         """Envs with a non-finite (or rejected) value: raise with ``stop``, else a mask of them."""
         faults = self.checks.find(obs, reward, final, done)
         if faults and self.on_nonfinite == "stop":
-            env, (problem, fix) = next(iter(faults.items()))
-            step = None if at_reset else int(self._steps[env]) + 1
-            raise NumericalFault(nonfinite_message(problem, fix, self._label(env), step))
+            env, (problem, fix) = next(iter(faults.items()))  # the bad value, where it came from, and the fixes
+            at = " at reset" if at_reset else f" at step {int(self._steps[env]) + 1} of its episode"
+            raise NumericalFault(f"{problem} from {self._label(env)}{at}. To go on: {fix}; or cut such episodes "
+                                 "short and continue with on_nonfinite='skip' on the data module (Hydra: "
+                                 "env.on_nonfinite=skip).")  # fmt: skip
         bad = np.zeros(self.num_envs, dtype=bool)
         bad[list(faults)] = True
         return bad

@@ -169,8 +169,7 @@ class ObjectSetWrapper(gym.Wrapper):
                              "in the object set.") from None  # fmt: skip
         env = apply_wrappers(env, self._wrappers)
         self._make_key = _built_from(variation)
-        # Defaults of every attribute that a variation built as this env overrides, to restore between draws (another
-        # env's variations are checked and applied when theirs is made).
+        # Defaults of every attribute a variation of this env overrides, to restore between draws (others: at theirs).
         self._defaults: dict[str, Any] = {}
         unwrapped = env.unwrapped
         mine = [v for variations in self.obj_sets.values() for v in variations if _built_from(v) == self._make_key]
