@@ -334,13 +334,7 @@ class EnvDataModule(pl.LightningDataModule):
         kind, keys, pos, has_gauss, gauss = np.random.get_state()
         local = {
             "torch_rng": torch.get_rng_state(),
-            "numpy_rng": (
-                kind,
-                keys.tolist(),
-                int(pos),
-                int(has_gauss),
-                float(gauss),
-            ),  # plain: loads with weights_only
+            "numpy_rng": (kind, keys.tolist(), int(pos), int(has_gauss), float(gauss)),  # plain: weights_only loads
             "python_rng": random.getstate(),
             **self.rank_state_dict(),
         }

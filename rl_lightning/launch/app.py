@@ -309,11 +309,9 @@ def train(cfg: DictConfig) -> RunSummary | None:
         loggers, callbacks = build_loggers(cfg), build_callbacks(cfg)
         trainer = build_trainer(cfg, loggers, callbacks)
     # In a sweep (-m), ckpt_path=last resumes the jobs that have a last.ckpt and starts the others (not run yet).
-    last = os.path.join(run_checkpoint_dir(trainer), "last.ckpt")
+    last = os.path.join(checkpoint_dir := run_checkpoint_dir(trainer), "last.ckpt")
     fresh = cfg.get("ckpt_path") == "last" and sweeping() and not os.path.exists(last)
-    ckpt_path = (
-        _checked_checkpoint(cfg.ckpt_path, run_checkpoint_dir(trainer)) if cfg.get("ckpt_path") and not fresh else None
-    )
+    ckpt_path = _checked_checkpoint(cfg.ckpt_path, checkpoint_dir) if cfg.get("ckpt_path") and not fresh else None
     if ckpt_path is None:  # on every rank: one that went on alone would wait for the others in DDP's setup
         _check_new_run_dir(cfg.run_dir)
     if ckpt_path is not None:
