@@ -32,7 +32,8 @@ class Variation:
     """One variation of an environment.
 
     Args:
-        env_id, make_kwargs: What ``gymnasium.make`` builds (``env_id=None``: the id of the group using the set).
+        env_id, make_kwargs: What ``gymnasium.make`` builds (``env_id=None``: the id of the group using the set);
+            ``make_kwargs`` win over the run's own (a variation's ``max_episode_steps`` over the run's).
         attrs: Overrides of the unwrapped env's attributes (dotted paths too: ``model.opt.gravity``) before each
             reset; ``body_mass_scale`` maps MuJoCo body names to a factor on their default mass.
         seeds: Half-open range ``(low, high)`` of episode seeds, or ``None`` to seed the env once and let it run on.
@@ -160,7 +161,7 @@ class ObjectSetWrapper(gym.Wrapper):
     def _make(self, variation: Variation) -> gym.Env:
         kwargs = {k: v for k, v in self._make_args.items() if v is not None}
         try:  # a keyword the env does not take is the object set's mistake, not an env fault
-            env = gym.make(variation.env_id, **kwargs, **variation.make_kwargs)
+            env = gym.make(variation.env_id, **{**kwargs, **variation.make_kwargs})
         except TypeError as err:
             if not (variation.make_kwargs and "unexpected keyword" in str(err)):
                 raise

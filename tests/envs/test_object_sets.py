@@ -282,3 +282,17 @@ def test_a_type_error_inside_the_env_is_not_blamed_on_the_variations_make_kwargs
         assert "self.limit = size + None" in "".join(traceback.format_exception(info.value))  # the env's own line
     with pytest.raises(ValueError, match=r"passes make_kwargs \{'bogus': 1\} that CartPole-v1 does not take"):
         ObjectSetWrapper({"train": [Variation("CartPole-v1", {"bogus": 1})]}, "train")
+
+
+def test_a_variations_make_kwargs_win_over_the_runs_time_limit():
+    """Test that a variation's own ``max_episode_steps`` (a held-out set of longer episodes) replaces the run's, in
+    each set, where both were passed to ``gymnasium.make`` and raised "got multiple values"."""
+    sets = {"train": [{}], "test": [{"make_kwargs": {"max_episode_steps": 7}}]}
+    for obj_set, limit in (("train", 20), ("test", 7)):
+        env = ObjectSetWrapper(resolve_obj_sets("CartPole-v1", sets), obj_set, max_episode_steps=20)
+        env.reset(seed=0)
+        steps, terminated, truncated = 0, False, False
+        while not (terminated or truncated):
+            _, _, terminated, truncated, _ = env.step(steps % 2)  # alternating pushes keep the pole up past 20 steps
+            steps += 1
+        assert truncated and steps == limit
