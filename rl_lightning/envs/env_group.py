@@ -68,8 +68,7 @@ def check_env_id(env_id: str) -> None:
     if name in gym.registry:
         return
     package = next((p for prefix, p in REGISTERED_ON_IMPORT.items() if name.startswith(prefix) and not module), None)
-    # Other namespaces' ids are rarely what was meant: close ones.
-    hint = checks.did_you_mean(name, gym.registry, cutoff=0.8)
+    hint = checks.did_you_mean(name, gym.registry, cutoff=0.8)  # close ones only: other namespaces' are rarely meant
     if package and not hint:  # a package's id without the package (not imported), which registers its ids then
         hint = f" Try env_id='{package}:{name}': '{package}' registers its ids when imported."
     where = f" The module '{module}' did not register it." if module else ""

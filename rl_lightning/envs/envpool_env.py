@@ -26,10 +26,8 @@ def _import_envpool():
     try:
         import envpool
     finally:
-        if before is None:
-            os.environ.pop("MPLBACKEND", None)
-        else:
-            os.environ["MPLBACKEND"] = before
+        os.environ.pop("MPLBACKEND", None)
+        os.environ.update({} if before is None else {"MPLBACKEND": before})
     return envpool
 
 

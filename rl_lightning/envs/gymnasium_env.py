@@ -44,9 +44,8 @@ warnings.filterwarnings("ignore", "invalid value encountered in dot", RuntimeWar
 def derive_seed(seed: int | None, restart: int) -> int | None:
     """A seed for the ``restart``-th recreation of an env last reset with ``seed`` (``None`` stays ``None``), mixed
     by ``numpy.random.SeedSequence`` so that neighbouring envs (seeds ``s + i``) restarted as often do not collide."""
-    if seed is None:
-        return None
-    return int(np.random.SeedSequence([int(seed) % 2**63, restart]).generate_state(1)[0] & 0x7FFFFFFF)
+    mixed = None if seed is None else np.random.SeedSequence([int(seed) % 2**63, restart]).generate_state(1)[0]
+    return None if mixed is None else int(mixed & 0x7FFFFFFF)
 
 
 class Restarts:
@@ -153,9 +152,7 @@ def float_paths(space: Any) -> list[tuple[str, ...]]:
 
 
 def _at(obs: Any, path: tuple[str, ...]) -> Any:
-    for key in path:
-        obs = obs[key]
-    return obs
+    return functools.reduce(lambda node, key: node[key], path, obs)  # obs[path[0]][path[1]]...
 
 
 class ValueChecks:
@@ -186,9 +183,8 @@ class ValueChecks:
         else:
             for x, zeros in zip(self._floats(obs), self._obs_zeros, strict=True):
                 total += float(x.ravel().dot(zeros))
-        if not math.isfinite(total):
-            return False
-        return not (self.reject and any(np.abs(x).max() > self.obs_bound for x in self._floats(obs)))
+        rejected = self.reject and any(np.abs(x).max() > self.obs_bound for x in self._floats(obs))
+        return math.isfinite(total) and not rejected
 
     def find(self, obs: Any, reward: np.ndarray | None = None, final: Any = None, done: Any = None) -> dict:
         """Every env's first bad value, ``{env: (what it is, the fix)}`` (the slow path, after :meth:`clean`); the
@@ -212,10 +208,8 @@ class ValueChecks:
                     index = tuple(int(k) for k in np.argwhere(bad)[0])
                     value = f"{what}{''.join(f'[{key!r}]' for key in path)} value {float(x[index])!r}"
                     value += f" at index {index}" if index else ""
-                    if out:
-                        faults[i] = f"Out-of-bound {value}, outside obs_bound={self.obs_bound}", bound_fix
-                    else:
-                        faults[i] = f"Non-finite {value}", obs_fix
+                    out_of_bound = f"Out-of-bound {value}, outside obs_bound={self.obs_bound}", bound_fix
+                    faults[i] = out_of_bound if out else (f"Non-finite {value}", obs_fix)
                     break
         return faults
 
@@ -260,9 +254,8 @@ def terminate_workers(envs: AsyncVectorEnv, timeout: float = 5.0) -> None:
         if process.is_alive():  # ignored SIGTERM
             process.kill()
             process.join()
-    for pipe in envs.parent_pipes:
-        if pipe is not None:
-            pipe.close()
+    for pipe in (pipe for pipe in envs.parent_pipes if pipe is not None):
+        pipe.close()
     envs.error_queue.close()
     envs.closed = True  # nothing left to close; keeps gymnasium's __del__ from trying
 
@@ -391,6 +384,14 @@ class GymnasiumVectorEnv(gym.vector.VectorEnv):
             if self.is_async:
                 terminate_workers(self.envs)
             raise
+        except (ValueError, TypeError) as err:  # an env's own errors are RestartingEnv's: what it returned, batched
+            raise self._unbatchable(call, err) from err
+
+    def _unbatchable(self, call: str, why: Any) -> ValueError:
+        space = self.single_observation_space
+        return ValueError(f"gymnasium's vector env could not batch what {self._label()} returned from {call} ({why}): "
+                          f"each env returns observations of its observation_space's shape, {space.shape or space}, "
+                          "and one number as reward. Fix the env, or the wrapper that changes them.")  # fmt: skip
 
     def _rebuild_seeds(self) -> list[int | None]:
         """Fresh, reproducible seeds for the envs after the latest rebuild (env ``i``: from ``seed + i``)."""
@@ -477,6 +478,8 @@ class GymnasiumVectorEnv(gym.vector.VectorEnv):
             return obs, torch.zeros(n), torch.zeros(n, dtype=torch.bool), cut.clone(), info
         obs, reward, terminated, truncated, info = result
         obs, reward = float32_obs(obs), np.asarray(reward, dtype=np.float32)  # checked as the tensors hold them
+        if reward.shape != (n,):  # async workers' rewards are batched here
+            raise self._unbatchable("step", f"rewards of shape {reward.shape[1:]}")
         done, final, cut = terminated | truncated, obs, None  # final: what each env reached
         if done.any():
             final = map_obs(np.copy, obs)

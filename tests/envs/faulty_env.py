@@ -23,7 +23,8 @@ class FaultyEnv(gym.Env):
 
     At step ``at`` of an episode it injects ``fault``: ``"step"`` raises, ``"exit"`` kills its process
     (``os._exit``), ``"nan_reward"``, ``"nan_obs"``, ``"inf_obs"``, ``"big_obs"`` (1e6) and ``"huge_obs"`` (1e40:
-    finite in a ``dtype="float64"`` space, inf in float32) return a bad value; ``"reset"`` raises, ``"exit_reset"``
+    finite in a ``dtype="float64"`` space, inf in float32) return a bad value, ``"wide_obs"`` an observation of two
+    entries and ``"vector_reward"`` a reward of two; ``"reset"`` raises, ``"exit_reset"``
     exits and ``"nan_reset_obs"`` returns NaN in ``reset`` instead; ``"close"`` raises in ``close``.
     ``fail_every=k`` restricts the fault to every k-th episode of each instance. With ``once_file`` the fault fires
     once over all instances and processes: for the ``nth`` env to get there (numbered ticket files), so a recreated
@@ -78,6 +79,10 @@ class FaultyEnv(gym.Env):
                 os._exit(1)
             if self.fault == "nan_reward":
                 reward = float("nan")
+            if self.fault in ("wide_obs", "vector_reward"):  # what the space and a reward's contract do not allow
+                wide = np.array([obs, obs], dtype=self.dtype)
+                obs, reward = (wide, reward) if self.fault == "wide_obs" else (wide[:1], wide)
+                return obs, reward, False, False, {}
             obs = {"nan_obs": np.nan, "inf_obs": np.inf, "big_obs": 1e6, "huge_obs": 1e40}.get(self.fault, obs)
         return np.array([obs], dtype=self.dtype), reward, self.t >= EPISODE_LEN, False, {}
 

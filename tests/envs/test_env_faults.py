@@ -196,6 +196,25 @@ def test_worker_dying_in_reset_is_rebuilt(tmp_path):
         group.close()
 
 
+@pytest.mark.parametrize("vectorization", ["sync", "async"])
+@pytest.mark.parametrize("fault", ["wide_obs", "vector_reward"])
+def test_an_observation_or_reward_the_vector_env_cannot_batch_is_named(fault, vectorization):
+    """Test that an env returning an observation of another shape than its space's, or a reward of two numbers, stops
+    with a message naming the env, the call and the space's shape, not retried as an env fault: gymnasium's vector env
+    raised numpy's "Output array is the wrong shape" or "setting an array element with a sequence", and async workers'
+    rewards a TypeError from the value check."""
+    group = faulty_group(vectorization=vectorization, fault=fault, at=2)
+    try:
+        group.reset()
+        run(group, 1)
+        match = r"could not batch what the envs of Faulty-v0 \(object set 'train'\) returned from step .*shape, \(1,\)"
+        with pytest.raises(ValueError, match=match):
+            run(group, 1)
+        assert group.pop_stats().env_restarts == 0
+    finally:
+        group.close()
+
+
 def test_env_failing_past_the_limit_in_a_worker_raises_env_fault_and_stops_all_workers():
     """Test that EnvFault raised inside an async worker reaches the caller with its message, and no worker is left."""
     group = faulty_group(vectorization="async", fault="step", at=1, max_env_restarts=0)
