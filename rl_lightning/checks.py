@@ -1,8 +1,7 @@
 """Argument checks shared by the algorithms, the data modules, the envs and the front doors.
 
-Each takes the arguments by name (``check_positive(lr=lr)``), so its message names the
-argument, the value and what is allowed; a bad value is refused at construction, before
-any env is built or step taken.
+Each takes the arguments by name (``check_positive(lr=lr)``), so its message names the argument, the value and what is
+allowed; a bad value is refused at construction, before any env is built or step taken.
 """
 
 from __future__ import annotations
@@ -54,13 +53,8 @@ def check_non_negative(**values: Any) -> None:
 
 
 def check_positive_int(none: str | None = None, **values: Any) -> None:
-    """Raise a ``ValueError`` naming the first argument that is not a positive integer.
-
-    Args:
-        none: Where ``None`` is allowed, what it means (e.g. ``"None (keep all)"``); ``None``
-            refuses it.
-        **values: The arguments by name.
-    """
+    """Raise a ``ValueError`` naming the first argument that is not a positive integer (``none``: what ``None`` means,
+    where it is allowed, e.g. ``"None (keep all)"``)."""
     for name, value in values.items():
         if not (value is None and none is not None) and not (_is_int(value) and value > 0):
             allowed = f"a positive integer or {none}" if none is not None else "a positive integer"

@@ -1,21 +1,19 @@
 """Export: a trained policy as one self-contained file that maps raw observations to actions.
 
-The exported actor runs with PyTorch alone (TorchScript) or ONNX Runtime alone (ONNX):
-no Lightning, torchrl, gymnasium or rl_lightning. It holds everything between an env's
-observation and its action: the observation normalizer's statistics (PPO), the networks,
-the deterministic action (argmax, Gaussian mean, squashed mean, greedy Q) and the clipping
-to a ``Box`` action space's bounds that ``env.step`` would otherwise need (and the run's
-``obs_bound`` clipping of observations, when it had one). Its actions are
-those of ``RLModule.predict`` given the same ``obs_bound`` (``tests/test_export.py`` compares them).
+The exported actor runs with PyTorch alone (TorchScript) or ONNX Runtime alone (ONNX): no Lightning, torchrl, gymnasium
+or rl_lightning. It holds everything between an env's observation and its action: the observation normalizer's
+statistics (PPO), the networks, the deterministic action (argmax, Gaussian mean, squashed mean, greedy Q) and the
+clipping to a ``Box`` action space's bounds that ``env.step`` would otherwise need (and the run's ``obs_bound`` clipping
+of observations, when it had one). Its actions are those of ``RLModule.predict`` given the same ``obs_bound``
+(``tests/test_export.py`` compares them).
 
 Contract (also stored in the file as the JSON metadata ``rl_lightning``):
 
-- input ``obs``: ``[batch, *observation_shape]``, raw observations as the env returns them
-  (a batch of one for a single observation): float32, or uint8 for uint8 images (scaled
-  inside). A ``Dict`` observation space gives one input per key, named by the key, in the
-  space's key order (``inputs`` in the metadata lists them: name, dtype, shape); ``Discrete``
-  and ``MultiDiscrete`` keys are int64, ``MultiBinary`` keys int8. TorchScript takes them as
-  one tuple argument, ONNX Runtime by name;
+- input ``obs``: ``[batch, *observation_shape]``, raw observations as the env returns them (a batch of one for a single
+  observation): float32, or uint8 for uint8 images (scaled inside). A ``Dict`` observation space gives one input per
+  key, named by the key, in the space's key order (``inputs`` in the metadata lists them: name, dtype, shape);
+  ``Discrete`` and ``MultiDiscrete`` keys are int64, ``MultiBinary`` keys int8. TorchScript takes them as one tuple
+  argument, ONNX Runtime by name;
 - output ``action``: int64 ``[batch]`` for a ``Discrete`` action space, int64 ``[batch, n]``
   for ``MultiDiscrete`` / ``MultiBinary`` (the env's values: ``start`` added), float32
   ``[batch, action_dim]`` within the bounds for a ``Box`` one.
@@ -23,10 +21,9 @@ Contract (also stored in the file as the JSON metadata ``rl_lightning``):
 A recurrent policy (``PPO(recurrent=True)``) has one more input and one more output (the
 metadata's ``state`` entry gives names and shape):
 
-- input ``state_in``: float32 ``[batch, C, K, H]`` (``C`` 2 for an LSTM's ``h`` and ``c``, 1 for
-  a GRU; ``K`` 1 for a shared core, 2 for actor and critic cores; ``H`` the recurrent size),
-  after the observations. Zeros for an env whose episode begins with this observation;
-  otherwise the ``state_out`` of that env's previous step;
+- input ``state_in``: float32 ``[batch, C, K, H]`` (``C`` 2 for an LSTM's ``h`` and ``c``, 1 for a GRU; ``K`` 1 for a
+  shared core, 2 for actor and critic cores; ``H`` the recurrent size), after the observations. Zeros for an env whose
+  episode begins with this observation; otherwise the ``state_out`` of that env's previous step;
 - output ``state_out``: the state after this step, same shape, after ``action``.
 
 It is the state ``RLModule.predict(obs, state=..., episode_start=...)`` takes and returns.
@@ -63,8 +60,7 @@ ONNX_OPSET = 18
 class DeployedActor(nn.Module):
     """A policy's deterministic actor on raw observation batches, in float32 on the CPU.
 
-    Only what acting needs is kept: PPO's value head is dropped from the copy, DQN acts
-    greedily on its Q-values.
+    Only what acting needs is kept: PPO's value head is dropped from the copy, DQN acts greedily on its Q-values.
 
     Args:
         model: A trained algorithm (its ``policy`` is copied; the model is left as it was).
@@ -112,13 +108,9 @@ class DeployedActor(nn.Module):
         if self.recurrent:
             self.state_shape = shape = list(policy.initial_state(1).shape)
             self.metadata["state"] = {
-                "input": "state_in",
-                "output": "state_out",
-                "dtype": "float32",
-                "shape": ["batch", *shape[1:]],
-                "cell": policy.cell,
-                "initial": "zeros, for an env whose episode begins with this observation",
-            }
+                "input": "state_in", "output": "state_out", "dtype": "float32", "shape": ["batch", *shape[1:]],
+                "cell": policy.cell, "initial": "zeros, for an env whose episode begins with this observation",
+            }  # fmt: skip
 
     def forward(
         self, obs: torch.Tensor | tuple[torch.Tensor, ...], state: torch.Tensor | None = None
@@ -126,8 +118,7 @@ class DeployedActor(nn.Module):
         """Deterministic env actions for raw observations: a ``[batch, *observation_shape]`` tensor, or (a
         ``Dict`` space) a tuple of one tensor per key, in the order of the contract's ``inputs``.
 
-        A recurrent policy also takes the state before the step (``state_in``) and returns
-        ``(action, state_out)``.
+        A recurrent policy also takes the state before the step (``state_in``) and returns ``(action, state_out)``.
         """
         parts = [obs] if self.keys is None else list(obs)
         for i, is_float in enumerate(self._floats):
@@ -218,18 +209,10 @@ def _onnx(actor: DeployedActor, path: str) -> None:
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            torch.onnx.export(
-                actor,
-                _example(actor),
-                path,
-                input_names=names,
-                output_names=outputs,
-                dynamic_shapes=dynamic_shapes,
-                opset_version=ONNX_OPSET,
-                dynamo=True,
-                external_data=False,  # one file, weights inside
-                verbose=False,
-            )
+            # external_data=False: one file, weights inside.
+            torch.onnx.export(actor, _example(actor), path, input_names=names, output_names=outputs,
+                              dynamic_shapes=dynamic_shapes, opset_version=ONNX_OPSET, dynamo=True,
+                              external_data=False, verbose=False)  # fmt: skip
     finally:
         exporter_log.setLevel(level)
     proto = onnx.load(path)

@@ -3,12 +3,11 @@
 Every metric the modules log carries ``time/env_steps``, and they log ``step`` as the env
 step count, which Lightning hands to every logger as its x-axis (TensorBoard, CSV, W&B).
 
-A resumed run continues the interrupted run's logs. When a fit starts, ``RLModule``
-calls :func:`rewind_loggers`: each logger here keeps what was logged up to the
-checkpoint's env step and drops (CSV) or hides (TensorBoard) what came after it, so the
-resumed run's rows follow on without a duplicate env step. Lightning's own ``CSVLogger``
-deletes ``metrics.csv`` when it starts, so a resume with it keeps only the second half
-(a warning says so). A W&B run continues under the run id the checkpoint stored.
+A resumed run continues the interrupted run's logs. When a fit starts, ``RLModule`` calls :func:`rewind_loggers`: each
+logger here keeps what was logged up to the checkpoint's env step and drops (CSV) or hides (TensorBoard) what came after
+it, so the resumed run's rows follow on without a duplicate env step. Lightning's own ``CSVLogger`` deletes
+``metrics.csv`` when it starts, so a resume with it keeps only the second half (a warning says so). A W&B run continues
+under the run id the checkpoint stored.
 """
 
 from __future__ import annotations
@@ -50,11 +49,10 @@ def wandb_api_key_configured() -> bool:
 class WandbLogger(_LightningWandbLogger):
     """Lightning's ``WandbLogger`` with an ``auto`` mode and env steps as the x-axis.
 
-    ``mode="auto"`` (the default) logs online when an API key is configured and offline
-    otherwise, so a run on a machine with no account and no network still writes a full
-    offline run under ``save_dir/wandb`` (upload it later with ``wandb sync``).
-    ``"online"`` insists on uploading and fails early, with the fix, when no key is
-    configured; ``"offline"`` never touches the network.
+    ``mode="auto"`` (the default) logs online when an API key is configured and offline otherwise, so a run on a machine
+    with no account and no network still writes a full offline run under ``save_dir/wandb`` (upload it later with
+    ``wandb sync``). ``"online"`` insists on uploading and fails early, with the fix, when no key is configured;
+    ``"offline"`` never touches the network.
 
     Args:
         save_dir: Directory the ``wandb/`` run folder is written under.
@@ -103,10 +101,9 @@ class WandbLogger(_LightningWandbLogger):
 class CSVLogger(_LightningCSVLogger):
     """Lightning's ``CSVLogger``, keeping ``metrics.csv`` across a resume.
 
-    Lightning's writer deletes an existing ``metrics.csv`` when it is created. This logger
-    puts the file back and appends under its header: at fit start a resumed run keeps the
-    rows up to its checkpoint's env step (a fresh fit, at env step 0, starts the file over,
-    as Lightning's does). Same arguments as Lightning's.
+    Lightning's writer deletes an existing ``metrics.csv`` when it is created. This logger puts the file back and
+    appends under its header: at fit start a resumed run keeps the rows up to its checkpoint's env step (a fresh fit, at
+    env step 0, starts the file over, as Lightning's does). Same arguments as Lightning's.
     """
 
     _writer: ExperimentWriter | None = None
@@ -149,14 +146,13 @@ class CSVLogger(_LightningCSVLogger):
 class TensorBoardLogger(_LightningTensorBoardLogger):
     """Lightning's ``TensorBoardLogger``; a resumed run hides what the earlier run logged after its checkpoint.
 
-    Event files are only ever added to a log directory, so a resumed run writes its own
-    beside the interrupted run's and TensorBoard draws them as one curve. At fit start a
-    resume writes TensorBoard's restart marker (a ``SessionLog.START`` event at the
-    checkpoint's env step + 1, what ``SummaryWriter(purge_step=...)`` writes), which makes
-    TensorBoard drop the earlier events from that step on: steps logged before an older
-    checkpoint was picked are not drawn twice. Same arguments as Lightning's, except that
-    ``default_hp_metric`` is off: Lightning's placeholder ``hp_metric`` (-1 at step 0, logged
-    again by every resume) means nothing here; the runs' own metric is ``eval/return_mean``.
+    Event files are only ever added to a log directory, so a resumed run writes its own beside the interrupted run's and
+    TensorBoard draws them as one curve. At fit start a resume writes TensorBoard's restart marker (a
+    ``SessionLog.START`` event at the checkpoint's env step + 1, what ``SummaryWriter(purge_step=...)`` writes), which
+    makes TensorBoard drop the earlier events from that step on: steps logged before an older checkpoint was picked are
+    not drawn twice. Same arguments as Lightning's, except that ``default_hp_metric`` is off: Lightning's placeholder
+    ``hp_metric`` (-1 at step 0, logged again by every resume) means nothing here; the runs' own metric is
+    ``eval/return_mean``.
     """
 
     def __init__(self, *args: Any, default_hp_metric: bool = False, **kwargs: Any):
@@ -197,9 +193,8 @@ def continue_loggers(loggers: Iterable[Logger], state: Mapping[str, Any]) -> Non
 def rewind_loggers(loggers: Iterable[Logger], env_steps: int) -> None:
     """At fit start: make every logger continue the run's history at ``env_steps`` (a resumed checkpoint's; 0: fresh).
 
-    Loggers of this module keep their rows up to ``env_steps`` (see :class:`CSVLogger` and
-    :class:`TensorBoardLogger`); a resume with Lightning's own CSV logger, which has already
-    deleted the earlier rows, gets a warning naming the fix.
+    Loggers of this module keep their rows up to ``env_steps`` (see :class:`CSVLogger` and :class:`TensorBoardLogger`);
+    a resume with Lightning's own CSV logger, which has already deleted the earlier rows, gets a warning naming the fix.
     """
     for logger in loggers:
         if isinstance(logger, (CSVLogger, TensorBoardLogger)):

@@ -1,8 +1,7 @@
 """What a checkpoint stores about its algorithm and spaces, and the checks against it before loading.
 
-Every check runs before Lightning loads a tensor or the data module's counters, so a refused
-checkpoint leaves the run (and the file) as it was, and the message names the file, the
-culprit and the fix.
+Every check runs before Lightning loads a tensor or the data module's counters, so a refused checkpoint leaves the run
+(and the file) as it was, and the message names the file, the culprit and the fix.
 """
 
 from __future__ import annotations
@@ -33,8 +32,7 @@ def attached_trainer(module: Any) -> pl.Trainer | None:
 
 def checkpoint_entry(module: pl.LightningModule) -> dict[str, Any]:
     """What :data:`CHECKPOINT_KEY` holds for ``module``: enough to rebuild its policy without envs."""
-    trainer = attached_trainer(module)
-    datamodule = getattr(trainer, "datamodule", None) if trainer else None
+    datamodule = getattr(attached_trainer(module), "datamodule", None)
     return {
         "algorithm": type(module).__name__,
         "datamodule": f"{type(datamodule).__module__}.{type(datamodule).__name__}" if datamodule else None,

@@ -39,12 +39,10 @@ def log_epoch(
 ) -> None:
     """Log one epoch's scalars to every logger and to ``trainer.callback_metrics``, against env steps.
 
-    Not through ``self.log``: Lightning re-wraps its result object on every ``log`` call (a
-    deep copy of the metric's metadata per key), which costs a noticeable share of a small
-    epoch. These are finished epoch scalars, so the loggers can take them directly: one
-    all-reduce averages the per-rank values (instead of one collective per key), every rank
-    ends with the same ``callback_metrics`` (progress bar, callbacks), and loggers write on
-    rank zero.
+    Not through ``self.log``: Lightning re-wraps its result object on every ``log`` call (a deep copy of the metric's
+    metadata per key), which costs a noticeable share of a small epoch. These are finished epoch scalars, so the loggers
+    can take them directly: one all-reduce averages the per-rank values (instead of one collective per key), every rank
+    ends with the same ``callback_metrics`` (progress bar, callbacks), and loggers write on rank zero.
 
     Args:
         module: The algorithm (its trainer and ``env_steps``).
@@ -92,19 +90,14 @@ def rollout_metrics(
     successes = np.asarray(episodes.successes, dtype=float)  # NaN where the env reports no success
     once = np.asarray(episodes.successes_once, dtype=float)
     graded, graded_once = ~np.isnan(successes), ~np.isnan(once)
-    faults = [episodes.env_restarts, episodes.nonfinite_steps, episodes.obs_clipped]
-    sums = global_sums(
-        module,
-        [len(returns), returns.sum(), lengths.sum(), not math.isnan(ev), np.nan_to_num(ev),
-         successes[graded].sum(), graded.sum(), once[graded_once].sum(), graded_once.sum(), *faults],
-    )  # fmt: skip
+    faults = ("env_restarts", "nonfinite_steps", "obs_clipped")
+    sums = global_sums(module, [len(returns), returns.sum(), lengths.sum(), not math.isnan(ev), np.nan_to_num(ev),
+                                successes[graded].sum(), graded.sum(), once[graded_once].sum(), graded_once.sum(),
+                                *(getattr(episodes, fault) for fault in faults)])  # fmt: skip
     total, return_sum, length_sum, ev_count, ev_sum, hits, graded_count, hits_once, once_count = sums[:9].tolist()
-    restarts, nonfinite, clipped = sums[9:].tolist()
     global_metrics = {"train/explained_variance": ev_sum / ev_count} if ev_count else {}
     # Counts of env fault events this epoch, over all ranks (envs/env_group.py).
-    global_metrics["rollout/env_restarts"] = restarts
-    global_metrics["rollout/nonfinite_steps"] = nonfinite
-    global_metrics["rollout/obs_clipped"] = clipped
+    global_metrics.update({f"rollout/{fault}": count for fault, count in zip(faults, sums[9:].tolist(), strict=True)})
     if total:
         global_metrics["rollout/episode_return"] = return_sum / total
         global_metrics["rollout/episode_length"] = length_sum / total
@@ -137,11 +130,9 @@ def evaluation_metrics(module: pl.LightningModule, batch: Mapping[str, Any]) -> 
     nan = torch.full_like(returns, float("nan"))
     success, once = (batch[k].double() if k in batch else nan for k in ("success", "success_once"))
     known, known_once = ~torch.isnan(success), ~torch.isnan(once)
-    n, total, squares, length, hits, graded, hits_once, graded_once = global_sums(
-        module,
-        [returns.numel(), returns.sum(), (returns**2).sum(), lengths.sum(), success[known].sum(), known.sum(),
-         once[known_once].sum(), known_once.sum()],
-    ).tolist()  # fmt: skip
+    sums = [returns.numel(), returns.sum(), (returns**2).sum(), lengths.sum(), success[known].sum(), known.sum(),
+            once[known_once].sum(), known_once.sum()]  # fmt: skip
+    n, total, squares, length, hits, graded, hits_once, graded_once = global_sums(module, sums).tolist()
     mean = total / n
     metrics = {
         f"{prefix}/return_mean": mean,

@@ -11,11 +11,10 @@ from rl_lightning.nets.actor_copy import ActorCopy
 class ActorSync(pl.Callback):
     """Gives the algorithm an acting copy of its policy (:class:`~rl_lightning.nets.actor_copy.ActorCopy`).
 
-    Rollouts, replay collection and evaluation then act with the copy (the data modules
-    ask the algorithm for its ``acting_policy``); the optimizer keeps updating the learner.
-    Each optimizer step marks the copy stale; the next act after ``sync_interval`` of them
-    pulls the weights in (timed as ``time/sync_seconds``): for SAC and DQN every ``sync_interval``
-    gradient steps. PPO syncs the copy before every rollout (``PPO.on_train_epoch_start``), whatever
+    Rollouts, replay collection and evaluation then act with the copy (the data modules ask the algorithm for its
+    ``acting_policy``); the optimizer keeps updating the learner. Each optimizer step marks the copy stale; the next act
+    after ``sync_interval`` of them pulls the weights in (timed as ``time/sync_seconds``): for SAC and DQN every
+    ``sync_interval`` gradient steps. PPO syncs the copy before every rollout (``PPO.on_train_epoch_start``), whatever
     the interval: its ratio needs the log-probabilities of the weights it trains.
 
     Args:
@@ -56,16 +55,12 @@ class ActorSync(pl.Callback):
         self._attach(pl_module)
 
     def on_validation_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        self._attach_synced(pl_module)
-
-    def on_test_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        self._attach_synced(pl_module)
-
-    def _attach_synced(self, pl_module: pl.LightningModule) -> None:
         # Evaluation measures the learner as it is now, whatever the interval, and also after
         # weights were loaded behind the copy's back (trainer.test(ckpt_path=...)): always sync.
         self._attach(pl_module)
         pl_module.acting_copy.sync()
+
+    on_test_start = on_validation_start
 
     def on_before_optimizer_step(self, trainer, pl_module, optimizer) -> None:
         pl_module.acting_copy.mark_stale()

@@ -92,12 +92,11 @@ class RunCheckpoint(ModelCheckpoint):
 class IntervalCheckpoint(RunCheckpoint):
     """A numbered checkpoint every ``save_interval`` collections, and a ``last.ckpt`` that always holds the end.
 
-    Counted in the data module's collections (``counters.iterations``) and named by the module's env
-    steps, as evaluations are: a resumed run saves on the uninterrupted run's grid under the same
-    names (Lightning counts an epoch a stop cut as done), and a run whose optimizer has not stepped
-    (DQN before ``learning_starts``) is saved too. ``ModelCheckpoint``'s own triggers, which count
-    epochs and skip while ``global_step`` stands still, are off; it gives the file names,
-    ``last_model_path`` and the directory Lightning's ``ckpt_path="last"`` searches.
+    Counted in the data module's collections (``counters.iterations``) and named by the module's env steps, as
+    evaluations are: a resumed run saves on the uninterrupted run's grid under the same names (Lightning counts an epoch
+    a stop cut as done), and a run whose optimizer has not stepped (DQN before ``learning_starts``) is saved too.
+    ``ModelCheckpoint``'s own triggers, which count epochs and skip while ``global_step`` stands still, are off; it
+    gives the file names, ``last_model_path`` and the directory Lightning's ``ckpt_path="last"`` searches.
 
     ``last.ckpt`` is written with each numbered checkpoint and when training ends, so a resume and
     the final evaluation see the final state. Files are ``epoch=E-env_steps=S.ckpt`` (``E`` counts
@@ -184,13 +183,12 @@ def save_and_tell_loggers(callback: ModelCheckpoint, trainer: pl.Trainer, path: 
 class BestCheckpoint(RunCheckpoint):
     """Keeps ``best.ckpt``: the state with the highest ``eval/return_mean`` seen so far.
 
-    The selection reads the ``train`` object set's evaluation only, never ``eval_ood/``: the
-    held-out set stays out of every choice, so its return measured on ``best.ckpt`` is still
-    an honest out-of-distribution figure. Written at the end of an epoch whose collection was
-    evaluated (the data module's counters say so) when it beats every earlier evaluation: a
-    score left in ``trainer.callback_metrics`` by an earlier evaluation is never paired with
-    later weights. ``ModelCheckpoint``'s own triggers are off; it keeps ``best_model_score``
-    and ``best_model_path`` across a resume.
+    The selection reads the ``train`` object set's evaluation only, never ``eval_ood/``: the held-out set stays out of
+    every choice, so its return measured on ``best.ckpt`` is still an honest out-of-distribution figure. Written at the
+    end of an epoch whose collection was evaluated (the data module's counters say so) when it beats every earlier
+    evaluation: a score left in ``trainer.callback_metrics`` by an earlier evaluation is never paired with later
+    weights. ``ModelCheckpoint``'s own triggers are off; it keeps ``best_model_score`` and ``best_model_path`` across a
+    resume.
 
     Args:
         dirpath: Directory; ``None`` uses ``<trainer.log_dir>/checkpoints`` like ``IntervalCheckpoint``.

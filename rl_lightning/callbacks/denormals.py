@@ -1,23 +1,21 @@
 """Denormal floats flushed to zero on the CPU while a fit runs (``torch.set_flush_denormal``).
 
-Why: Adam's second moment is the running mean of squared gradients, and in a long run
-parts of it sink below float32's smallest normal number (1.2e-38). x86 CPUs compute on
-such denormal numbers through a slow path, so the optimizer step of a small network grows
-several-fold as training goes on: DQN's fused Adam step on CartPole took 0.52 ms inside a
-fit against 0.09 ms with denormals flushed, SAC's 0.66 against 0.30 ms
-(``python -m benchmarks.denormals``). torch offers the switch and leaves it off by default;
-the algorithms turn it on for their fits (``flush_denormal=True``, their default).
+Why: Adam's second moment is the running mean of squared gradients, and in a long run parts of it sink below float32's
+smallest normal number (1.2e-38). x86 CPUs compute on such denormal numbers through a slow path, so the optimizer step
+of a small network grows several-fold as training goes on: DQN's fused Adam step on CartPole took 0.52 ms inside a fit
+against 0.09 ms with denormals flushed, SAC's 0.66 against 0.30 ms (``python -m benchmarks.denormals``). torch offers
+the switch and leaves it off by default; the algorithms turn it on for their fits (``flush_denormal=True``, their
+default).
 
 What changes: a result below 1.2e-38 reads as 0, and so does such an input (the x86
 flags flush-to-zero and denormals-are-zero, which ``torch.set_flush_denormal`` sets
 together). Updates differ from unflushed ones only where a value was that small: an Adam
 moment of 1e-40 moves a weight by about ``lr * 1e-32`` (``tests/callbacks/test_denormals.py``).
 
-Scope: the setting belongs to the calling thread, so it covers the fit's thread (the
-training loop, acting, evaluation, and torch's intra-op work on it), not torch's other
-intra-op threads nor env worker processes. :class:`FlushDenormals` turns it on when a fit
-starts, on a CPU that supports it, and puts back what the thread had when the fit ends or
-fails; a thread that flushes already is left as it is.
+Scope: the setting belongs to the calling thread, so it covers the fit's thread (the training loop, acting, evaluation,
+and torch's intra-op work on it), not torch's other intra-op threads nor env worker processes. :class:`FlushDenormals`
+turns it on when a fit starts, on a CPU that supports it, and puts back what the thread had when the fit ends or fails;
+a thread that flushes already is left as it is.
 """
 
 from __future__ import annotations

@@ -26,26 +26,22 @@ INTERRUPT_CHECKPOINT = "last.ckpt"
 class Interruption(pl.Callback):
     """Stop a fit at the next safe point after a signal, and write a checkpoint it resumes from.
 
-    On SIGINT, SIGTERM or SIGUSR1 the handler only records the request. The run stops at
-    the next point where its state is consistent: between env steps of a rollout or of
-    replay collection, between PPO minibatches, between the gradient steps of an off-policy
-    chunk, between evaluation steps, or at the end
-    of a training batch (``RLModule.on_train_batch_end``, after the algorithm's own
-    batch-end work). It then writes ``<run>/checkpoints/last.ckpt`` (atomically) and
-    raises :class:`~rl_lightning.faults.TrainingInterrupted`, whose message names the
-    checkpoint; the front doors add the command that resumes. A second Ctrl+C aborts at
-    once (``KeyboardInterrupt``), without a checkpoint.
+    On SIGINT, SIGTERM or SIGUSR1 the handler only records the request. The run stops at the next point where its state
+    is consistent: between env steps of a rollout or of replay collection, between PPO minibatches, between the gradient
+    steps of an off-policy chunk, between evaluation steps, or at the end of a training batch
+    (``RLModule.on_train_batch_end``, after the algorithm's own batch-end work). It then writes
+    ``<run>/checkpoints/last.ckpt`` (atomically) and raises :class:`~rl_lightning.faults.TrainingInterrupted`, whose
+    message names the checkpoint; the front doors add the command that resumes. A second Ctrl+C aborts at once
+    (``KeyboardInterrupt``), without a checkpoint.
 
-    What a resumed run continues from: the weights and optimizer state as they are (an
-    update phase cut short keeps the minibatch steps it took), the env-step counter of the
-    completed rollouts (a rollout cut short is dropped, its steps are not counted), the RNG
-    and replay state; off-policy, the env steps of an epoch cut short are kept and the
-    resumed run takes only the rest of that epoch, and a chunk stopped between its gradient
-    steps first takes the ones it still owed. So the step budget is spent exactly once.
+    What a resumed run continues from: the weights and optimizer state as they are (an update phase cut short keeps the
+    minibatch steps it took), the env-step counter of the completed rollouts (a rollout cut short is dropped, its steps
+    are not counted), the RNG and replay state; off-policy, the env steps of an epoch cut short are kept and the resumed
+    run takes only the rest of that epoch, and a chunk stopped between its gradient steps first takes the ones it still
+    owed. So the step budget is spent exactly once.
 
-    An :class:`~rl_lightning.faults.EnvFault` (an env beyond its restart limit) is written
-    out the same way; a numerical fault is not (its state is not worth resuming, and the
-    last good checkpoint must stay the newest).
+    An :class:`~rl_lightning.faults.EnvFault` (an env beyond its restart limit) is written out the same way; a numerical
+    fault is not (its state is not worth resuming, and the last good checkpoint must stay the newest).
 
     Under DDP every rank must stop at the same point (checkpoints are collective): the
     ranks agree at the end of every training batch, with one small all-reduce, and the
@@ -55,9 +51,8 @@ class Interruption(pl.Callback):
     default inside a SLURM job: it writes its own ``hpc_ckpt`` and requeues); SIGTERM, which
     SLURM sends at pre-emption and at the time limit, is always ours.
 
-    Only a fit writes the checkpoint (an exception in a later ``trainer.test`` leaves
-    ``last.ckpt`` alone). Under DDP an env fault is raised on one rank only, so it cannot
-    write the collective checkpoint: the interval checkpoints remain.
+    Only a fit writes the checkpoint (an exception in a later ``trainer.test`` leaves ``last.ckpt`` alone). Under DDP an
+    env fault is raised on one rank only, so it cannot write the collective checkpoint: the interval checkpoints remain.
 
     Args:
         signals: Names of the signals that stop the run.

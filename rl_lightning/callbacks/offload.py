@@ -17,12 +17,11 @@ def _move(tensor: torch.Tensor, device: torch.device, pin: bool) -> torch.Tensor
 class OptimizerOffload(pl.Callback):
     """Moves every optimizer's state (and the gradients) to ``device`` during rollouts and evaluation.
 
-    PPO's epoch is a rollout (acting only), the updates, then evaluation (acting only):
-    the Adam moments (twice the parameters) and the gradients (once more) are dead weight
-    on the accelerator outside the updates, memory a GPU simulator can use. The state
-    goes to ``device`` when evaluation starts and when the epoch ends, and comes back
-    before the first update of the next epoch. Off-policy algorithms interleave env steps
-    and updates, so for them only evaluation runs offloaded.
+    PPO's epoch is a rollout (acting only), the updates, then evaluation (acting only): the Adam moments (twice the
+    parameters) and the gradients (once more) are dead weight on the accelerator outside the updates, memory a GPU
+    simulator can use. The state goes to ``device`` when evaluation starts and when the epoch ends, and comes back
+    before the first update of the next epoch. Off-policy algorithms interleave env steps and updates, so for them only
+    evaluation runs offloaded.
 
     On a GPU, ``memory/accelerator_allocated_mb`` (while offloaded) and
     ``memory/offload_freed_mb`` are logged each epoch.
@@ -92,10 +91,8 @@ class OptimizerOffload(pl.Callback):
     def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self.offload(trainer)
         if self._allocated_bytes is not None and trainer.is_global_zero:
-            metrics = {
-                "memory/accelerator_allocated_mb": self._allocated_bytes / 2**20,
-                "memory/offload_freed_mb": self._freed_bytes / 2**20,
-            }
+            metrics = {"memory/accelerator_allocated_mb": self._allocated_bytes / 2**20,
+                       "memory/offload_freed_mb": self._freed_bytes / 2**20}  # fmt: skip
             step = int(getattr(pl_module, "env_steps", trainer.current_epoch))
             for logger in trainer.loggers:
                 logger.log_metrics(metrics, step=step)

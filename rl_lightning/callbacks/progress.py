@@ -16,11 +16,10 @@ from rl_lightning.data.base import last_collection
 class EnvStepProgressBar(ProgressBar):
     """Shows env steps out of the budget, env-steps/s and the latest returns.
 
-    Replaces Lightning's batch-counting bar (a PPO epoch is a rollout plus many
-    minibatches; counting batches says little about progress). Updated once per epoch
-    with the latest training episodic return and, once evaluated, the latest ``eval`` and
-    ``eval_ood`` returns. Rank zero only; ``disable()`` hides it (Lightning refuses a
-    progress-bar callback together with ``Trainer(enable_progress_bar=False)``).
+    Replaces Lightning's batch-counting bar (a PPO epoch is a rollout plus many minibatches; counting batches says
+    little about progress). Updated once per epoch with the latest training episodic return and, once evaluated, the
+    latest ``eval`` and ``eval_ood`` returns. Rank zero only; ``disable()`` hides it (Lightning refuses a progress-bar
+    callback together with ``Trainer(enable_progress_bar=False)``).
 
     Args:
         leave: Keep the finished bar on screen.

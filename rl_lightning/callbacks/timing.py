@@ -26,23 +26,20 @@ PHASES = {
 class PhaseTimer(pl.Callback):
     """Splits every training epoch into phases, logs them under ``time/`` and prints a table.
 
-    Per epoch it logs (rank zero's times, straight to the Trainer's loggers, at
-    ``time/env_steps``) ``time/<phase>_seconds`` for ``env`` (stepping the envs),
-    ``inference`` (policy calls while collecting), ``optimization`` (``training_step`` without
-    the collection inside it: advantages, losses, backward, clipping and optimizer steps,
-    gradient all-reduce included), ``evaluation`` (the validation loop on every object set)
-    and ``sync`` (an acting copy pulling the learner's weights, :class:`~rl_lightning.callbacks.ActorSync`),
-    plus ``time/epoch_seconds``. At the end of ``fit`` it prints each phase's total and share
-    of the wall time.
+    Per epoch it logs (rank zero's times, straight to the Trainer's loggers, at ``time/env_steps``)
+    ``time/<phase>_seconds`` for ``env`` (stepping the envs), ``inference`` (policy calls while collecting),
+    ``optimization`` (``training_step`` without the collection inside it: advantages, losses, backward, clipping and
+    optimizer steps, gradient all-reduce included), ``evaluation`` (the validation loop on every object set) and
+    ``sync`` (an acting copy pulling the learner's weights, :class:`~rl_lightning.callbacks.ActorSync`), plus
+    ``time/epoch_seconds``. At the end of ``fit`` it prints each phase's total and share of the wall time.
 
     The rollout phases are read from the data module's ``last_collection``
     (:class:`~rl_lightning.data.collection.CollectionMetrics`); with another data module only
     the optimization and evaluation phases are filled.
 
-    On a CUDA device kernels run asynchronously, so a phase's clock would stop before its
-    work is done. ``synchronize=True`` waits for the device at every phase boundary (the
-    rollout's phases and the optimization), so the shares say where device time goes, at a
-    small cost in throughput (``benchmarks/gpu_device_envs.py`` uses it).
+    On a CUDA device kernels run asynchronously, so a phase's clock would stop before its work is done.
+    ``synchronize=True`` waits for the device at every phase boundary (the rollout's phases and the optimization), so
+    the shares say where device time goes, at a small cost in throughput (``benchmarks/gpu_device_envs.py`` uses it).
 
     Args:
         print_summary: Print the table when ``fit`` ends (rank zero only).
@@ -147,9 +144,7 @@ class PhaseTimer(pl.Callback):
         lines = [
             f"Timing over {self.epochs} epochs, {wall:.1f} s of fit:",
             f"  {'phase':<{width}}  {'seconds':>9}  {'share':>6}  {'per epoch':>10}",
-        ]
-        for label, seconds in rows:
-            lines.append(
-                f"  {label:<{width}}  {seconds:>9.2f}  {seconds / wall:>6.1%}  {seconds / self.epochs * 1e3:>7.1f} ms"
-            )
+            *(f"  {label:<{width}}  {seconds:>9.2f}  {seconds / wall:>6.1%}  {seconds / self.epochs * 1e3:>7.1f} ms"
+              for label, seconds in rows),
+        ]  # fmt: skip
         return "\n".join(lines)

@@ -27,24 +27,20 @@ class EvaluationVideo(pl.Callback):
     ``eval_interval``), so a resumed run films at the env steps an uninterrupted one would,
     also after an evaluation rerun outside the validation loop (``RLModule._evaluate_cut``).
 
-    The episode is played by the policy that was just evaluated (the acting copy if any),
-    deterministically unless the data module's ``eval_deterministic`` is off, on an env of
-    its own made with ``render_mode="rgb_array"`` from the data module's env, object sets,
-    evaluation time limit and ``obs_bound``. It is reset with the same ``seed`` every time,
-    so successive videos show the same episode start and variation, played by a better
-    policy. Recording draws from a forked torch RNG, so turning videos on changes nothing
-    in training.
+    The episode is played by the policy that was just evaluated (the acting copy if any), deterministically unless the
+    data module's ``eval_deterministic`` is off, on an env of its own made with ``render_mode="rgb_array"`` from the
+    data module's env, object sets, evaluation time limit and ``obs_bound``. It is reset with the same ``seed`` every
+    time, so successive videos show the same episode start and variation, played by a better policy. Recording draws
+    from a forked torch RNG, so turning videos on changes nothing in training.
 
-    Each video is written to ``<dirpath>/<object set>/env_steps=<N>.mp4`` while it is
-    played (frames are never gathered in memory), then logged as ``<prefix>/video``
-    (``eval/video`` for the training set, ``eval_ood/video`` for the others) to W&B
-    (``wandb.Video``, against ``time/env_steps``) and TensorBoard (an animated GIF at most
-    320 px wide, as ``add_video`` writes, at step = env steps) where those loggers are
-    active. Only global rank zero records; the other ranks go on to the next epoch.
+    Each video is written to ``<dirpath>/<object set>/env_steps=<N>.mp4`` while it is played (frames are never gathered
+    in memory), then logged as ``<prefix>/video`` (``eval/video`` for the training set, ``eval_ood/video`` for the
+    others) to W&B (``wandb.Video``, against ``time/env_steps``) and TensorBoard (an animated GIF at most 320 px wide,
+    as ``add_video`` writes, at step = env steps) where those loggers are active. Only global rank zero records; the
+    other ranks go on to the next epoch.
 
-    Rendering is tried once when fit starts, so a machine that cannot render fails before
-    training. A video that fails later (a full disk, say) is reported in a warning, its
-    partial file removed, and training goes on.
+    Rendering is tried once when fit starts, so a machine that cannot render fails before training. A video that fails
+    later (a full disk, say) is reported in a warning, its partial file removed, and training goes on.
 
     Args:
         video_interval: Record at every this-many-th evaluation (1: every evaluation);

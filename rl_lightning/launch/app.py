@@ -136,20 +136,11 @@ def warm_up(cfg: DictConfig) -> None:
         one_update.update(update_epochs=1, num_minibatches=1)
     with explained_errors(cfg):
         data, model = build_data(cfg, **small), build_model(cfg, **one_update)
-    trainer = pl.Trainer(
-        accelerator=cfg.trainer.get("accelerator", "auto"),
-        devices=1,
-        max_epochs=1,
-        limit_train_batches=1,
-        num_sanity_val_steps=0,
-        logger=False,
-        enable_checkpointing=False,
-        # A signal stops the warm-up too, but nothing of it is saved (it must never write over the run's last.ckpt).
-        callbacks=[Interruption(save=False)],
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        default_root_dir=cfg.run_dir,
-    )
+    # A signal stops the warm-up too, but nothing of it is saved (it must never write over the run's last.ckpt).
+    trainer = pl.Trainer(accelerator=cfg.trainer.get("accelerator", "auto"), devices=1, max_epochs=1,
+                         limit_train_batches=1, num_sanity_val_steps=0, logger=False, enable_checkpointing=False,
+                         callbacks=[Interruption(save=False)], enable_progress_bar=False, enable_model_summary=False,
+                         default_root_dir=cfg.run_dir)  # fmt: skip
     start = time.perf_counter()
     try:
         with explained_errors(cfg, model), warnings.catch_warnings():

@@ -7,17 +7,15 @@
     rl-lightning play runs/<run>/checkpoints/last.ckpt --obj-set test --episodes 5 --video test.mp4
     rl-lightning export runs/<run>/checkpoints/last.ckpt --format onnx --out policy.onnx
 
-``fit``, ``validate`` and ``test`` are Lightning's subcommands (``--help`` lists every
-argument of the model, data and trainer). Without ``--trainer.default_root_dir`` each
-run gets ``runs/<date_time>/``; the default logger is the offline-first
-:class:`~rl_lightning.loggers.WandbLogger`. ``validate``/``test`` with ``--ckpt_path`` (or a ``--config``
-file's ``ckpt_path``) rebuild the algorithm and its data module (env, object sets, evaluation settings)
-from the checkpoint, so no other argument is needed.
+``fit``, ``validate`` and ``test`` are Lightning's subcommands (``--help`` lists every argument of the model, data and
+trainer). Without ``--trainer.default_root_dir`` each run gets ``runs/<date_time>/``; the default logger is the
+offline-first :class:`~rl_lightning.loggers.WandbLogger`. ``validate``/``test`` with ``--ckpt_path`` (or a ``--config``
+file's ``ckpt_path``) rebuild the algorithm and its data module (env, object sets, evaluation settings) from the
+checkpoint, so no other argument is needed.
 
-A mistake ends with one ``error:`` line that names the argument (``--model.lr``) or file
-and the fix, before any work: a mistyped argument or class, a value of the wrong type, a
-value the constructor refuses, trainer settings the machine cannot run, an env whose
-spaces the algorithm cannot handle, a checkpoint that is corrupt or does not fit.
+A mistake ends with one ``error:`` line that names the argument (``--model.lr``) or file and the fix, before any work: a
+mistyped argument or class, a value of the wrong type, a value the constructor refuses, trainer settings the machine
+cannot run, an env whose spaces the algorithm cannot handle, a checkpoint that is corrupt or does not fit.
 """
 
 from __future__ import annotations
@@ -252,10 +250,8 @@ class RLCLI(LightningCLI):
         config = self._subcommand_config()
         trainer_refused = isinstance(err, (TypeError, ValueError)) and _section_that_raised(err) == "trainer"
         if isinstance(err, MisconfigurationException) or trainer_refused:
-            trainer = config.trainer
-            settings = ", ".join(
-                f"--trainer.{key} {trainer.get(key)}" for key in ("accelerator", "devices", "strategy", "num_nodes")
-            )
+            keys = ("accelerator", "devices", "strategy", "num_nodes")
+            settings = ", ".join(f"--trainer.{key} {config.trainer.get(key)}" for key in keys)
             return (
                 f"The trainer settings cannot run here ({settings}): {err} Pick settings this machine supports "
                 "(e.g. --trainer.accelerator cpu --trainer.devices 1)."
@@ -368,9 +364,8 @@ class RLCLI(LightningCLI):
     def before_instantiate_classes(self) -> None:
         """Put ``ckpt_path`` back in the config; give the run its own directory and the library loggers' files in it.
 
-        Their files (and the checkpoints, which Lightning puts under the first logger's
-        directory) then stay in the run directory, and a resume appends to them there
-        rather than starting a ``version_1`` beside them.
+        Their files (and the checkpoints, which Lightning puts under the first logger's directory) then stay in the run
+        directory, and a resume appends to them there rather than starting a ``version_1`` beside them.
         """
         if self.subcommand:
             self.config[self.subcommand].ckpt_path = self.ckpt_path

@@ -4,12 +4,11 @@
     rl-lightning plot multirun/2026-11-30_10-00-00 --out ppo.png  # a sweep: mean and range over seeds
     rl-lightning plot multirun/ppo_a multirun/ppo_b             # two groups compared
 
-Each positional path is one curve: every run found under it (a directory holding a
-``metrics.csv`` from the CSV logger or TensorBoard event files) counts as one seed, unless
-the runs' settings (the ``hparams.yaml`` their logger wrote) differ in more than the seed, the
-budget and where they keep their files: a sweep over ``algo.lr`` and ``seed`` draws a curve
-for each learning rate, labelled by it. The x-axis is environment steps; the panels are
-``eval/return_mean`` (training object set) and ``eval_ood/return_mean`` (held-out ``test`` set).
+Each positional path is one curve: every run found under it (a directory holding a ``metrics.csv`` from the CSV logger
+or TensorBoard event files) counts as one seed, unless the runs' settings (the ``hparams.yaml`` their logger wrote)
+differ in more than the seed, the budget and where they keep their files: a sweep over ``algo.lr`` and ``seed`` draws a
+curve for each learning rate, labelled by it. The x-axis is environment steps; the panels are ``eval/return_mean``
+(training object set) and ``eval_ood/return_mean`` (held-out ``test`` set).
 """
 
 from __future__ import annotations

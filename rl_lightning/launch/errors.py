@@ -1,11 +1,10 @@
 """Config errors as one paragraph that names the key and the fix, not a deep traceback.
 
-Three moments can fail: composing the config (a typo'd key, an unknown group option, bad
-override syntax; checked by :func:`check_overrides` before Hydra starts the job), building
-the objects from it (a wrong type or an impossible value, an unknown env; explained by
-:func:`explain_build_error`) and starting the run (an env whose spaces the algorithm cannot
-handle, a checkpoint that does not fit; explained by :func:`explain_run_error`).
-:func:`raised_by_library` and :func:`culprit_key` serve the ``rl-lightning`` CLI too.
+Three moments can fail: composing the config (a typo'd key, an unknown group option, bad override syntax; checked by
+:func:`check_overrides` before Hydra starts the job), building the objects from it (a wrong type or an impossible value,
+an unknown env; explained by :func:`explain_build_error`) and starting the run (an env whose spaces the algorithm cannot
+handle, a checkpoint that does not fit; explained by :func:`explain_run_error`). :func:`raised_by_library` and
+:func:`culprit_key` serve the ``rl-lightning`` CLI too.
 """
 
 from __future__ import annotations

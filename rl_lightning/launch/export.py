@@ -3,12 +3,11 @@
     rl-lightning export runs/<run>/checkpoints/last.ckpt --format onnx --out policy.onnx
     rl-lightning export runs/<run>/checkpoints/last.ckpt --format torchscript --out policy.pt
 
-The file maps a batch of raw observations (float32 or uint8 ``[batch, *obs_shape]``, input
-``obs``; one input per key of a ``Dict`` space) to the deterministic env actions (output
-``action``: int64 ``[batch]`` for discrete actions, int64 ``[batch, n]`` for multi-discrete
-and multi-binary ones, float32 ``[batch, action_dim]`` within the bounds otherwise),
-observation normalization included; it runs with ``torch.jit.load`` or ONNX Runtime alone.
-See :mod:`rl_lightning.export`.
+The file maps a batch of raw observations (float32 or uint8 ``[batch, *obs_shape]``, input ``obs``; one input per key of
+a ``Dict`` space) to the deterministic env actions (output ``action``: int64 ``[batch]`` for discrete actions, int64
+``[batch, n]`` for multi-discrete and multi-binary ones, float32 ``[batch, action_dim]`` within the bounds otherwise),
+observation normalization included; it runs with ``torch.jit.load`` or ONNX Runtime alone. See
+:mod:`rl_lightning.export`.
 """
 
 from __future__ import annotations

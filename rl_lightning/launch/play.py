@@ -3,11 +3,10 @@
     rl-lightning play runs/<run>/checkpoints/last.ckpt                    # 5 episodes, training object set
     rl-lightning play runs/<run>/checkpoints/last.ckpt --obj-set test --episodes 10 --video test.mp4
 
-Any algorithm's checkpoint works: the algorithm, the env, its object sets and the
-evaluation time limit are read from it. Episodes are deterministic (the mode of the
-policy) unless ``--stochastic``; the first is reset with ``--seed`` and the others follow
-from it, so the same command plays the same episodes. ``--video`` films them all, one
-after the other, into one mp4.
+Any algorithm's checkpoint works: the algorithm, the env, its object sets and the evaluation time limit are read from
+it. Episodes are deterministic (the mode of the policy) unless ``--stochastic``; the first is reset with ``--seed`` and
+the others follow from it, so the same command plays the same episodes. ``--video`` films them all, one after the other,
+into one mp4.
 """
 
 from __future__ import annotations

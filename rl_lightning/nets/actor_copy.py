@@ -1,12 +1,11 @@
 """A copy of the policy that acts on another device or in another dtype, synced from the learner.
 
-The "train policy / eval policy" split of large-model RL: the learner keeps its weights
-where the optimizer needs them (e.g. a GPU in fp32); rollouts and evaluation act with a
-copy elsewhere (the CPU next to the simulator, or bf16 to halve memory and bandwidth).
-``ActorCopy`` implements the policy protocols of the data layer, so rollouts, replay
-collection and evaluation use it without knowing. After the learner changes (``mark_stale``,
-called once per optimizer step), the next act pulls the weights in (``sync``): once per
-rollout for PPO, every ``sync_interval`` gradient steps for off-policy algorithms.
+The "train policy / eval policy" split of large-model RL: the learner keeps its weights where the optimizer needs them
+(e.g. a GPU in fp32); rollouts and evaluation act with a copy elsewhere (the CPU next to the simulator, or bf16 to halve
+memory and bandwidth). ``ActorCopy`` implements the policy protocols of the data layer, so rollouts, replay collection
+and evaluation use it without knowing. After the learner changes (``mark_stale``, called once per optimizer step), the
+next act pulls the weights in (``sync``): once per rollout for PPO, every ``sync_interval`` gradient steps for
+off-policy algorithms.
 
 ``fingerprint`` is the consistency check: per parameter and buffer, the float64 sum and
 sum of squares of the learner's tensors cast to the copy's dtype, against the copy's own.

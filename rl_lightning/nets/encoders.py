@@ -1,24 +1,21 @@
 """Encoders: images, vectors and dictionaries of them -> one feature vector per observation.
 
-:class:`MultiInputEncoder` routes each key of a ``Dict`` observation (or a single image
-``Box``) to a CNN (image-like keys) or to the flat vector part (vector-like keys), and
-concatenates the results, as Stable-Baselines3's ``CombinedExtractor`` does (its
-``MultiInputPolicy``) and SheepRL's ``cnn_keys`` / ``mlp_keys`` encoders. The actor and
+:class:`MultiInputEncoder` routes each key of a ``Dict`` observation (or a single image ``Box``) to a CNN (image-like
+keys) or to the flat vector part (vector-like keys), and concatenates the results, as Stable-Baselines3's
+``CombinedExtractor`` does (its ``MultiInputPolicy``) and SheepRL's ``cnn_keys`` / ``mlp_keys`` encoders. The actor and
 critic heads (MLPs of the algorithm's ``hidden_sizes``) sit on top.
 
-- Images (rank-3 ``Box``, ``HxWxC`` or ``CxHxW``) go through :class:`NatureCNN`, the CNN
-  of Mnih et al. (2015), "Human-level control through deep reinforcement learning", as
-  SB3's ``NatureCNN`` and CleanRL's ``ppo_atari.py`` use it; its kernels and strides are
-  settings, so small images (MiniGrid's 7x7 view) get a CNN that fits them. uint8 images
+- Images (rank-3 ``Box``, ``HxWxC`` or ``CxHxW``) go through :class:`NatureCNN`, the CNN of Mnih et al. (2015),
+  "Human-level control through deep reinforcement learning", as SB3's ``NatureCNN`` and CleanRL's ``ppo_atari.py`` use
+  it; its kernels and strides are settings, so small images (MiniGrid's 7x7 view) get a CNN that fits them. uint8 images
   are stored as uint8 and scaled by 1/255 inside the network (SB3's ``preprocess_obs``).
-- Vectors (rank-1 or rank-2 float ``Box``) are flattened and, with ``normalize_obs``,
-  normalized by a :class:`RunningNormalizer` (vector keys only: images and one-hots are
-  not); ``Discrete`` / ``MultiDiscrete`` keys become one-hots and ``MultiBinary`` keys
-  floats (SB3's ``preprocess_obs`` again).
+- Vectors (rank-1 or rank-2 float ``Box``) are flattened and, with ``normalize_obs``, normalized by a
+  :class:`RunningNormalizer` (vector keys only: images and one-hots are not); ``Discrete`` / ``MultiDiscrete`` keys
+  become one-hots and ``MultiBinary`` keys floats (SB3's ``preprocess_obs`` again).
 
-A key that is neither, a key the settings name that the space lacks, an image too small
-for the CNN, and an image whose channel axis cannot be told are refused when the encoder
-is built, before any env step, naming the key and the setting or wrapper that fixes it.
+A key that is neither, a key the settings name that the space lacks, an image too small for the CNN, and an image whose
+channel axis cannot be told are refused when the encoder is built, before any env step, naming the key and the setting
+or wrapper that fixes it.
 """
 
 from __future__ import annotations
@@ -415,10 +412,9 @@ EncoderArgument = Any
 def check_encoder_argument(encoder: EncoderArgument) -> tuple[EncoderArgument, bool]:
     """An algorithm's ``encoder`` argument, checked before any env is made: ``(value to keep, is one's own)``.
 
-    Settings (a mapping) are checked and kept as the given entries (``None`` when none is
-    given), so hyperparameters list what the user set; one's own encoder (a module, or a
-    callable that builds one from the observation space) is kept as it is and not saved
-    with the hyperparameters.
+    Settings (a mapping) are checked and kept as the given entries (``None`` when none is given), so hyperparameters
+    list what the user set; one's own encoder (a module, or a callable that builds one from the observation space) is
+    kept as it is and not saved with the hyperparameters.
 
     Raises:
         TypeError: Neither a mapping, a module nor a callable.
@@ -469,10 +465,9 @@ def build_encoder(
 ) -> nn.Module | None:
     """The encoder a network reads raw observations through, or ``None`` for the flat vector path.
 
-    One's own encoder is built by calling it with the space (a module is used as it is);
-    settings (or ``None``) give a :class:`MultiInputEncoder` where the space needs one
-    (:func:`needs_encoder`: images, ``Dict``), else ``None``. With observation groups, the
-    encoder of ``reader`` (``"actor"`` or ``"critic"``) reads only that group's keys (the key
+    One's own encoder is built by calling it with the space (a module is used as it is); settings (or ``None``) give a
+    :class:`MultiInputEncoder` where the space needs one (:func:`needs_encoder`: images, ``Dict``), else ``None``. With
+    observation groups, the encoder of ``reader`` (``"actor"`` or ``"critic"``) reads only that group's keys (the key
     routes ``cnn_keys`` / ``mlp_keys`` are kept for the keys the group has).
     """
     if isinstance(encoder, nn.Module):
