@@ -285,11 +285,12 @@ def train(cfg: DictConfig) -> RunSummary | None:
         raise ConfigError(f"{err} Write seed=0 (or another such integer).") from None
     done = os.path.join(cfg.run_dir, SUMMARY_FILE)
     if cfg.get("ckpt_path") == "last" and sweeping() and os.path.exists(done):  # a sweep rerun keeps finished jobs
-        # The budget it finished (a trainer limit may have ended it earlier): a larger one resumes it.
-        if cfg.algo.total_timesteps <= OmegaConf.load(os.path.join(cfg.run_dir, "config.yaml")).algo.total_timesteps:
+        with open(done) as f:
+            finished = RunSummary(**json.load(f))
+        # The budget its summary was written for (not config.yaml's: a rerun cut short rewrote it); a larger resumes.
+        if cfg.algo.total_timesteps <= (finished.total_timesteps or 0):
             _print(f"{cfg.run_dir} finished this budget (its {SUMMARY_FILE}): skipped.")
-            with open(done) as f:
-                return RunSummary(**json.load(f))
+            return finished
     os.makedirs(cfg.run_dir, exist_ok=True)
     if cfg.get("debug"):
         pl.seed_everything(cfg.seed, verbose=False)
@@ -339,7 +340,8 @@ def train(cfg: DictConfig) -> RunSummary | None:
         summary = RunSummary.from_metrics(
             metrics, tested_checkpoint=tested, env_steps=env_steps, wall_seconds=wall,
             env_steps_per_second=(env_steps - resumed_from) / max(wall, 1e-9), resumed_from_env_steps=resumed_from,
-            checkpoint=checkpoint or None, run_dir=os.path.abspath(cfg.run_dir), seed=cfg.seed)  # fmt: skip
+            checkpoint=checkpoint or None, run_dir=os.path.abspath(cfg.run_dir), seed=cfg.seed,
+            total_timesteps=cfg.algo.total_timesteps)  # fmt: skip
     finally:
         data.close()
         # A W&B run stays open until finished; a sweep's next job must not reuse it.

@@ -30,6 +30,8 @@ class RunSummary:
         resumed_from_env_steps: The env steps of the checkpoint this fit resumed from (0: a fresh run).
         eval_success_rate: Final ``eval/success_rate`` where the env reports success (``info["is_success"]``).
         eval_ood_success_rate: Final ``eval_ood/success_rate``, likewise.
+        total_timesteps: The budget the fit ran to (``algo.total_timesteps``; a trainer limit may end it earlier): a
+            sweep rerun with ``ckpt_path=last`` skips a job whose summary has the rerun's budget or a larger one.
     """
 
     eval_return: float | None
@@ -45,6 +47,7 @@ class RunSummary:
     resumed_from_env_steps: int = 0
     eval_success_rate: float | None = None
     eval_ood_success_rate: float | None = None
+    total_timesteps: int | None = None
 
     @classmethod
     def from_metrics(cls, metrics: dict[str, Any], **fields: Any) -> RunSummary:

@@ -110,8 +110,14 @@ def test_multirun_sweeps_seeds_and_plot_draws_them(tmp_path):
     assert [read_summary(sweep / str(i)) for i in (0, 1)] == summaries and _metrics(sweep / "0") == metrics
     assert read_summary(sweep / "2")["seed"] == 3 and read_summary(sweep / "2")["env_steps"] == 512
     more = ["-m", *TINY, "algo.total_timesteps=1024", "seed=1", "logger=csv", "hydra.sweep.dir=multirun/sweep"]
+    # A rerun with the larger budget that was cut short left config.yaml saying 1024 beside the 512-step summary:
+    # the summary's own budget decides (config.yaml's skipped the job, its budget never spent).
+    config = (sweep / "0" / "config.yaml").read_text()
+    assert "total_timesteps: 512" in config
+    (sweep / "0" / "config.yaml").write_text(config.replace("total_timesteps: 512", "total_timesteps: 1024"))
     run_train([*more, "ckpt_path=last"], tmp_path)
     assert read_summary(sweep / "0")["env_steps"] == 1024 and read_summary(sweep / "0")["resumed_from_env_steps"] == 512
+    assert read_summary(sweep / "0")["total_timesteps"] == 1024
 
 
 def test_a_sweep_rerun_skips_a_finished_job_that_keeps_no_checkpoint(tmp_path):
