@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import shlex
 import time
@@ -124,10 +125,11 @@ def warm_up(cfg: DictConfig) -> None:
     """
     small, one_update = dict(eval_interval=1, eval_episodes=1, eval_num_envs=1), dict(save_interval=None)
     if issubclass(get_class(cfg.data._target_), ReplayDataModule):
-        # limit_train_batches=1 trains one Lightning batch, one chunk: the epoch is that chunk of the run's
-        # own schedule (an epoch must be whole chunks; RL-Zoo's DQN: 256 env steps), with one gradient step
-        # where the schedule names its count.
-        small.update(steps_per_epoch=_one_chunk(cfg.data, cfg.env.num_envs), learning_starts=0, batch_size=8)
+        # limit_train_batches=1 trains one Lightning batch, one epoch: whole chunks of the run's own schedule (RL-Zoo's
+        # DQN: 256 env steps), as many as store a batch of 8 (SAC's chunk is one step), so the last one updates; one
+        # gradient step where the schedule names its count.
+        chunk = _one_chunk(cfg.data, cfg.env.num_envs)
+        small.update(steps_per_epoch=chunk * math.ceil(8 / chunk), learning_starts=0, batch_size=8)
         if cfg.data.get("train_freq") is not None and cfg.data.get("gradient_steps") is not None:
             small.update(gradient_steps=1)
     else:

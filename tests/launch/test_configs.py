@@ -14,6 +14,7 @@ from omegaconf import OmegaConf
 
 from rl_lightning import DQN, PPO, SAC, ReplayDataModule, RolloutDataModule
 from rl_lightning.callbacks import ActorSync
+from rl_lightning.launch import app
 from rl_lightning.launch.app import (
     build_callbacks,
     build_data,
@@ -230,3 +231,16 @@ def test_the_held_out_variations_of_every_env_config_are_named(env):
         dict(v) for name, variations in obj_sets.items() if name != "train" for v in variations if not v.get("name")
     ]
     assert not unnamed
+
+
+@pytest.mark.parametrize(
+    ("overrides", "algo"),
+    [(["+experiment=sac"], SAC), (["+experiment=sac", "data.utd_ratio=0.25"], SAC), (["+experiment=dqn"], DQN)],
+)
+def test_the_debug_warm_up_makes_a_gradient_step(overrides, algo, tmp_path, monkeypatch):
+    """Test that ``debug=true``'s warm-up of an off-policy run takes a gradient step, as it says: SAC's chunk of one
+    env step never stored its batch of 8, so the update path went unchecked until ``learning_starts``."""
+    losses, loss = [], algo.loss
+    monkeypatch.setattr(algo, "loss", lambda self, *args: losses.append(1) or loss(self, *args))
+    app.warm_up(_compose([*overrides, "algo.hidden_sizes=[16,16]", "env.eval_max_episode_steps=20"], str(tmp_path)))
+    assert len(losses) == 1
