@@ -481,6 +481,10 @@ def _with_checkpoint_config(args: list[str]) -> tuple[list[str], dict | None]:
     on the command line overrides them.
     """
     ckpt_path = _ckpt_path(args)
+    if ckpt_path in ("last", "best", "hpc", "registry"):  # Lightning's names for a checkpoint it looks up
+        _fail(f"ckpt_path {ckpt_path}: the CLI takes the checkpoint's file, e.g. --ckpt_path "
+              "<run>/checkpoints/last.ckpt with --trainer.default_root_dir <run> (the command an interrupted fit "
+              "prints).")  # fmt: skip
     if not (args and args[0] in ("validate", "test") and ckpt_path):
         return args, None
     config = checkpoint_config(ckpt_path)

@@ -367,3 +367,18 @@ def test_a_model_given_the_wrong_data_module_is_refused_before_its_run_starts(tm
     err = capsys.readouterr().err
     assert "SAC learns from a ReplayDataModule" in err and "--data ReplayDataModule" in err
     assert not (tmp_path / "run" / "config.yaml").exists() and not (tmp_path / "run" / "wandb").exists()
+
+
+@pytest.mark.parametrize("subcommand", ["fit", "test"])
+def test_a_checkpoint_named_by_lightnings_keyword_is_refused_with_the_file_to_give(
+    subcommand, tmp_path, monkeypatch, capsys
+):
+    """Test that ``--ckpt_path last`` (Hydra's spelling) names the file the CLI takes, before the run directory is
+    touched: it was refused as "Checkpoint 'last' does not exist"."""
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit):
+        main([subcommand, "--ckpt_path", "last", "--trainer.default_root_dir", "run"])
+    assert (
+        "the CLI takes the checkpoint's file, e.g. --ckpt_path <run>/checkpoints/last.ckpt" in capsys.readouterr().err
+    )
+    assert not os.path.exists("run")
