@@ -52,14 +52,17 @@ def check_resume(model: RLModule, datamodule: EnvDataModule, path: str | os.Path
 
     Raises:
         FileNotFoundError, ValueError: As :func:`read_checkpoint`; or the checkpoint holds
-            another algorithm, was trained on other spaces than ``datamodule``'s env, or its
-            weights or settings do not fit ``model`` (each naming the file and the fix).
+            another algorithm, was trained on other spaces than ``datamodule``'s env, its
+            weights or settings do not fit ``model``, or its data state does not fit ``datamodule``
+            (``check_resume_state``; each naming the file and the fix).
     """
     checkpoint = read_checkpoint(path)
     probe = copy.deepcopy(model)
     probe._ensure_policy(*datamodule.env_spaces())
     with ckpt.loading(os.fspath(path), strict=probe.strict_loading, overrides={}, datamodule=datamodule):
         probe.on_load_checkpoint(checkpoint)
+    if (state := checkpoint.get(type(datamodule).__qualname__)) is not None:  # where Lightning keeps its state_dict
+        datamodule.check_resume_state(state)
     return dict(checkpoint.get(LOGGERS_KEY, {}))
 
 

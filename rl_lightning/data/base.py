@@ -397,6 +397,9 @@ class EnvDataModule(pl.LightningDataModule):
     def load_rank_state_dict(self, state: dict[str, Any] | None) -> None:
         """Restore what :meth:`rank_state_dict` saved; ``None`` after a change of world size."""
 
+    def check_resume_state(self, state: dict[str, Any]) -> None:
+        """Refuse a saved :meth:`state_dict` this run cannot load, before a fit starts (``check_resume``): none here."""
+
     def check_world_size_change(self, saved_world: int, ranks: list[dict[str, Any]]) -> None:
         """Raise if the saved per-rank state ``ranks`` cannot resume on another number of ranks."""
 

@@ -151,6 +151,10 @@ class CompactReplayBuffer:
         }
         return {**self.rows.state_dict(), "compact": compact}
 
+    def check_state(self, state: dict[str, Any]) -> None:
+        """Refuse :meth:`state_dict`'s output of another form or capacity, as :meth:`ReplayBuffer.check_state`."""
+        self.rows.check_state(state)
+
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore :meth:`state_dict`'s output."""
         self.rows.load_state_dict(state)

@@ -135,13 +135,8 @@ class ReplayBuffer:
         rows = None if rows is None else rows.apply(lambda t: t.as_subclass(torch.Tensor)).to_dict()
         return {"rows": rows, "cursor": self.cursor, "capacity": self.capacity}
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore :meth:`state_dict`'s output into this buffer, row for row.
-
-        Raises:
-            ValueError: Not a buffer's state, one of another capacity (rows and write position would not match), or a
-                damaged one (rows of unequal lengths or more than the capacity, a write position outside it).
-        """
+    def check_state(self, state: dict[str, Any]) -> None:
+        """Refuse :meth:`state_dict`'s output of another form or capacity (rows and write position would not match)."""
         if not {"rows", "cursor", "capacity"} <= set(state):
             raise ValueError(
                 f"The checkpoint's replay buffer is not in this version's form (keys {sorted(state)}): it was written "
@@ -153,6 +148,15 @@ class ReplayBuffer:
                 f"{self.capacity:,}. Resume with buffer_size={state['capacity']}, or with save_replay_buffer=false to "
                 "refill a buffer of the new size."
             )
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict`'s output into this buffer, row for row.
+
+        Raises:
+            ValueError: As :meth:`check_state`, or a damaged state (rows of unequal lengths or more than the capacity,
+                a write position outside it).
+        """
+        self.check_state(state)
         self.close()
         if state["rows"] is not None:
             try:

@@ -258,6 +258,7 @@ class ReplayDataModule(EnvDataModule):
             "epoch_steps": dataset.epoch_steps if dataset is not None else restored.get("epoch_steps", 0),
             "replay_buffer": self.buffer.state_dict() if self.hparams.save_replay_buffer else None,
             "num_envs": self.hparams.num_envs,  # what the epoch position (and a compact buffer's rows) count steps of
+            "steps_per_epoch": self.hparams.steps_per_epoch,
         }
 
     def _fitting(self) -> bool:
@@ -266,7 +267,13 @@ class ReplayDataModule(EnvDataModule):
         return trainer is None or trainer.state.fn == TrainerFn.FITTING
 
     def check_world_size_change(self, saved_world: int, ranks: list[dict[str, Any]]) -> None:
-        """Each rank's buffer shard belongs to that rank: refuse to resume them on another world size."""
+        """Refuse what is each rank's own (its buffer shard, a cut epoch's remaining steps) on another world size."""
+        if self._fitting() and ranks[0]["epoch_steps"]:  # the ranks step in lockstep: all cut at the same step
+            raise ValueError(
+                f"This checkpoint's epoch was cut short by an interruption, on {saved_world} rank(s), and this run has "
+                f"{self.world_size}: its rest cannot be shared out again. Resume with trainer.devices x "
+                f"trainer.num_nodes = {saved_world}, or from a checkpoint of an epoch's end (epoch=E-env_steps=S.ckpt)."
+            )
         shards = any(rank.get("replay_buffer") is not None for rank in ranks)  # restored only with save_replay_buffer
         if shards and self.hparams.save_replay_buffer and self._fitting():
             raise ValueError(f"This checkpoint holds replay buffer shards of {saved_world} rank(s), but this run has "
@@ -274,21 +281,29 @@ class ReplayDataModule(EnvDataModule):
                              f"processes (trainer.devices x trainer.num_nodes = {saved_world}), or with "
                              "save_replay_buffer=false to refill the buffers from scratch.")  # fmt: skip
 
-    def load_rank_state_dict(self, state: dict[str, Any] | None) -> None:
-        """Restore the owed gradient steps, the epoch's position and this rank's buffer when the checkpoint holds it
-        (and ``save_replay_buffer`` is on: off, the buffer refills)."""
-        hp, saved = self.hparams, (state or {}).get("num_envs", self.hparams.num_envs)
-        buffer = state.get("replay_buffer") if state is not None and hp.save_replay_buffer else None  # restored, if any
+    def check_resume_state(self, state: dict[str, Any]) -> None:
+        """Every rank's :meth:`check_rank_state`, on the data module's entry of a checkpoint, before a fit starts."""
+        for rank in state["ranks"]:
+            self.check_rank_state(rank)
+
+    def check_rank_state(self, state: dict[str, Any]) -> None:
+        """Refuse a rank's saved replay state this run cannot take, naming the fix: a cut epoch or a compact buffer on
+        another ``num_envs``, a cut epoch on another ``steps_per_epoch``, a buffer stored the other way or of another
+        size. On load, and before a fit starts (``check_resume``): a refused resume leaves the run directory alone."""
+        hp = self.hparams
+        buffer = state["replay_buffer"] if hp.save_replay_buffer else None  # restored only with save_replay_buffer
         compact = buffer is not None and "compact" in buffer
-        if saved != hp.num_envs and self._fitting() and (compact or state["epoch_steps"]):  # counted in its steps
-            why = "its compact buffer pairs each row with the one num_envs on" if compact else "its epoch was cut short"
-            raise ValueError(f"This checkpoint's replay stream stepped num_envs={saved} envs per rank, and this run "
-                             f"has {hp.num_envs}: {why}. Resume with num_envs={saved} (Hydra: env.num_envs), or with "
-                             "save_replay_buffer=false once its epoch is over.")  # fmt: skip
-        self._restored = {key: 0 if state is None else int(state[key]) for key in ("gradient_credit", "epoch_steps")}
-        if self.train_dataset is not None:
-            self.train_dataset.gradient_credit = self._restored["gradient_credit"]
-            self.train_dataset.epoch_steps = self._restored["epoch_steps"]
+        if not self._fitting():  # evaluating a checkpoint needs no replay state
+            return
+        cut = "its epoch was cut short" if state["epoch_steps"] else None
+        pairs = "its compact buffer pairs each row with the one num_envs on" if compact else cut
+        for name, why, group in (("num_envs", pairs, "env"), ("steps_per_epoch", cut, "data")):
+            if why and (saved := state.get(name, hp[name])) != hp[name]:  # absent: a file written before the key
+                raise ValueError(
+                    f"This checkpoint's replay stream ran with {name}={saved} per rank, and this run has "
+                    f"{hp[name]}: {why}. Resume with {name}={saved} (Hydra: {group}.{name}), or from a "
+                    "checkpoint of an epoch's end (epoch=E-env_steps=S.ckpt) with save_replay_buffer=false."
+                )
         if buffer is not None:
             if compact != hp.optimize_memory_usage:
                 raise ValueError(
@@ -296,6 +311,19 @@ class ReplayDataModule(EnvDataModule):
                     f"this run has {str(not compact).lower()}: the two store transitions differently. Resume with the "
                     "setting the run had, or with save_replay_buffer=false to refill the buffer."
                 )
+            self.buffer.check_state(buffer)
+
+    def load_rank_state_dict(self, state: dict[str, Any] | None) -> None:
+        """Restore the owed gradient steps, the epoch's position and this rank's buffer when the checkpoint holds it
+        (and ``save_replay_buffer`` is on: off, the buffer refills), after :meth:`check_rank_state`."""
+        if state is not None:
+            self.check_rank_state(state)
+        buffer = state["replay_buffer"] if state is not None and self.hparams.save_replay_buffer else None
+        self._restored = {key: 0 if state is None else int(state[key]) for key in ("gradient_credit", "epoch_steps")}
+        if self.train_dataset is not None:
+            self.train_dataset.gradient_credit = self._restored["gradient_credit"]
+            self.train_dataset.epoch_steps = self._restored["epoch_steps"]
+        if buffer is not None:
             self.buffer.load_state_dict(buffer)
         elif state is not None and self.counters.env_steps and self._fitting():
             warnings.warn(

@@ -165,7 +165,7 @@ def test_compact_buffer_state_round_trips_and_refuses_the_other_kind(tmp_path):
     # Another num_envs: the compact rows' next observations (and the epoch position) count steps of the old one.
     wider = ReplayDataModule(**{**kwargs, "num_envs": 2}, optimize_memory_usage=True)
     buf.seek(0)
-    with pytest.raises(ValueError, match=r"stepped num_envs=1 envs per rank, and this run has 2.*with num_envs=1"):
+    with pytest.raises(ValueError, match=r"ran with num_envs=1 per rank, and this run has 2.*with num_envs=1"):
         wider.load_state_dict(torch.load(buf, weights_only=True))
     data.close()
 

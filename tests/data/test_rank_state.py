@@ -83,8 +83,22 @@ def test_a_replay_resume_on_another_num_envs_is_refused_only_where_the_position_
     del state["ranks"][0]["num_envs"]  # written before the key
     tiny_replay_data("CartPole-v1", num_envs=4).load_state_dict(state)
     state["ranks"][0].update(num_envs=2, epoch_steps=5)
-    with pytest.raises(ValueError, match=r"stepped num_envs=2 envs per rank, and this run has 4: its epoch was cut"):
+    with pytest.raises(ValueError, match=r"ran with num_envs=2 per rank, and this run has 4: its epoch was cut"):
         tiny_replay_data("CartPole-v1", num_envs=4).load_state_dict(state)
+
+
+def test_a_cut_epoch_resumed_on_another_steps_per_epoch_or_world_size_is_refused():
+    """Test that an epoch an interruption cut short is refused on another steps_per_epoch or number of ranks (the
+    resumed epoch started over from 0: 1,079 env steps of a 1,000 budget, and 3,378 of 3,000 on 2 ranks, off the
+    epoch grid), and resumes at an epoch's end on either."""
+    state = tiny_replay_data("CartPole-v1", steps_per_epoch=64).state_dict()
+    tiny_replay_data("CartPole-v1", steps_per_epoch=32).load_state_dict(state)  # at an epoch's end: fine
+    state["ranks"][0]["epoch_steps"] = 5
+    with pytest.raises(ValueError, match=r"steps_per_epoch=64 per rank, and this run has 32: its epoch was cut short"):
+        tiny_replay_data("CartPole-v1", steps_per_epoch=32).load_state_dict(state)
+    data = tiny_replay_data("CartPole-v1", steps_per_epoch=64)
+    with pytest.raises(ValueError, match=r"cut short by an interruption, on 2 rank\(s\), and this run has 1"):
+        data.load_state_dict(_two_rank_state(data) | {"ranks": [state["ranks"][0]] * 2})
 
 
 def test_a_scratch_dir_is_checked_when_a_fit_starts_not_when_a_checkpoints_settings_are_read(tmp_path):

@@ -72,3 +72,28 @@ def test_a_torn_last_checkpoint_in_the_named_run_directory_is_not_blamed_on_the_
     assert proc.returncode != 0 and "not a complete checkpoint archive" in last, proc.stderr[-3000:]
     assert "hydra.run.dir" not in last
     assert _snapshot(torn) == before
+
+
+DQN_TINY = ["+experiment=dqn", "algo.hidden_sizes=[16,16]", "algo.total_timesteps=200", "data.steps_per_epoch=100",
+            "data.learning_starts=50", "data.batch_size=16", "data.train_freq=10", "data.gradient_steps=5",
+            "data.save_replay_buffer=true", "env.eval_episodes=1", "env.eval_interval=1",
+            "env.eval_max_episode_steps=20", "logger=csv"]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "override, expected",
+    [
+        ("data.buffer_size=5000", "has buffer_size=100,000 and this run 5,000"),
+        ("data.optimize_memory_usage=true", "saved with optimize_memory_usage=false, and this run has true"),
+    ],
+)
+def test_a_resume_refused_for_its_replay_state_touches_nothing_in_the_run_directory(tmp_path, override, expected):
+    """Test that a replay state the run cannot take (a buffer of another size, stored the other way) is refused before
+    config.yaml, hparams.yaml and .hydra/ are rewritten with the refused settings (it was refused inside the fit)."""
+    run_train([*DQN_TINY, "hydra.run.dir=runs/dqn"], str(tmp_path))
+    run_dir = tmp_path / "runs" / "dqn"
+    before = _snapshot(run_dir)
+    proc = run([TRAIN, *DQN_TINY, override, f"hydra.run.dir={run_dir}", "ckpt_path=last"], str(tmp_path))
+    last = proc.stderr.strip().splitlines()[-1]
+    assert proc.returncode != 0 and last.startswith("Config error:") and expected in last, proc.stderr[-3000:]
+    assert _snapshot(run_dir) == before
