@@ -454,7 +454,7 @@ class EnvGroup:
 
 
 def _batch(obs: Obs, num_envs: int, device: torch.device) -> Obs:
-    """A mapping of tensors as a ``TensorDict`` of batch ``[num_envs]`` on ``device`` (a tensor as it is)."""
+    """A mapping of tensors as a ``TensorDict`` ``[num_envs]`` on ``device``; float64 (EnvPool's MuJoCo) in float32."""
     if isinstance(obs, Mapping) and not is_tensor_collection(obs):
         return TensorDict(dict(obs), batch_size=[num_envs], device=device)
-    return obs
+    return obs.float() if obs.dtype == torch.float64 else obs

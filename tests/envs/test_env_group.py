@@ -9,13 +9,16 @@ import sys
 import time
 
 import gymnasium as gym
+import lightning.pytorch as pl
 import numpy as np
 import pytest
 import torch
 
+from rl_lightning import SAC
 from rl_lightning.envs import SHIPPED_OBJ_SETS, EnvGroup, TorchVectorEnv
 from rl_lightning.faults import NumericalFault
 from tests.conftest import SCRIPTED_ID, SCRIPTED_SETS
+from tests.helpers import REPLAY_STEPS, tiny_replay_data
 
 
 def _zeros(n: int) -> torch.Tensor:
@@ -345,3 +348,34 @@ def test_success_once_counts_any_step_and_success_rate_the_final_one(success_at,
         scripted.step(_zeros(1))
     ended = scripted.pop_stats()
     assert ended.successes == ended.successes_once == [1.0]
+
+
+class _Float64Obs(TorchVectorEnv):
+    """The batched dynamics observed in float64, as EnvPool's MuJoCo envs (and some simulators) return them."""
+
+    def reset(self, **kwargs):
+        obs, info = super().reset(**kwargs)
+        return obs.double(), info
+
+    def step(self, actions):
+        obs, reward, terminated, truncated, info = super().step(actions)
+        return obs.double(), reward, terminated, truncated, {**info, "final_obs": info["final_obs"].double()}
+
+
+def float64_pendulums(env_id, num_envs, device, seed, max_episode_steps):
+    """A factory of :class:`_Float64Obs` (importable: a data module keeps it by its path)."""
+    return _Float64Obs(env_id, num_envs, device=device, seed=seed, max_episode_steps=max_episode_steps)
+
+
+def test_float64_observations_of_a_batched_env_come_as_float32_and_sac_trains_on_them():
+    """Test that a batched env's float64 observations reach the policy and the replay buffer in float32, as the
+    gymnasium backend's do: SAC stopped at its first update ("Input dtypes must be the same") on EnvPool's MuJoCo."""
+    group = EnvGroup("Pendulum-v1", 3, backend="torch", env_factory=float64_pendulums, max_episode_steps=5)
+    assert group.reset().dtype == torch.float32
+    steps = [group.step(torch.zeros(3, 1)) for _ in range(5)]
+    assert all(s.obs.dtype == s.final_obs.dtype == torch.float32 for s in steps) and bool(steps[-1].done.all())
+    data = tiny_replay_data("Pendulum-v1", backend="torch", env_factory=float64_pendulums)
+    model = SAC(total_timesteps=2 * REPLAY_STEPS, hidden_sizes=(16, 16))
+    trainer = pl.Trainer(max_epochs=-1, logger=False, enable_checkpointing=False, enable_progress_bar=False)
+    trainer.fit(model, data)
+    assert data.env_steps == 2 * REPLAY_STEPS and trainer.global_step > 0
