@@ -189,8 +189,7 @@ class TorchVectorEnv(gym.vector.VectorEnv):
         return actions
 
     def step(self, actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, dict]:
-        """Step every env with ``actions`` ``[num_envs, ...]``; ended episodes (``info["_final_obs"]``) restart in
-        the same step; reward in the state's dtype."""
+        """Step every env with ``actions`` ``[num_envs, ...]``; ended episodes restart in it; rewards in the state's."""
         state, reward, terminated = self.dynamics.step(self.state, self._actions(actions), self.params)
         self.elapsed = self.elapsed + 1
         truncated = self.elapsed >= self.max_episode_steps  # gymnasium's TimeLimit: also on a terminating step

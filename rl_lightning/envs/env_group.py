@@ -126,14 +126,12 @@ def make_env(
     env_id: str, obj_set: str = "train", obj_sets: UserObjSets = None, max_episode_steps: int | None = None,
     render_mode: str | None = None, wrappers: Sequence[WrapperSpec] = (),
 ) -> ObjectSetWrapper:  # fmt: skip
-    """One gymnasium env drawing its episodes from an object set (what videos and ``rl-lightning play`` step); it
-    does not reset itself when an episode ends, so the last frame can be rendered."""
+    """One gymnasium env drawing episodes from an object set (videos and ``play`` step it), never reset by itself."""
     check_env_id(env_id)
     checks.check_positive_int(max_episode_steps=max_episode_steps, none="None")
     sets = select_obj_set(env_id, obj_sets, obj_set)
     if render_mode is not None and not (os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY")):
-        # No display: MuJoCo renders through EGL and pygame (classic control) through SDL's dummy driver, unless the
-        # user chose otherwise; without this SDL looks for a display.
+        # No display: MuJoCo renders through EGL, pygame (classic control) through SDL's dummy driver (or the user's).
         os.environ.setdefault("MUJOCO_GL", "egl")
         os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
     return ObjectSetWrapper(

@@ -443,8 +443,7 @@ class GymnasiumVectorEnv(gym.vector.VectorEnv):
         return bad
 
     def _skip(self, bad, obs, final, reward, terminated, truncated, cut) -> tuple[Obs, Obs]:
-        """Cut the episodes of ``bad`` envs at their last good observation and reset those envs (arrays in place);
-        the observations and the final observations."""
+        """Cut ``bad`` envs' episodes at their last good observation, reset those envs (in place): obs and final obs."""
         self._faults.update(nonfinite_steps=bad.sum())
         self._skips[bad] += 1
         if self._skips.max() > MAX_CONSECUTIVE_SKIPS:

@@ -54,6 +54,9 @@ def action_kind(action_space: gym.Space) -> str:
     if isinstance(action_space, gym.spaces.MultiBinary) and np.ndim(action_space.n) == 0:
         return "bernoulli"
     if isinstance(action_space, gym.spaces.Box) and len(action_space.shape) == 1:
+        if not np.issubdtype(action_space.dtype, np.floating):  # a Gaussian's samples would reach it as floats
+            raise TypeError(f"An integer Box action space ({action_space}) has no distribution here: give the env "
+                            "a MultiDiscrete space (nvec = high - low + 1, start = low) for its actions.")  # fmt: skip
         return "gaussian"
     raise TypeError(
         f"The actor-critic supports Discrete, 1-D MultiDiscrete, 1-D MultiBinary and 1-D Box action spaces, got "

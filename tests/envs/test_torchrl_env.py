@@ -125,15 +125,16 @@ def test_a_torchrl_envs_success_key_reaches_the_step_info():
 
 
 def test_torchrl_specs_map_onto_gymnasium_spaces_by_their_class():
-    """Test that Categorical and OneHot specs become Discrete, and that their subclasses (MultiCategorical) and
-    bounded specs do not (a Box with the first env's bounds)."""
-    from torchrl.data import Bounded, MultiCategorical, OneHot
+    """Test that Categorical and OneHot specs become Discrete, MultiCategorical MultiDiscrete and Binary MultiBinary
+    (they were integer Boxes over the whole int64 or int8 range: PPO fit a Gaussian and the env got actions such as -3
+    for two categories), and bounded specs a Box with the first env's bounds."""
+    from torchrl.data import Binary, Bounded, MultiCategorical, OneHot
 
     from rl_lightning.envs.torchrl_env import _space
 
     assert _space(Categorical(3, shape=(2,)), 1) == _space(OneHot(3, shape=(2, 3)), 1) == gym.spaces.Discrete(3)
-    multi = _space(MultiCategorical([2, 3], shape=(2, 2)), 1)
-    assert not isinstance(multi, gym.spaces.Discrete) and multi.shape == (2,)
+    assert _space(MultiCategorical([2, 3], shape=(2, 2)), 1) == gym.spaces.MultiDiscrete([2, 3])
+    assert _space(Binary(n=3, shape=(2, 3)), 1) == gym.spaces.MultiBinary(3)
     box = _space(Bounded(-1.0, 2.0, shape=(2, 3)), 1)
     assert isinstance(box, gym.spaces.Box) and box.shape == (3,) and box.low.tolist() == [-1.0] * 3
 
@@ -207,3 +208,22 @@ def test_play_of_a_checkpoint_trained_on_a_users_simulator_names_the_command_tha
     message = capsys.readouterr().err
     assert info.value.code == 2 and f"trained on env_factory={FACTORY}, a batched simulator" in message
     assert "rl-lightning test --ckpt_path" in message
+
+
+def serial_cartpoles(env_id, num_envs, device, seed, max_episode_steps):
+    """torchrl's ``SerialEnv`` of gymnasium CartPoles, returned unstarted (as the refusal of a nested batch advises)."""
+    from torchrl.envs import GymEnv, SerialEnv
+
+    return SerialEnv(num_envs, lambda: GymEnv("CartPole-v1"))
+
+
+def test_an_unstarted_serial_env_from_a_factory_steps():
+    """Test that a factory's ``SerialEnv``, which starts its workers at the first reset, is built and stepped: looking
+    up its ``params`` before that raised RecursionError (``ParallelEnv``: "closed/non started environments")."""
+    plain = {"train": [{}], "test": [{}]}
+    group = EnvGroup("CartPole-v1", 2, backend="torch", env_factory=serial_cartpoles, obj_sets=plain)
+    try:
+        assert group.action_space == gym.spaces.Discrete(2) and group.reset().shape == (2, 4)
+        assert group.step(torch.zeros(2, dtype=torch.int64)).obs.shape == (2, 4)
+    finally:
+        group.close()

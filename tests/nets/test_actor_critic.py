@@ -8,6 +8,7 @@ from tensordict import TensorDict
 from torch import nn
 
 from rl_lightning.nets import ActorCritic
+from rl_lightning.nets.actor_critic import action_kind
 
 BOX4 = gym.spaces.Box(-np.inf, np.inf, (4,))
 
@@ -261,3 +262,10 @@ def test_a_users_networks_of_the_wrong_widths_are_refused_at_construction(actor,
                     normalize_obs=False)  # fmt: skip
     squeezed = nn.Sequential(nn.Linear(4, 1), nn.Flatten(0))  # values as [B] are taken too
     assert ActorCritic(gym.spaces.Box(-1, 1, (4,), np.float32), gym.spaces.Discrete(2), critic=squeezed).critic
+
+
+def test_an_integer_box_action_space_is_refused_naming_multidiscrete():
+    """Test that a Box of integers is refused (a Gaussian's float samples reached the env, which counted its own
+    refusals as env faults), naming the MultiDiscrete space to give instead."""
+    with pytest.raises(TypeError, match="integer Box action space .* MultiDiscrete space"):
+        action_kind(gym.spaces.Box(0, 4, (2,), dtype=np.int64))
