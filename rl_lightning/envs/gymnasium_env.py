@@ -190,7 +190,7 @@ class ValueChecks:
         """Every env's first bad value, ``{env: (what it is, the fix)}`` (the slow path, after :meth:`clean`); the
         final observations ``final`` are looked at where ``done``."""
         bound_fix = "raise obs_bound (Hydra: env.obs_bound=...), clip instead with obs_bound_mode=clip"
-        obs_fix = "fix the env, or bound observations with obs_bound and obs_bound_mode (Hydra: env.obs_bound=...)"
+        obs_fix = "fix the env (obs_bound bounds finite values only: a NaN or inf is not clipped)"
         faults = {}
         for i in range(len(self._reward_zeros)):
             if reward is not None and not math.isfinite(reward[i]):
