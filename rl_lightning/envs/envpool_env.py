@@ -32,8 +32,8 @@ def _import_envpool():
 
 
 def envpool_task(env_id: str) -> str:
-    """EnvPool's name of ``env_id``: gymnasium's ``ALE/<Game>-v5`` is EnvPool's ``<Game>-v5``; others as given."""
-    return env_id.removeprefix("ALE/")
+    """EnvPool's name of ``env_id``: ``[ale_py:]ALE/<Game>-v5`` is EnvPool's ``<Game>-v5``; others as given."""
+    return env_id.rpartition(":")[2].removeprefix("ALE/")
 
 
 def check_envpool_task(env_id: str) -> None:

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from rl_lightning.envs import EnvGroup
-from rl_lightning.envs.envpool_env import EnvPoolVectorEnv, check_envpool_task
+from rl_lightning.envs.envpool_env import EnvPoolVectorEnv, check_envpool_task, envpool_task
 from tests.conftest import SCRIPTED_ID
 from tests.helpers import fit_and_test, tiny_ppo, tiny_replay_data, tiny_rollout_data
 
@@ -135,3 +135,11 @@ def test_a_seeded_reset_repeats_its_episodes():
         group.step(torch.zeros(2, dtype=torch.long))
     assert torch.equal(group.reset(seed=7), first)
     group.close()
+
+
+def test_an_atari_id_as_gymnasium_needs_it_is_envpools_game():
+    """Test that ``ale_py:ALE/Breakout-v5``, the spelling the id check asks for (it imports ale_py, which registers
+    the ALE ids), names EnvPool's ``Breakout-v5``: every spelling was refused by one check or the other."""
+    assert envpool_task("ale_py:ALE/Breakout-v5") == envpool_task("ALE/Breakout-v5") == "Breakout-v5"
+    check_envpool_task("ale_py:ALE/Breakout-v5")
+    assert envpool_task("HalfCheetah-v5") == "HalfCheetah-v5"
