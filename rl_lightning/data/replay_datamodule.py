@@ -293,10 +293,9 @@ class ReplayDataModule(EnvDataModule):
         hp = self.hparams
         buffer = state["replay_buffer"] if hp.save_replay_buffer else None  # restored only with save_replay_buffer
         compact = buffer is not None and "compact" in buffer
-        if not self._fitting():  # evaluating a checkpoint needs no replay state
-            return
-        cut = "its epoch was cut short" if state["epoch_steps"] else None
-        pairs = "its compact buffer pairs each row with the one num_envs on" if compact else cut
+        fitting = self._fitting()  # evaluating a checkpoint takes no epoch position and samples no buffer
+        cut = "its epoch was cut short" if state["epoch_steps"] and fitting else None
+        pairs = "its compact buffer pairs each row with the one num_envs on" if compact and fitting else cut
         for name, why, group in (("num_envs", pairs, "env"), ("steps_per_epoch", cut, "data")):
             if why and (saved := state.get(name, hp[name])) != hp[name]:  # absent: a file written before the key
                 raise ValueError(

@@ -30,9 +30,10 @@ def _space(spec: Any, batch_dims: int) -> gym.Space:
 
     if type(spec) in (Categorical, OneHot):  # not their subclasses (Binary, MultiCategorical)
         return gym.spaces.Discrete(int(spec.space.n))
-    if isinstance(spec, MultiCategorical | Binary):  # the first env's (the batch shares them)
-        nvec = spec.nvec[(0,) * batch_dims] if isinstance(spec, MultiCategorical) else None
-        return gym.spaces.MultiBinary(spec.shape[-1]) if nvec is None else gym.spaces.MultiDiscrete(nvec.cpu().numpy())
+    if isinstance(spec, MultiCategorical):  # the first env's counts (the batch shares them)
+        return gym.spaces.MultiDiscrete(spec.nvec[(0,) * batch_dims].cpu().numpy())
+    if isinstance(spec, Binary):
+        return gym.spaces.MultiBinary(spec.shape[-1])
     low, high, space = -np.inf, np.inf, getattr(spec, "space", None)
     if hasattr(space, "low"):  # Bounded: the first env's bounds (the batch shares them)
         index = (0,) * batch_dims
@@ -63,8 +64,7 @@ class TorchRLVectorEnv(gym.vector.VectorEnv):
         self.observation_space = gym.vector.utils.batch_space(self.single_observation_space, self.num_envs)
         self.action_space = gym.vector.utils.batch_space(self.single_action_space, self.num_envs)
         self._one_hot = type(env.action_spec) is OneHot
-        # A SerialEnv / ParallelEnv not started yet (it starts at its first reset) has no parameters to look up.
-        self.params = {} if getattr(env, "is_closed", False) else getattr(env, "params", {})
+        self.params = {} if getattr(env, "is_closed", False) else getattr(env, "params", {})  # unstarted (lazy): none
         self._td = None
 
     def set_params(self, **values: torch.Tensor) -> None:
