@@ -75,17 +75,15 @@ class EnvDataModule(pl.LightningDataModule):
         eval_num_envs: Envs per evaluation group; ``None`` takes ``min(eval_episodes, 8)``.
         eval_deterministic: Evaluate the mode of the policy rather than samples.
         eval_max_episode_steps: Time limit for evaluation envs; ``None`` keeps the registered one.
-        max_env_restarts: How many times in a row one env may be recreated after raising in
-            ``step`` or ``reset`` (or the async workers rebuilt after one died) without an
-            episode finishing in between; one more stops the run with
-            :class:`~rl_lightning.faults.EnvFault`. 0 never recreates. Logged as ``rollout/env_restarts``.
+        max_env_restarts: How many times in a row one env may be recreated after raising in ``step`` or ``reset`` (or
+            the async workers rebuilt after one died) without an episode finishing in between; one more stops the run
+            with :class:`~rl_lightning.faults.EnvFault`. 0 never recreates. Logged as ``rollout/env_restarts``.
         obs_bound: Bound on the absolute value of observations; ``None`` checks only that they are finite.
         obs_bound_mode: ``"clip"``: clip observations to ``[-obs_bound, obs_bound]`` (counted in
             ``rollout/obs_clipped``); ``"reject"``: treat a value outside the bound like a non-finite one.
-        on_nonfinite: A non-finite (or rejected) observation or reward: ``"stop"`` ends the run with
-            a message naming the env and the value; ``"skip"`` cuts that env's episode short
-            (counted in ``rollout/nonfinite_steps``; the gymnasium backend). The algorithm's own
-            ``on_nonfinite`` answers a NaN in a loss or gradient.
+        on_nonfinite: A non-finite (or rejected) observation or reward: ``"stop"`` ends the run with a message naming
+            the env and the value; ``"skip"`` cuts that env's episode short (counted in ``rollout/nonfinite_steps``; the
+            gymnasium backend). The algorithm's own ``on_nonfinite`` answers a NaN in a loss or gradient.
         wrappers: Gymnasium wrappers applied to every env of the run (training, evaluation,
             videos, ``play``), after ``gymnasium.make``: import paths or mappings
             ``{"wrapper": path, **arguments}`` (:mod:`rl_lightning.envs.wrappers`); kept in checkpoints.
@@ -326,10 +324,9 @@ class EnvDataModule(pl.LightningDataModule):
     def state_dict(self) -> dict[str, Any]:
         """Global counters, and every rank's own state (RNG states, a GPU's too; subclasses add theirs).
 
-        Under DDP each rank steps its own envs with its own RNG streams (and, off-policy,
-        fills its own replay buffer shard), so the checkpoint keeps one entry per rank:
-        ``ranks[r]``, gathered on rank zero, which writes the file. Lightning calls this on
-        every rank when a checkpoint is saved, so the gather is collective.
+        Under DDP each rank steps its own envs with its own RNG streams (and, off-policy, fills its own replay buffer
+        shard), so the checkpoint keeps one entry per rank: ``ranks[r]``, gathered on rank zero, which writes the file.
+        Lightning calls this on every rank when a checkpoint is saved, so the gather is collective.
         """
         kind, keys, pos, has_gauss, gauss = np.random.get_state()
         local = {

@@ -1,14 +1,12 @@
 """The off-policy update schedule in collection chunks, and the Lightning batch that carries an epoch of them.
 
-Stable-Baselines3 and CleanRL structure off-policy training as chunks: ``train_freq`` vector
-steps of every env, then ``gradient_steps`` gradient steps on batches sampled from the replay
-buffer (RL-Zoo's CartPole DQN: 256 and 128). An epoch of the replay stream
-(:class:`~rl_lightning.data.replay.ReplayDataset`) is one Lightning batch, a
-:class:`ReplayEpoch`: iterating it in the algorithm's ``training_step`` collects each chunk and
-then draws that chunk's sampled batches, one gradient step at a time. Lightning's per-batch
-machinery (fetch, hooks, progress, logging connectors) therefore runs once per epoch, however
-small the chunks, as PPO's runs once per rollout; and each chunk acts with the weights of every
-gradient step before it, as Stable-Baselines3 acts.
+Stable-Baselines3 and CleanRL structure off-policy training as chunks: ``train_freq`` vector steps of every env, then
+``gradient_steps`` gradient steps on batches sampled from the replay buffer (RL-Zoo's CartPole DQN: 256 and 128). An
+epoch of the replay stream (:class:`~rl_lightning.data.replay.ReplayDataset`) is one Lightning batch, a
+:class:`ReplayEpoch`: iterating it in the algorithm's ``training_step`` collects each chunk and then draws that chunk's
+sampled batches, one gradient step at a time. Lightning's per-batch machinery (fetch, hooks, progress, logging
+connectors) therefore runs once per epoch, however small the chunks, as PPO's runs once per rollout; and each chunk acts
+with the weights of every gradient step before it, as Stable-Baselines3 acts.
 
 ``utd_ratio`` (gradient steps per env step) is the same schedule in the smallest chunks it
 allows (:func:`chunk_schedule`).
@@ -32,11 +30,10 @@ def chunk_schedule(
 ) -> tuple[int, int]:
     """``(train_freq, gradient_steps)``: vector steps per chunk, and the gradient steps after each.
 
-    Given ``train_freq`` and ``gradient_steps`` (Stable-Baselines3's spelling), those. Else the
-    smallest chunks of ``utd_ratio``: one vector step is ``utd_ratio * num_envs = a / b`` gradient
-    steps (in lowest terms), so a chunk is ``b`` vector steps followed by ``a`` gradient steps.
-    One env at ``utd_ratio=1`` is one gradient step after every env step; ``utd_ratio=0.25`` one
-    after every fourth; 32 envs at ``1/32`` one after every batched step.
+    Given ``train_freq`` and ``gradient_steps`` (Stable-Baselines3's spelling), those. Else the smallest chunks of
+    ``utd_ratio``: one vector step is ``utd_ratio * num_envs = a / b`` gradient steps (in lowest terms), so a chunk is
+    ``b`` vector steps followed by ``a`` gradient steps. One env at ``utd_ratio=1`` is one gradient step after every env
+    step; ``utd_ratio=0.25`` one after every fourth; 32 envs at ``1/32`` one after every batched step.
     """
     if train_freq is not None and gradient_steps is not None:
         return int(train_freq), int(gradient_steps)

@@ -10,17 +10,15 @@ This halves the memory of image replay: 100k Atari transitions (4x84x84 uint8 fr
 Where the next row does not hold the next observation, the buffer knows it:
 
 - An episode's last transition (terminated or truncated): the next row is the next episode's
-  first observation. Its true final observation is kept aside, one per episode end, so a
-  truncated episode still bootstraps from where the time limit cut it (SB3's
-  ``optimize_memory_usage=True`` cannot, and refuses ``handle_timeout_termination`` with it;
-  CleanRL's Atari DQN bootstraps from the reset observation there).
+  first observation. Its true final observation is kept aside, one per episode end, so a truncated episode still
+  bootstraps from where the time limit cut it (SB3's ``optimize_memory_usage=True`` cannot, and refuses
+  ``handle_timeout_termination`` with it; CleanRL's Atari DQN bootstraps from the reset observation there).
 - The latest vector step: its next rows are not written yet; it is sampled once they are.
 - A transition cut short by an env fault or a skipped non-finite value, and the last step
   before the envs were reset anew (a resumed run): never sampled.
 
-Sampled batches hold the same keys as the plain buffer's (``next_obs`` included), so the
-losses do not know which buffer they read; ``tests/data/test_compact_replay.py`` checks the
-batches against the plain buffer's on the same steps.
+Sampled batches hold the same keys as the plain buffer's (``next_obs`` included), so the losses do not know which buffer
+they read; ``tests/data/test_compact_replay.py`` checks the batches against the plain buffer's on the same steps.
 """
 
 from __future__ import annotations
@@ -42,8 +40,7 @@ class CompactReplayBuffer:
     """Replay of ``obs``, ``action``, ``reward``, ``terminated`` rows; ``next_obs`` read from the env's next row.
 
     Args:
-        rows: The buffer of the rows (:class:`~rl_lightning.data.replay_buffer.ReplayBuffer`, memory or
-            memmap storage).
+        rows: The buffer of the rows (:class:`~rl_lightning.data.replay_buffer.ReplayBuffer`, memory or memmap storage).
         num_envs: Envs writing one row each per vector step (the stride between an env's rows).
 
     Attributes:

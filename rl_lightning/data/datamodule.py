@@ -16,10 +16,9 @@ class RolloutDataModule(EnvDataModule):
     """Rollout-backed training data and evaluation on every object set.
 
     One training epoch is one rollout of ``rollout_steps x num_envs`` transitions per rank
-    (:class:`~rl_lightning.data.rollout.RolloutDataset`); the algorithm turns it into
-    advantages and minibatches. This module says only how experience is gathered. Validation
-    and test run one dataloader per evaluation object set; their metrics are prefixed
-    ``eval/`` (training set) and ``eval_ood/`` (``test`` set).
+    (:class:`~rl_lightning.data.rollout.RolloutDataset`); the algorithm turns it into advantages and minibatches. This
+    module says only how experience is gathered. Validation and test run one dataloader per evaluation object set; their
+    metrics are prefixed ``eval/`` (training set) and ``eval_ood/`` (``test`` set).
 
     Args:
         rollout_steps: Steps per env per rollout.

@@ -1,9 +1,8 @@
 """Evaluation: run a fixed number of episodes on one object set and report their statistics.
 
-Every evaluation resets its envs with the same seed, so successive evaluations of a run
-(and of runs with the same seed) see the same episodes: differences in the metric come
-from the policy, not from luck of the draw. The final test (``trainer.test``) uses other
-seeds than validation, so a checkpoint chosen by validation (``best.ckpt``) is measured on
+Every evaluation resets its envs with the same seed, so successive evaluations of a run (and of runs with the same seed)
+see the same episodes: differences in the metric come from the policy, not from luck of the draw. The final test
+(``trainer.test``) uses other seeds than validation, so a checkpoint chosen by validation (``best.ckpt``) is measured on
 episodes it was not chosen on.
 """
 
@@ -22,7 +21,7 @@ from rl_lightning.checks import check_positive_int
 from rl_lightning.data.protocol import RolloutPolicy
 from rl_lightning.envs import EnvGroup, EpisodeStats
 from rl_lightning.envs.obs import clip_floats, map_obs, to_tensor
-from rl_lightning.faults import interrupt_request
+from rl_lightning.faults import EnvFault, interrupt_request
 from rl_lightning.spaces import env_action
 from rl_lightning.video import VideoWriter
 
@@ -39,6 +38,9 @@ def episodes_per_env(episodes: int, num_envs: int) -> list[int]:
 #: On an accelerator, whether every env has its episodes is read to the host once per this many
 #: steps (on the CPU every step: the read costs nothing there).
 CHECK_EVERY = 16
+#: Evaluation stops with an error when an env that still owes episodes ends none in this many steps: an env without
+#: a time limit, whose deterministic policy never ends an episode, would evaluate for ever (Atari's longest: 27,000).
+MAX_EVAL_EPISODE_STEPS = 100_000
 
 
 @torch.no_grad()
@@ -47,10 +49,9 @@ def evaluate(
 ) -> EpisodeStats:
     """Run ``episodes`` complete episodes with ``policy`` on ``envs`` (each env its quota, :func:`episodes_per_env`).
 
-    A policy with memory carries its state per env and starts each episode from its initial
-    state. Episodes an env finishes beyond its quota are left out, so the result is the first
-    ``quota[i]`` episodes of env ``i`` whatever the device; episodes cut short by a fault do
-    not count.
+    A policy with memory carries its state per env and starts each episode from its initial state. Episodes an env
+    finishes beyond its quota are left out, so the result is the first ``quota[i]`` episodes of env ``i`` whatever the
+    device; episodes cut short by a fault do not count.
 
     Args:
         policy: Acting policy.
@@ -61,12 +62,16 @@ def evaluate(
 
     Returns:
         Statistics of exactly ``episodes`` episodes.
+
+    Raises:
+        EnvFault: An env that owes episodes ended none in :data:`MAX_EVAL_EPISODE_STEPS` steps (a fit saves last.ckpt).
     """
     check_positive_int(episodes=episodes)
     device = next(policy.parameters()).device
     quota_list = episodes_per_env(episodes, envs.num_envs)
     quota = torch.as_tensor(quota_list, device=envs.device)
     finished = torch.zeros_like(quota)
+    progress = finished.clone()  # the episodes each env had ended at the last check for endless ones
     obs = envs.reset(seed=seed)
     envs.pop_stats()
     state = policy.initial_state(envs.num_envs, device)
@@ -80,6 +85,13 @@ def evaluate(
         finished += step.done if step.cut is None else step.done & ~step.cut
         start, obs = step.done.to(device), step.obs
         steps += 1
+        if steps % MAX_EVAL_EPISODE_STEPS == 0:
+            if (stuck := ((finished == progress) & (finished < quota)).nonzero()).numel():
+                raise EnvFault(f"Evaluating on {envs.label}: env {int(stuck[0])} ended no episode in "
+                               f"{MAX_EVAL_EPISODE_STEPS:,} steps, so evaluation would never end (the env has no "
+                               "time limit the policy reaches). Set one for evaluation: eval_max_episode_steps on "
+                               "the data module (Hydra: env.eval_max_episode_steps).")  # fmt: skip
+            progress = finished.clone()
     ended, result, taken = envs.pop_stats(), EpisodeStats(), [0] * envs.num_envs
     for k, i in enumerate(ended.envs):  # in step order: each env's first episodes come first
         if taken[i] < quota_list[i]:

@@ -1,12 +1,11 @@
 """The off-policy data stream: step the envs, store transitions in a replay buffer, sample the gradient steps.
 
 One iteration of :class:`ReplayDataset` is one Trainer epoch and one Lightning batch (a
-:class:`~rl_lightning.data.chunks.ReplayEpoch`): ``steps_per_epoch`` environment steps per rank,
-in chunks of ``train_freq`` vector steps, each chunk that ends past ``learning_starts`` env steps
-(over all ranks) followed by ``gradient_steps`` gradient steps on batches sampled from the
-replay buffer (Stable-Baselines3's schedule). Until ``learning_starts`` actions are drawn
-uniformly from the action space. Every rank takes the same number of gradient steps, so DDP
-never waits.
+:class:`~rl_lightning.data.chunks.ReplayEpoch`): ``steps_per_epoch`` environment steps per rank, in chunks of
+``train_freq`` vector steps, each chunk that ends past ``learning_starts`` env steps (over all ranks) followed by
+``gradient_steps`` gradient steps on batches sampled from the replay buffer (Stable-Baselines3's schedule). Until
+``learning_starts`` actions are drawn uniformly from the action space. Every rank takes the same number of gradient
+steps, so DDP never waits.
 
 Staleness: none. A chunk is collected when the algorithm's ``training_step`` asks for the batch
 after the previous chunk's last gradient step, so it acts with the current weights
@@ -52,9 +51,8 @@ def make_replay_buffer(
 
     Args:
         buffer_size, batch_size, storage, scratch_dir, device: The ``ReplayBuffer``'s ``capacity`` and the rest.
-        optimize_memory_usage: Store each observation once, reading ``next_obs`` from the env's
-            next row (:mod:`rl_lightning.data.compact_replay`; SB3's spelling): half the memory of
-            image replay.
+        optimize_memory_usage: Store each observation once, reading ``next_obs`` from the env's next row
+            (:mod:`rl_lightning.data.compact_replay`; SB3's spelling): half the memory of image replay.
         num_envs: Envs writing one row each per vector step (``optimize_memory_usage``'s stride).
 
     Raises:
@@ -163,9 +161,8 @@ class ReplayDataset(IterableDataset):
     def batches(self, device: torch.device | None = None) -> Iterator[TensorDict]:
         """The epoch: collect each chunk, then yield its sampled batches (on ``device``), one per gradient step.
 
-        A resumed run first takes the gradient steps its checkpoint still owed (their env steps
-        were taken), then collects the rest of the epoch an interruption cut short (``epoch_steps``
-        says where it stopped).
+        A resumed run first takes the gradient steps its checkpoint still owed (their env steps were taken), then
+        collects the rest of the epoch an interruption cut short (``epoch_steps`` says where it stopped).
         """
         self._seconds = dict.fromkeys(self._seconds, 0.0)
         if self.gradient_credit and not self.learning:  # resumed without the buffer: nothing to sample yet
@@ -188,10 +185,9 @@ class ReplayDataset(IterableDataset):
     def _gradient_steps(self, device: torch.device | None) -> Iterator[TensorDict]:
         """The batches the chunk still owes, one per gradient step, sampled :data:`BATCHES_PER_DRAW` at a time.
 
-        Nothing is stored between a chunk's gradient steps, so one draw of ``k x batch_size`` rows
-        samples what ``k`` draws of ``batch_size`` would: the same rows where nothing else draws from
-        torch's generator in between (DQN), the same distribution otherwise (SAC's actor samples
-        noise between its steps), for one draw's fixed cost.
+        Nothing is stored between a chunk's gradient steps, so one draw of ``k x batch_size`` rows samples what ``k``
+        draws of ``batch_size`` would: the same rows where nothing else draws from torch's generator in between (DQN),
+        the same distribution otherwise (SAC's actor samples noise between its steps), for one draw's fixed cost.
         """
         while self.gradient_credit >= 1:
             size, draws = self.buffer.batch_size, min(self.gradient_credit, BATCHES_PER_DRAW)
@@ -208,10 +204,9 @@ class ReplayDataset(IterableDataset):
     def _collect(self, vector_steps: int) -> None:
         """Take ``vector_steps`` steps of every env, then store their transitions in one write.
 
-        Nothing samples the buffer while a chunk collects, so one write per chunk stores the same
-        rows in the same order as one per env step, at a fraction of the cost. A stop or env fault
-        that cuts the chunk still stores what it took, so a checkpoint written then holds every
-        counted env step.
+        Nothing samples the buffer while a chunk collects, so one write per chunk stores the same rows in the same order
+        as one per env step, at a fraction of the cost. A stop or env fault that cuts the chunk still stores what it
+        took, so a checkpoint written then holds every counted env step.
         """
         pending, device = [], next(self.policy.parameters()).device  # where the policy acts: read once a chunk
         try:

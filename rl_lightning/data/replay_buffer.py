@@ -42,8 +42,7 @@ class ReplayBuffer:
     Args:
         capacity: Transitions kept; the oldest are overwritten.
         batch_size: Transitions per :meth:`sample` (unless a size is given).
-        storage: ``"memory"`` or ``"memmap"`` (memory-mapped files under ``scratch_dir``, for buffers
-            larger than RAM).
+        storage: ``"memory"`` or ``"memmap"`` (memory-mapped files under ``scratch_dir``, for buffers larger than RAM).
         scratch_dir: Where memmap files go (``None``: a temporary directory).
         device: Where a ``"memory"`` buffer keeps its rows: ``"auto"``, the device of the first write
             (a batched env's, so its transitions never leave it), or a device.

@@ -75,14 +75,13 @@ def _check_chunks(train_freq: Any, gradient_steps: Any, utd_ratio: float, steps_
 class ReplayDataModule(EnvDataModule):
     """Replay-backed training data and evaluation on every object set.
 
-    One training epoch is ``steps_per_epoch`` environment steps per rank, in chunks of
-    ``train_freq`` vector steps; each chunk that ends past ``learning_starts`` env steps is followed by
-    ``gradient_steps`` gradient steps on batches sampled from the replay buffer
-    (Stable-Baselines3's spelling and schedule; see :mod:`rl_lightning.data.replay`). Without
-    them, ``utd_ratio`` gradient steps per env step, in the smallest chunks that allows
+    One training epoch is ``steps_per_epoch`` environment steps per rank, in chunks of ``train_freq`` vector steps; each
+    chunk that ends past ``learning_starts`` env steps is followed by ``gradient_steps`` gradient steps on batches
+    sampled from the replay buffer (Stable-Baselines3's spelling and schedule; see :mod:`rl_lightning.data.replay`).
+    Without them, ``utd_ratio`` gradient steps per env step, in the smallest chunks that allows
     (:func:`~rl_lightning.data.chunks.chunk_schedule`). Each epoch is one Lightning batch, a
-    :class:`~rl_lightning.data.chunks.ReplayEpoch` whose iteration in ``training_step`` collects the chunks.
-    Validation and test are as in :class:`~rl_lightning.data.RolloutDataModule`.
+    :class:`~rl_lightning.data.chunks.ReplayEpoch` whose iteration in ``training_step`` collects the chunks. Validation
+    and test are as in :class:`~rl_lightning.data.RolloutDataModule`.
 
     Args:
         steps_per_epoch: Env steps per rank per epoch; a multiple of ``num_envs``.
@@ -101,10 +100,9 @@ class ReplayDataModule(EnvDataModule):
         scratch_dir: Directory of the memmap files (``None``: a temporary directory).
         save_replay_buffer: Put the buffer's contents in checkpoints, so a resumed run goes
             on without refilling (checkpoints grow by the buffer's size).
-        optimize_memory_usage: Store each observation once: a transition's next observation is
-            read from its env's next stored step, an episode end's from a copy kept aside
-            (:mod:`rl_lightning.data.compact_replay`; SB3's spelling). Half the memory of image
-            replay.
+        optimize_memory_usage: Store each observation once: a transition's next observation is read from its env's next
+            stored step, an episode end's from a copy kept aside (:mod:`rl_lightning.data.compact_replay`; SB3's
+            spelling). Half the memory of image replay.
         seed: Base seed of envs and random actions.
         env_id, num_envs, obj_sets, train_obj_set, eval_obj_sets, max_episode_steps, vectorization, eval_interval,
         eval_episodes, eval_num_envs, eval_deterministic, eval_max_episode_steps, max_env_restarts, obs_bound,

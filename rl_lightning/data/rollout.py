@@ -1,11 +1,10 @@
 """The rollout loop: on-policy experience as ``[T, N]`` tensors, one rollout per Trainer epoch.
 
-One iteration of :class:`RolloutDataset` steps the :class:`~rl_lightning.envs.EnvGroup`
-``rollout_steps`` (``T``) times with the acting policy and yields the rollout as one
-``TensorDict`` of batch ``[T, N]``, on the envs' device. Feed-forward, recurrent and
-device-resident collection are this one loop: the policy acts as
-``act(obs, state, episode_start) -> (action, log_prob, value, state)``, with ``state`` ``None``
-for a feed-forward policy (its ``initial_state``), and the envs hand back tensors whatever steps them.
+One iteration of :class:`RolloutDataset` steps the :class:`~rl_lightning.envs.EnvGroup` ``rollout_steps`` (``T``) times
+with the acting policy and yields the rollout as one ``TensorDict`` of batch ``[T, N]``, on the envs' device.
+Feed-forward, recurrent and device-resident collection are this one loop: the policy acts as ``act(obs, state,
+episode_start) -> (action, log_prob, value, state)``, with ``state`` ``None`` for a feed-forward policy (its
+``initial_state``), and the envs hand back tensors whatever steps them.
 
 What the rollout holds (the algorithm computes advantages from it; ``PPO.training_step``):
 

@@ -3,8 +3,9 @@
 import numpy as np
 import pytest
 
-from rl_lightning.data import episodes_per_env, evaluate
+from rl_lightning.data import episodes_per_env, evaluate, evaluation
 from rl_lightning.envs import EnvGroup
+from rl_lightning.faults import EnvFault
 from tests.conftest import SCRIPTED_ID, SCRIPTED_SETS, ObsValuePolicy
 
 
@@ -39,6 +40,21 @@ def test_evaluate_is_reproducible():
     second = evaluate(Random(), group, episodes=4, seed=11)
     assert first.returns == second.returns
     assert len(set(first.returns)) > 1  # the variations and seeds really differ
+
+
+def test_an_episode_that_never_ends_stops_evaluation_naming_the_time_limit(monkeypatch):
+    """Test that evaluating an env without a time limit the policy reaches raises, rather than running for ever, and
+    that a time limit for evaluation lets the same env evaluate."""
+    monkeypatch.setattr(evaluation, "MAX_EVAL_EPISODE_STEPS", 25)
+    endless = {"train": [{"attrs": {"episode_len": 10**9}}], "test": [{"attrs": {"episode_len": 10**9}}]}
+    with pytest.raises(
+        EnvFault,
+        match=r"Scripted-v0 \(object set 'test'\): env 0 ended no episode in 25 steps.*"
+        r"eval_max_episode_steps",
+    ):
+        evaluate(ObsValuePolicy(), EnvGroup(SCRIPTED_ID, 2, obj_set="test", obj_sets=endless), episodes=3)
+    limited = EnvGroup(SCRIPTED_ID, 2, obj_set="test", obj_sets=endless, max_episode_steps=20)
+    assert evaluate(ObsValuePolicy(), limited, episodes=3).lengths == [20] * 3
 
 
 def test_play_episode_films_the_reset_and_every_step_including_the_last(tmp_path):
