@@ -30,7 +30,7 @@ def check_discrete_spaces(observation_space: gym.Space, action_space: gym.Space)
     if not isinstance(action_space, gym.spaces.Discrete):
         raise TypeError(
             f"DQN picks one of finitely many actions and needs a Discrete action space, got {action_space}. "
-            "For continuous actions use SAC (or PPO)."
+            "For Box actions use SAC (or PPO); for MultiDiscrete and MultiBinary ones, PPO."
         )
 
 

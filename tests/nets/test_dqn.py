@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from rl_lightning import DQN
-from rl_lightning.nets.dqn import QValueNetwork
+from rl_lightning.nets.dqn import QValueNetwork, check_discrete_spaces
 from rl_lightning.nets.encoders import MultiInputEncoder
 
 IMAGE = gym.spaces.Box(0, 255, (4, 36, 36), np.uint8)
@@ -69,3 +69,12 @@ def test_own_encoder_by_callable_and_bad_encoder_argument():
         DQN(encoder=3)
     with pytest.raises(ValueError, match="Unknown encoder setting"):
         DQN(encoder={"cnn_layers": 3})
+
+
+def test_dqn_refuses_each_other_action_space_naming_the_algorithm_that_takes_it():
+    """Test that DQN's refusal of a space names an algorithm that takes that space (SAC takes no MultiDiscrete)."""
+    box = gym.spaces.Box(-1, 1, (4,))
+    with pytest.raises(TypeError, match=r"MultiDiscrete\(\[3 2\]\).*for MultiDiscrete and MultiBinary ones, PPO"):
+        check_discrete_spaces(box, gym.spaces.MultiDiscrete([3, 2]))
+    with pytest.raises(TypeError, match=r"Box\(.*For Box actions use SAC \(or PPO\)"):
+        check_discrete_spaces(box, gym.spaces.Box(-1, 1, (2,)))
