@@ -113,6 +113,12 @@ def check_new_run_dir(run_dir: str, fix: str) -> None:
         raise ValueError(f"{run_dir} holds an earlier run ({found[0]}), which a fresh run would write over. {fix}")
 
 
+def same_device(a: Any, b: Any) -> bool:
+    """Whether torch devices ``a`` and ``b`` are one: ``cuda`` (ManiSkill3's GPU envs) is the current one, ``cuda:0``
+    for a policy Lightning placed there (it makes each rank's device the current one)."""
+    return a.type == b.type and (a.index == b.index or None in (a.index, b.index))
+
+
 def check_unit_interval(open_low: bool = False, **values: Any) -> None:
     """Raise a ``ValueError`` naming the first argument that is not a number in [0, 1] (``open_low``: (0, 1])."""
     for name, value in values.items():

@@ -2,6 +2,7 @@
 
 import numpy as np
 import pytest
+import torch
 
 from rl_lightning.checks import (
     check_hidden_sizes,
@@ -9,6 +10,7 @@ from rl_lightning.checks import (
     check_positive,
     check_positive_int,
     check_unit_interval,
+    same_device,
 )
 
 
@@ -81,3 +83,11 @@ def test_switches_take_python_and_numpy_bools_and_refuse_text():
     for value in ("no", "False", 1, None):
         with pytest.raises(TypeError, match=f"flag must be true or false, got {value!r}"):
             check_bool(flag=value)
+
+
+def test_an_unindexed_cuda_env_is_on_the_policys_indexed_device():
+    """Test that an env on ``cuda`` (ManiSkill3's GPU envs) counts as on ``cuda:0``, where Lightning puts the policy (it
+    was refused: "lives on cuda, but the policy trains on cuda:0"); other devices and indices still differ."""
+    cuda, cuda0, cuda1, cpu = (torch.device(d) for d in ("cuda", "cuda:0", "cuda:1", "cpu"))
+    assert same_device(cuda, cuda0) and same_device(cuda1, cuda) and same_device(cpu, cpu)
+    assert not same_device(cuda0, cuda1) and not same_device(cpu, cuda) and not same_device(cuda0, cpu)

@@ -106,8 +106,7 @@ class TorchVectorEnv(gym.vector.VectorEnv):
         dynamics: The gymnasium id of a reference simulation (:data:`DYNAMICS`), or a user's with the attributes and
             the pure tensor functions (``start``, ``step``, ``observe``) of :class:`CartPoleDynamics`.
         device: Where the state (``[num_envs, state_dim]``), the per-env ``params`` and every returned tensor are.
-        dtype: The state's dtype (observations are float32): ``torch.float64`` reproduces gymnasium's numpy
-            arithmetic to rounding; float32 is a GPU simulator's usual choice.
+        dtype: The state's dtype (observations are float32): float64 matches gymnasium's numpy arithmetic to rounding.
         max_episode_steps: The time limit (default: the dynamics').
         seed: Seeds the generator; ``reset(seed=...)`` seeds it again.
         **params: Parameter values for every env (e.g. ``length=0.6``), else the defaults.

@@ -1,19 +1,18 @@
 """``EnvGroup``: the one env contract. Every backend steps as one batched env of torch tensors on a device.
 
-Every backend is a gymnasium ``VectorEnv`` of tensors with ``SAME_STEP`` autoreset (an env whose episode ends starts
-the next one in the same call) and ``info["final_obs"]``, a full ``[num_envs, ...]`` batch of what each env reached:
-for an ended episode its true last observation (the rollout bootstraps truncated episodes from it; replay stores it
-as ``next_obs``), as GPU simulators (ManiSkill3, Isaac Lab) and rsl_rl's ``VecEnv`` do. Backends: ``"gymnasium"``
-(:mod:`~rl_lightning.envs.gymnasium_env`: single envs, CPU, with restarts, value checks and ``on_nonfinite="skip"``),
-``"torch"`` (:mod:`~rl_lightning.envs.batched` or a user's :mod:`~rl_lightning.envs.torchrl_env`, on the group's
-device) and ``"envpool"`` (:mod:`~rl_lightning.envs.envpool_env`). On a batched backend object-set variations are
-per-env parameters, drawn again where an episode ended (``torch.where``, no host read); statistics and the
-non-finite check stay on the device until :meth:`EnvGroup.pop_stats`. Optional ``info`` entries, ``[num_envs]``
-tensors: ``success`` at every step where the env reports it (an ended env's from ``final_info``; the gymnasium
-backend maps ``is_success`` onto it), read for each episode at its final step (ManiSkill's ``success_at_end``) and
-over all its steps (``success_once``); ``episode_return`` (an env's own score) and ``cut`` (episodes a fault cut
-short), read where an episode ended; and ``faults``, counts by name. ``final_observation`` (gymnasium 0.29's name,
-ManiSkill3's) is read as ``final_obs``; a user's env is refused where its tensors break the contract.
+Every backend is a gymnasium ``VectorEnv`` of tensors with ``SAME_STEP`` autoreset (an ended episode restarts in the
+same call) and ``info["final_obs"]``, a full ``[num_envs, ...]`` batch of what each env reached (for an ended episode
+its true last observation: truncated episodes bootstrap from it, replay stores it as ``next_obs``), as GPU simulators
+(ManiSkill3, Isaac Lab) and rsl_rl's ``VecEnv`` do. Backends: ``"gymnasium"`` (:mod:`~rl_lightning.envs.gymnasium_env`:
+single CPU envs, with restarts, value checks and ``on_nonfinite="skip"``), ``"torch"``
+(:mod:`~rl_lightning.envs.batched` or a user's :mod:`~rl_lightning.envs.torchrl_env`, on the group's device) and
+``"envpool"``. On a batched backend variations are per-env parameters, drawn again where an episode ended (no host
+read); statistics and the non-finite check stay on the device until :meth:`EnvGroup.pop_stats`. Optional ``info``
+entries, ``[num_envs]`` tensors: ``success`` where the env reports it (an ended env's from ``final_info``; gymnasium's
+``is_success`` too), read at each episode's final step (``success_at_end``) and over its steps (``success_once``);
+``episode_return`` (an env's own score) and ``cut`` (episodes a fault cut short) where an episode ended; ``faults``,
+counts by name. ``final_observation`` (gymnasium 0.29's name, ManiSkill3's) is read as ``final_obs``; a user's env is
+refused where its tensors break the contract.
 """
 
 from __future__ import annotations
@@ -184,12 +183,9 @@ class EnvGroup:
         device: Where a batched env lives (the gymnasium and envpool backends are on the CPU).
         backend: ``"gymnasium"``, ``"torch"`` or ``"envpool"`` (see the module).
         env_factory: With ``backend="torch"``, a user's simulator (:data:`~rl_lightning.envs.torchrl_env.EnvFactory`).
-        max_env_restarts: Rebuilds in a row allowed when an env raises. The gymnasium backend recreates the one env
-            that raised (:class:`~rl_lightning.envs.gymnasium_env.RestartingEnv`); a batched backend is rebuilt
-            whole (its factory called again, a fresh seed) and every episode restarts, the running ones cut short
-            (``info["cut"]``, not counted in the statistics). One more raises
-            :class:`~rl_lightning.faults.EnvFault` naming the env, the call and the error; the count restarts
-            once a rollout finishes an episode (:meth:`pop_stats`).
+        max_env_restarts: Rebuilds in a row allowed when an env raises (the gymnasium backend recreates that env; a
+            batched one is rebuilt whole with a fresh seed, its running episodes cut short, ``info["cut"]``); one more
+            raises ``EnvFault`` naming the env, the call and the error. The count restarts once an episode finishes.
         vectorization, render_mode, obs_bound, obs_bound_mode, on_nonfinite, wrappers, worker_start_method,
             worker_timeout: The gymnasium backend's (:class:`~rl_lightning.envs.gymnasium_env.GymnasiumVectorEnv`).
 
@@ -236,7 +232,7 @@ class EnvGroup:
                 f"The batched {env_id} holds {self.env.num_envs} envs, but num_envs={num_envs} was asked for. Build "
                 f"it with {num_envs} envs, or set num_envs={self.env.num_envs} (Hydra: env.num_envs)."
             )
-        if backend == "torch" and self.device != torch.device(device):
+        if backend == "torch" and not checks.same_device(self.device, torch.device(device)):
             raise ValueError(
                 f"The batched {env_id} lives on {self.device}, but the policy trains on {torch.device(device)}. "
                 f"Build the env on {device}, or train on {self.device} (Trainer(accelerator=...))."
@@ -258,7 +254,7 @@ class EnvGroup:
         shifted = start is not None and bool((start != 0).any())
         self._start = torch.as_tensor(start, device=self.device) if shifted else None
         self.obs: Obs | None = None
-        self._rewards_checked = False  # against the contract once, at the first step after a reset: not every step
+        self._step_checked = False  # against the contract once, at the first step after a reset: not every step
         self._clear_episodes()
         self.stats = EpisodeStats()
 
@@ -302,12 +298,15 @@ class EnvGroup:
                 if value is not None and value.is_floating_point():
                     self._checksum += value.sum(dtype=torch.float64)  # float16 sums overflow at 65504
 
-    def _contract(self, what: str, value: Any, shape: tuple[int, ...]) -> None:
-        """Refuse ``value`` (``what`` the env returned: ``"rewards"``) unless a tensor of ``shape`` (a user's env)."""
-        if not (torch.is_tensor(value) and tuple(value.shape) == shape):
-            got = f"{type(value).__name__} of shape {tuple(getattr(value, 'shape', ()))}"
+    def _contract(self, what: str, value: Any, shape: tuple[int, ...], dtype: torch.dtype | None = None) -> None:
+        """Refuse ``value`` (``what`` the env returned: ``"rewards"``) unless a tensor of ``shape`` (and ``dtype``)."""
+        if not (torch.is_tensor(value) and tuple(value.shape) == shape and dtype in (None, value.dtype)):
+            got = (
+                f"{type(value).__name__} of shape {tuple(getattr(value, 'shape', ()))} ({getattr(value, 'dtype', '-')})"
+            )
             raise ValueError(f"The batched {self.label} returned {what} as {got}; the env contract asks for a torch "
-                             f"tensor of shape {shape} on {self.device}. Fix the env (its env_factory).")  # fmt: skip
+                             f"tensor of shape {shape}{f' ({dtype})' if dtype else ''} on {self.device}. Fix the env "
+                             "(its env_factory).")  # fmt: skip
 
     def _add_faults(self, info: Mapping[str, Any]) -> None:
         for key, count in (info.get("faults") or {}).items():
@@ -326,7 +325,7 @@ class EnvGroup:
         self._clear_episodes()
         if isinstance(self.observation_space, gym.spaces.Box):
             self._contract("observations", obs, (self.num_envs, *self.observation_space.shape))
-        self.obs, self._rewards_checked = _batch(obs, self.num_envs, self.device), False
+        self.obs, self._step_checked = _batch(obs, self.num_envs, self.device), False
         self._check(self.obs)
         return self.obs
 
@@ -337,9 +336,11 @@ class EnvGroup:
             obs, reward, terminated, truncated, info = self.env.step(action)
         except Exception as err:
             return self._restarted_step(err)
-        if not self._rewards_checked:
+        if not self._step_checked:  # integer dones would negate to 254 and 255 in GAE: refused, as rewards of a shape
             self._contract("rewards", reward, (self.num_envs,))
-            self._rewards_checked = True
+            for what, done in (("terminated", terminated), ("truncated", truncated)):
+                self._contract(what, done, (self.num_envs,), torch.bool)
+            self._step_checked = True
         obs, done, reward = _batch(obs, self.num_envs, self.device), terminated | truncated, reward.float()
         # gymnasium 1's name, or 0.29's (ManiSkill3's ManiSkillVectorEnv); absent where no episode ended.
         final_obs = info.get("final_obs", info.get("final_observation"))

@@ -281,14 +281,11 @@ class GymnasiumVectorEnv(gym.vector.VectorEnv):
         vectorization: ``"sync"`` (one process) or ``"async"`` (a worker process per env).
         worker_start_method: How async workers start: ``"fork"``, ``"forkserver"``, ``"spawn"``; ``None``:
             :data:`ASYNC_CONTEXT`. A simulator that hangs in a forked process (ManiSkill3) needs forkserver or spawn.
-        worker_timeout: Seconds the workers may take to start or answer a reset or step; past it
-            :class:`~rl_lightning.faults.EnvFault` names the env, the call and the settings to change.
-        max_env_restarts: Recreations of one env (or rebuilds of the workers) in a row without a finished
-            episode; one more raises :class:`~rl_lightning.faults.EnvFault`.
+        worker_timeout: Seconds workers may take to start or answer a reset or step (past it, ``EnvFault`` names fixes).
+        max_env_restarts: Recreations of one env (or the workers) in a row without a finished episode (then EnvFault).
         obs_bound: Bound on the absolute value of observations (``None``: finiteness only).
         obs_bound_mode: ``"clip"`` or ``"reject"`` (treated as non-finite).
-        on_nonfinite: ``"stop"`` raises :class:`~rl_lightning.faults.NumericalFault`; ``"skip"`` cuts the
-            episode short and resets the env.
+        on_nonfinite: ``"stop"`` raises ``NumericalFault``; ``"skip"`` cuts the episode short and resets the env.
     """
 
     metadata = {"autoreset_mode": AutoresetMode.SAME_STEP}

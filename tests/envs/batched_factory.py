@@ -112,7 +112,8 @@ CONTRACT_MODE = ""
 
 class BrokenContractVectorEnv(SuccessCountVectorEnv):
     """Breaks the contract as ``mode`` says: ``numpy`` observations as numpy arrays, ``wide`` ones of 2 values where
-    the space has 1, ``reward_column`` rewards ``[N, 1]``, ``no_final`` episodes that end without ``final_obs``."""
+    the space has 1, ``reward_column`` rewards ``[N, 1]``, ``uint8_dones`` ``terminated`` as uint8, ``no_final``
+    episodes that end without ``final_obs``."""
 
     def __init__(self, num_envs: int, device="cpu", mode=""):
         super().__init__(num_envs, device=device)
@@ -126,6 +127,7 @@ class BrokenContractVectorEnv(SuccessCountVectorEnv):
         obs, reward, terminated, truncated, info = super().step(actions)
         if self.mode == "no_final":
             del info["final_obs"], info["_final_obs"]
+        terminated = terminated.to(torch.uint8) if self.mode == "uint8_dones" else terminated
         return obs, reward[:, None] if self.mode == "reward_column" else reward, terminated, truncated, info
 
 
@@ -150,6 +152,10 @@ class Factory:
     """A callable object as a factory (an instance's settings cannot be kept in a checkpoint by an import path)."""
 
     def __call__(self, env_id, num_envs, device, seed, max_episode_steps):
+        return CountEnv(num_envs, device=device)
+
+    def make(self, env_id, num_envs, device, seed, max_episode_steps):
+        """An instance's method as a factory (kept as ``Factory.make``, it would come back without its instance)."""
         return CountEnv(num_envs, device=device)
 
 

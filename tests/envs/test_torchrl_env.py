@@ -158,16 +158,21 @@ def test_an_env_in_gymnasium_029_keys_gives_its_true_final_observations_and_succ
 @pytest.mark.parametrize(
     "mode, match",
     [
-        ("numpy", r"returned observations as ndarray of shape \(4, 1\); the env contract asks for a torch tensor"),
-        ("wide", r"returned observations as Tensor of shape \(4, 2\); .*tensor of shape \(4, 1\) on cpu"),
-        ("reward_column", r"returned rewards as Tensor of shape \(4, 1\); .*tensor of shape \(4,\)"),
+        ("numpy", r"returned observations as ndarray of shape \(4, 1\) \(float32\); the env contract asks for a torch"),
+        (
+            "wide",
+            r"returned observations as Tensor of shape \(4, 2\) \(torch.float32\); .*tensor of shape \(4, 1\) on cpu",
+        ),
+        ("reward_column", r"returned rewards as Tensor of shape \(4, 1\) \(torch.float32\); .*tensor of shape \(4,\)"),
+        ("uint8_dones", r"returned terminated as Tensor of shape \(4,\) \(torch.uint8\); .*\(4,\) \(torch.bool\) on"),
         ("no_final", r"ended episodes without info\['final_obs'\] \(what each env reached"),
     ],
 )
 def test_a_users_env_that_breaks_the_contract_is_refused_naming_what_it_returned(mode, match, monkeypatch):
-    """Test that observations that are no tensor or of another shape than the space's, rewards of shape [N, 1] and
-    episodes that end without final observations are refused naming the env, what it returned and the contract (they
-    crashed deep in the policy or the statistics, or, without final_obs, trained on the next episode's start)."""
+    """Test that observations that are no tensor or of another shape than the space's, rewards of shape [N, 1], uint8
+    dones and episodes that end without final observations are refused naming the env, what it returned and the
+    contract (they crashed deep in the policy or the statistics; uint8 dones negated to 254 and 255 in GAE and trained
+    silently on returns of 1e16; without final_obs, it trained on the next episode's start)."""
     from tests.envs import batched_factory
 
     monkeypatch.setattr(batched_factory, "CONTRACT_MODE", mode)
@@ -186,7 +191,9 @@ def test_a_callable_object_as_factory_is_refused_naming_why():
 
     from tests.envs import batched_factory
 
-    for factory in (functools.partial(batched_factory.make_count_envs), batched_factory.Factory()):
+    # An instance's method was kept as Factory.make, which `rl-lightning test` called without its instance.
+    for factory in (functools.partial(batched_factory.make_count_envs), batched_factory.Factory(),
+                    batched_factory.Factory().make):  # fmt: skip
         with pytest.raises(
             ValueError, match="cannot be kept in a checkpoint.*a callable object .* without its arguments"
         ):
