@@ -12,7 +12,7 @@ import lightning.pytorch as pl
 import torch
 from lightning.pytorch.trainer.states import TrainerFn
 
-from rl_lightning.callbacks.checkpoint import run_checkpoint_dir
+from rl_lightning.callbacks.checkpoint import IntervalCheckpoint, run_checkpoint_dir
 from rl_lightning.faults import EnvFault, TrainingInterrupted, interrupt_request
 
 #: SIGINT (Ctrl+C), SIGTERM (kill, schedulers, container stops) and SIGUSR1 (what SLURM jobs
@@ -51,8 +51,10 @@ class Interruption(pl.Callback):
     default inside a SLURM job: it writes its own ``hpc_ckpt`` and requeues); SIGTERM, which
     SLURM sends at pre-emption and at the time limit, is always ours.
 
-    Only a fit writes the checkpoint (an exception in a later ``trainer.test`` leaves ``last.ckpt`` alone). Under DDP an
-    env fault is raised on one rank only, so it cannot write the collective checkpoint: the interval checkpoints remain.
+    A fit that ends rewrites a ``last.ckpt`` it finds (an interruption's, which it may have resumed from) with its end,
+    where no interval checkpoints do. Only a fit writes the checkpoint (an exception in a later ``trainer.test`` leaves
+    ``last.ckpt`` alone). Under DDP an env fault is raised on one rank only, so it cannot write the collective
+    checkpoint: the interval checkpoints remain.
 
     Args:
         signals: Names of the signals that stop the run.
@@ -128,6 +130,14 @@ class Interruption(pl.Callback):
     # ---------------------------------------------------------------- stopping points
     def on_validation_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, *args: Any) -> None:
         interrupt_request.check()
+
+    def on_fit_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        # A last.ckpt an interruption wrote, which this fit went on from, holds the end now: nothing else rewrites it
+        # without interval checkpoints, and a later resume from it would redo the steps since (and their logs) silently.
+        path = os.path.join(self.dirpath or run_checkpoint_dir(trainer), INTERRUPT_CHECKPOINT)
+        rewritten = trainer.fast_dev_run or any(isinstance(c, IntervalCheckpoint) for c in trainer.callbacks)
+        if self.save and not rewritten and trainer.strategy.broadcast(os.path.exists(path)):
+            trainer.save_checkpoint(path, weights_only=False)
 
     # ---------------------------------------------------------------- the way out
     def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException) -> None:

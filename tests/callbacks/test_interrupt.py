@@ -206,3 +206,28 @@ def test_a_sigterm_before_training_starts_stops_with_a_checkpoint_to_resume_from
     with pytest.raises(TrainingInterrupted) as info:
         trainer.fit(tiny_ppo(total_timesteps=256, save_interval=1), data)
     assert info.value.checkpoint and os.path.isfile(info.value.checkpoint) and data.env_steps == 0
+
+
+def test_a_resumed_fit_without_interval_checkpoints_leaves_its_end_in_last_ckpt(tmp_path):
+    """Test that the last.ckpt an interruption wrote holds the end of the fit that resumed from it when nothing else
+    writes last.ckpt (save_interval=None): it kept the interrupted state, so `play`, `export` and `test` of last.ckpt
+    used a half-trained policy and a second resume redid the steps since, silently."""
+    import lightning.pytorch as pl
+
+    from tests.helpers import quiet_trainer, tiny_ppo, tiny_rollout_data
+
+    class StopAtEpoch(pl.Callback):
+        def on_train_epoch_end(self, trainer, pl_module):
+            if trainer.current_epoch == 2:
+                interrupt_request.request("SIGTERM")
+
+    pl.seed_everything(0)
+    last = os.path.join(tmp_path, "checkpoints", "last.ckpt")
+    with pytest.raises(TrainingInterrupted):
+        quiet_trainer(tmp_path, max_epochs=-1, callbacks=[StopAtEpoch()]).fit(tiny_ppo(total_timesteps=256),
+                                                                               tiny_rollout_data())  # fmt: skip
+    assert torch.load(last, weights_only=False)["RolloutDataModule"]["env_steps"] == 3 * 32
+    data = tiny_rollout_data()
+    quiet_trainer(tmp_path, max_epochs=-1).fit(tiny_ppo(total_timesteps=256), data, ckpt_path=last)
+    assert data.env_steps == 256
+    assert torch.load(last, weights_only=False)["RolloutDataModule"]["env_steps"] == 256
