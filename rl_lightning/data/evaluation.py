@@ -58,7 +58,7 @@ def evaluate(
         envs: Evaluation envs (their own group, never the training envs).
         episodes: Episodes to complete.
         deterministic: Act with the mode of the policy (argmax / mean) instead of sampling.
-        seed: Reset seed; the same seed gives the same episodes.
+        seed: Reset seed, and sampled actions' seed: the same seed gives the same episodes.
 
     Returns:
         Statistics of exactly ``episodes`` episodes.
@@ -78,20 +78,24 @@ def evaluate(
     start = torch.ones(envs.num_envs, dtype=torch.bool, device=device)
     every = 1 if envs.device.type == "cpu" else CHECK_EVERY
     steps = 0
-    while steps % every or not bool((finished >= quota).all()):
-        interrupt_request.check()  # a signal stops evaluation between steps (callbacks/interrupt.py)
-        action, _, _, state = policy.act(obs.to(device), state, start, deterministic, value=False)
-        step = envs.step(action)
-        finished += step.done if step.cut is None else step.done & ~step.cut
-        start, obs = step.done.to(device), step.obs
-        steps += 1
-        if steps % MAX_EVAL_EPISODE_STEPS == 0:
-            if (stuck := ((finished == progress) & (finished < quota)).nonzero()).numel():
-                raise EnvFault(f"Evaluating on {envs.label}: env {int(stuck[0])} ended no episode in "
-                               f"{MAX_EVAL_EPISODE_STEPS:,} steps, so evaluation would never end (the env has no "
-                               "time limit the policy reaches). Set one for evaluation: eval_max_episode_steps on "
-                               "the data module (Hydra: env.eval_max_episode_steps).")  # fmt: skip
-            progress = finished.clone()
+    # Sampled actions draw from a generator seeded for this evaluation, forked from the run's: the same seed gives the
+    # same episodes, and evaluating leaves training's draws as they would have been.
+    with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+        torch.manual_seed(seed)
+        while steps % every or not bool((finished >= quota).all()):
+            interrupt_request.check()  # a signal stops evaluation between steps (callbacks/interrupt.py)
+            action, _, _, state = policy.act(obs.to(device), state, start, deterministic, value=False)
+            step = envs.step(action)
+            finished += step.done if step.cut is None else step.done & ~step.cut
+            start, obs = step.done.to(device), step.obs
+            steps += 1
+            if steps % MAX_EVAL_EPISODE_STEPS == 0:
+                if (stuck := ((finished == progress) & (finished < quota)).nonzero()).numel():
+                    raise EnvFault(f"Evaluating on {envs.label}: env {int(stuck[0])} ended no episode in "
+                                   f"{MAX_EVAL_EPISODE_STEPS:,} steps, so evaluation would never end (the env has no "
+                                   "time limit the policy reaches). Set one for evaluation: eval_max_episode_steps on "
+                                   "the data module (Hydra: env.eval_max_episode_steps).")  # fmt: skip
+                progress = finished.clone()
     ended, result, taken = envs.pop_stats(), EpisodeStats(), [0] * envs.num_envs
     for k, i in enumerate(ended.envs):  # in step order: each env's first episodes come first
         if taken[i] < quota_list[i]:
