@@ -69,6 +69,8 @@ class RLModule(pl.LightningModule):
     datamodule_class: type | None = None
     #: The policy methods collection calls (compiled with ``compile=True``).
     acting_methods: tuple[str, ...] = ()
+    #: The settings that shape the networks' weights: a checkpoint refused for its weights names those that differ.
+    network_settings: tuple[str, ...] = ("hidden_sizes", "encoder")
 
     def __init__(
         self,

@@ -184,10 +184,12 @@ def _weights_mismatch(module: pl.LightningModule, checkpoint: dict[str, Any]) ->
             f"Drop {', '.join(f'{key}=...' for key in given)}: load_from_checkpoint takes the settings from the "
             "checkpoint."
         )
-    if differ:
+    if differ:  # the ones that shape the networks where they differ (a budget or interval may change on a resume)
+        differ = [item for item in differ if item[0] in getattr(module, "network_settings", ())] or differ
         settings = "; ".join(f"{key}: checkpoint {old!r}, this model {new!r}" for key, old, new in differ)
+        hydra = " ".join(f"algo.{key}={old!r}" for key, old, _ in differ)
         return (
-            f"it was trained with other settings ({settings}). Build the model with the checkpoint's settings, "
+            f"it was trained with other settings ({settings}). Build the model with the checkpoint's (Hydra: {hydra}), "
             f"or load it with {name}.load_from_checkpoint(path), which takes them from the checkpoint."
         )
     tensors = "; ".join(f"{key}: checkpoint {old}, this model {new}" for key, old, new in shapes[:3])

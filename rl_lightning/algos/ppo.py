@@ -84,6 +84,8 @@ class PPO(RLModule):
 
     datamodule_class = RolloutDataModule
     acting_methods = ("act", "value")
+    network_settings = ("hidden_sizes", "encoder", "normalize_obs", "normalize_reward", "recurrent", "cell",
+                        "recurrent_size", "shared_core")  # fmt: skip
 
     def __init__(
         self,
