@@ -16,6 +16,7 @@ import csv
 import io
 import netrc
 import os
+import time
 import warnings
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -102,8 +103,9 @@ class CSVLogger(_LightningCSVLogger):
     """Lightning's ``CSVLogger``, keeping ``metrics.csv`` across a resume.
 
     Lightning's writer deletes an existing ``metrics.csv`` when it is created. This logger puts the file back and
-    appends under its header: at fit start a resumed run keeps the rows up to its checkpoint's env step (a fresh fit, at
-    env step 0, starts the file over, as Lightning's does). Same arguments as Lightning's.
+    appends under its header: at fit start a resumed run keeps the rows up to its checkpoint's env step; a fresh fit
+    starts the file over, with a warning, after moving the earlier rows to ``metrics-before-<time>.csv``. Same
+    arguments as Lightning's.
     """
 
     _writer: ExperimentWriter | None = None
@@ -133,6 +135,14 @@ class CSVLogger(_LightningCSVLogger):
             return
         with fs.open(writer.metrics_file_path, "r", newline="") as file:
             rows = list(csv.DictReader(file))
+        if env_steps == 0 and rows:  # a fresh fit where an earlier one logged: its rows are kept aside, not deleted
+            aside = writer.metrics_file_path[: -len(".csv")] + time.strftime("-before-%Y%m%d-%H%M%S.csv")
+            fs.mv(writer.metrics_file_path, aside)
+            writer.metrics_keys = []
+            warnings.warn(f"{writer.metrics_file_path} held {len(rows)} rows of an earlier fit: this fresh fit (no "
+                          f"ckpt_path) starts it over and keeps them in {aside}. To continue that run instead, fit "
+                          "from its checkpoint (ckpt_path).", stacklevel=2)  # fmt: skip
+            return
         if not (kept := [row for row in rows if float(row["step"]) <= env_steps]):
             fs.rm_file(writer.metrics_file_path)
             writer.metrics_keys = []

@@ -210,3 +210,20 @@ def test_a_resume_with_lightnings_csv_logger_warns_that_its_history_is_gone(tmp_
     """Test that rewinding Lightning's own CSVLogger on a resume warns and names this module's CSVLogger."""
     with pytest.warns(UserWarning, match="rl_lightning.loggers.CSVLogger"):
         rewind_loggers([LightningCSVLogger(str(tmp_path))], env_steps=128)
+
+
+def test_a_fresh_fit_in_a_logged_directory_keeps_the_earlier_rows_aside_and_says_where(tmp_path):
+    """Test that a fresh fit (env step 0) where an earlier fit wrote metrics.csv moves those rows to a file of their
+    own and warns naming it (they were deleted without a word: Lightning's warning was silenced for resumes)."""
+    earlier = CSVLogger(str(tmp_path), name="", version="")
+    earlier.log_metrics({"eval/return_mean": 21.0}, step=128)
+    earlier.save()
+    before = (tmp_path / "metrics.csv").read_text()
+    fresh = CSVLogger(str(tmp_path), name="", version="")
+    with pytest.warns(UserWarning, match=r"metrics.csv held 1 rows of an earlier fit.*keeps them in .*metrics-before-"):
+        rewind_loggers([fresh], env_steps=0)
+    (aside,) = tmp_path.glob("metrics-before-*.csv")
+    assert aside.read_text() == before and not (tmp_path / "metrics.csv").exists()
+    fresh.log_metrics({"eval/return_mean": 9.0}, step=64)
+    fresh.save()
+    assert [row["step"] for row in csv.DictReader(open(tmp_path / "metrics.csv"))] == ["64"]
