@@ -109,6 +109,8 @@ class CSVLogger(_LightningCSVLogger):
     """
 
     _writer: ExperimentWriter | None = None
+    #: The rows of ``metrics.csv`` so far: a checkpoint keeps the count, and a resume from it keeps those rows only.
+    logged_rows = 0
 
     @property
     @rank_zero_experiment
@@ -123,12 +125,21 @@ class CSVLogger(_LightningCSVLogger):
                 self._writer = super().experiment
             if kept:
                 fs.pipe_file(path, kept)
-                self._writer.metrics_keys = next(csv.reader(io.StringIO(kept.decode())), [])
+                header, *rows = csv.reader(io.StringIO(kept.decode()))
+                self._writer.metrics_keys, self.logged_rows = header, len(rows)
         return self._writer
 
     @rank_zero_only
-    def rewind(self, env_steps: int) -> None:
-        """Keep the rows logged up to ``env_steps``, where a fit starts (a checkpoint's count; 0: a fresh fit)."""
+    def log_metrics(self, metrics: Mapping[str, float], step: int | None = None) -> None:
+        """Lightning's (one row of ``metrics.csv``), counted."""
+        super().log_metrics(metrics, step)
+        self.logged_rows += 1
+
+    @rank_zero_only
+    def rewind(self, env_steps: int, rows_kept: int | None = None) -> None:
+        """Keep the rows logged up to ``env_steps``, where a fit starts (a checkpoint's count; 0: a fresh fit), and of
+        them the first ``rows_kept`` (the checkpoint's :attr:`logged_rows`): rows at that env step logged after it was
+        written (an evaluation a resume reruns, a final test) would come twice."""
         writer = self.experiment
         fs = get_filesystem(writer.metrics_file_path)
         if not fs.isfile(writer.metrics_file_path):
@@ -138,12 +149,14 @@ class CSVLogger(_LightningCSVLogger):
         if env_steps == 0 and rows:  # a fresh fit where an earlier one logged: its rows are kept aside, not deleted
             aside = writer.metrics_file_path[: -len(".csv")] + time.strftime("-before-%Y%m%d-%H%M%S.csv")
             fs.mv(writer.metrics_file_path, aside)
-            writer.metrics_keys = []
+            writer.metrics_keys, self.logged_rows = [], 0
             warnings.warn(f"{writer.metrics_file_path} held {len(rows)} rows of an earlier fit: this fresh fit (no "
                           f"ckpt_path) starts it over and keeps them in {aside}. To continue that run instead, fit "
                           "from its checkpoint (ckpt_path).", stacklevel=2)  # fmt: skip
             return
-        if not (kept := [row for row in rows if float(row["step"]) <= env_steps]):
+        kept = [row for row in rows[: len(rows) if rows_kept is None else rows_kept] if float(row["step"]) <= env_steps]
+        self.logged_rows = len(kept)
+        if not kept:
             fs.rm_file(writer.metrics_file_path)
             writer.metrics_keys = []
         elif len(kept) < len(rows):
@@ -185,11 +198,14 @@ LOGGERS_KEY = "loggers"
 
 
 def logger_state(loggers: Iterable[Logger]) -> dict[str, Any]:
-    """What a checkpoint keeps of ``loggers`` to continue them on a resume: the W&B run id."""
+    """What a checkpoint keeps of ``loggers`` to continue them on a resume: the W&B run id, the CSV rows so far."""
+    state: dict[str, Any] = {}
     for logger in loggers:
         if isinstance(logger, _LightningWandbLogger) and logger.version:
-            return {"wandb_run_id": str(logger.version)}
-    return {}
+            state["wandb_run_id"] = str(logger.version)
+        elif isinstance(logger, CSVLogger):
+            state["csv_rows"] = logger.logged_rows
+    return state
 
 
 def continue_loggers(loggers: Iterable[Logger], state: Mapping[str, Any]) -> None:
@@ -200,14 +216,17 @@ def continue_loggers(loggers: Iterable[Logger], state: Mapping[str, Any]) -> Non
             logger.continue_run(run_id)
 
 
-def rewind_loggers(loggers: Iterable[Logger], env_steps: int) -> None:
+def rewind_loggers(loggers: Iterable[Logger], env_steps: int, state: Mapping[str, Any] | None = None) -> None:
     """At fit start: make every logger continue the run's history at ``env_steps`` (a resumed checkpoint's; 0: fresh).
 
-    Loggers of this module keep their rows up to ``env_steps`` (see :class:`CSVLogger` and :class:`TensorBoardLogger`);
-    a resume with Lightning's own CSV logger, which has already deleted the earlier rows, gets a warning naming the fix.
+    Loggers of this module keep their rows up to ``env_steps`` (see :class:`CSVLogger` and :class:`TensorBoardLogger`;
+    ``state``: the checkpoint's :func:`logger_state`); a resume with Lightning's own CSV logger, which has already
+    deleted the earlier rows, gets a warning naming the fix.
     """
     for logger in loggers:
-        if isinstance(logger, (CSVLogger, TensorBoardLogger)):
+        if isinstance(logger, CSVLogger):
+            logger.rewind(env_steps, (state or {}).get("csv_rows"))
+        elif isinstance(logger, TensorBoardLogger):
             logger.rewind(env_steps)
         elif env_steps > 0 and isinstance(logger, _LightningCSVLogger):
             warnings.warn(

@@ -206,6 +206,30 @@ def test_resuming_from_an_older_checkpoint_drops_the_rows_logged_after_it(tmp_pa
     _assert_same_rows(run_dir, uninterrupted["ppo"])
 
 
+def test_two_resumes_from_one_interruption_and_a_second_final_test_log_each_csv_row_once(tmp_path, uninterrupted):
+    """Test that rows logged at a checkpoint's env step after it was written (the evaluation a resume owed, which a
+    second resume from the same file reruns; a finished run's final test, tested again) are not kept by the rewind:
+    they came twice, and the plot read the final test's return as the evaluation's."""
+    import shutil
+
+    run_dir = str(tmp_path)
+    with pytest.raises(TrainingInterrupted) as stopped:
+        _fit(run_dir, "ppo", callbacks=[_SigtermAt("batch_end", epoch=3)])
+    cut = shutil.copy(stopped.value.checkpoint, tmp_path / "cut.ckpt")  # the first resume rewrites last.ckpt
+    for _ in range(2):  # the first resume may have died before a newer checkpoint: the same file again
+        _fit(run_dir, "ppo", ckpt_path=cut)
+    resumed, expected = _csv_steps(run_dir), uninterrupted["ppo"][0]
+    assert _without(resumed, EPISODE_KEYS) == _without(expected, EPISODE_KEYS)
+    last = os.path.join(run_dir, "checkpoints", "last.ckpt")
+    for _ in range(2):  # a finished run's final test, and the same again after resuming it
+        data = tiny_rollout_data(eval_interval=2)
+        trainer = quiet_trainer(run_dir, max_epochs=-1, logger=CSVLogger(run_dir, name="", version=""))
+        trainer.fit(tiny_ppo(total_timesteps=EPOCHS["ppo"] * EPOCH_STEPS["ppo"]), data, ckpt_path=last)
+        trainer.test(ckpt_path=None, datamodule=data)
+    final = EPOCHS["ppo"] * EPOCH_STEPS["ppo"]
+    assert _csv_steps(run_dir)["eval/return_mean"].count(final) == 2  # the last evaluation, and one final test
+
+
 def test_a_resume_with_lightnings_csv_logger_warns_that_its_history_is_gone(tmp_path):
     """Test that rewinding Lightning's own CSVLogger on a resume warns and names this module's CSVLogger."""
     with pytest.warns(UserWarning, match="rl_lightning.loggers.CSVLogger"):

@@ -108,6 +108,7 @@ class RLModule(pl.LightningModule):
         self._fit_start: tuple[float, int] | None = None
         self._eval_returns: dict[str, float] = {}
         self._interruption: Interruption | None = None
+        self._logger_state: dict[str, Any] = {}  # a loaded checkpoint's loggers.logger_state
         # The collection whose epoch row was logged last (log_cut_epoch compares against it).
         self._logged_collection: Any = None
 
@@ -312,7 +313,7 @@ class RLModule(pl.LightningModule):
     def on_train_start(self) -> None:
         self.loops_started = True
         # A resumed run's logs go on from its checkpoint's env step (rows logged after it are dropped).
-        rewind_loggers(self.trainer.loggers, self.env_steps)
+        rewind_loggers(self.trainer.loggers, self.env_steps, self._logger_state if self.trainer.ckpt_path else None)
         datamodule = self.trainer.datamodule
         if self.trainer.ckpt_path is not None and isinstance(datamodule, EnvDataModule) and datamodule.evaluation_due:
             self._evaluate_cut(datamodule)
@@ -455,3 +456,4 @@ class RLModule(pl.LightningModule):
         """
         self._ensure_policy(*ckpt.checked_spaces(self, checkpoint))
         ckpt.check_weights(self, checkpoint)
+        self._logger_state = dict(checkpoint.get(LOGGERS_KEY) or {})  # how far the loggers' history went
