@@ -147,7 +147,9 @@ class CSVLogger(_LightningCSVLogger):
         with fs.open(writer.metrics_file_path, "r", newline="") as file:
             rows = list(csv.DictReader(file))
         if env_steps == 0 and rows:  # a fresh fit where an earlier one logged: its rows are kept aside, not deleted
-            aside = writer.metrics_file_path[: -len(".csv")] + time.strftime("-before-%Y%m%d-%H%M%S.csv")
+            stamp, k = writer.metrics_file_path[: -len(".csv")] + time.strftime("-before-%Y%m%d-%H%M%S"), 1
+            while fs.exists(aside := f"{stamp}{f'-{k}' if k > 1 else ''}.csv"):  # fresh fits within a second: each
+                k += 1
             fs.mv(writer.metrics_file_path, aside)
             writer.metrics_keys, self.logged_rows = [], 0
             warnings.warn(f"{writer.metrics_file_path} held {len(rows)} rows of an earlier fit: this fresh fit (no "

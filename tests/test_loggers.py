@@ -251,3 +251,7 @@ def test_a_fresh_fit_in_a_logged_directory_keeps_the_earlier_rows_aside_and_says
     fresh.log_metrics({"eval/return_mean": 9.0}, step=64)
     fresh.save()
     assert [row["step"] for row in csv.DictReader(open(tmp_path / "metrics.csv"))] == ["64"]
+    with pytest.warns(UserWarning, match="keeps them in"):  # again within the same second: a file of its own
+        rewind_loggers([CSVLogger(str(tmp_path), name="", version="")], env_steps=0)
+    kept = sorted(path.read_text() for path in tmp_path.glob("metrics-before-*.csv"))
+    assert kept == sorted([before, "eval/return_mean,step\n9.0,64\n"])

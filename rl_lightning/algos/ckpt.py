@@ -184,16 +184,18 @@ def _weights_mismatch(module: pl.LightningModule, checkpoint: dict[str, Any]) ->
             f"Drop {', '.join(f'{key}=...' for key in given)}: load_from_checkpoint takes the settings from the "
             "checkpoint."
         )
-    if differ:  # the ones that shape the networks where they differ (a budget or interval may change on a resume)
-        differ = [item for item in differ if item[0] in getattr(module, "network_settings", ())] or differ
+    # The settings that shape the networks and differ (a budget or interval may change on a resume); where none does,
+    # the tensors (a user's own modules are not in the settings).
+    if differ := [item for item in differ if item[0] in getattr(module, "network_settings", ())]:
         settings = "; ".join(f"{key}: checkpoint {old!r}, this model {new!r}" for key, old, new in differ)
-        hydra = " ".join(f"algo.{key}={old!r}" for key, old, _ in differ)
         return (
-            f"it was trained with other settings ({settings}). Build the model with the checkpoint's (Hydra: {hydra}), "
+            f"it was trained with other settings ({settings}). Build the model with the checkpoint's settings, "
             f"or load it with {name}.load_from_checkpoint(path), which takes them from the checkpoint."
         )
-    tensors = "; ".join(f"{key}: checkpoint {old}, this model {new}" for key, old, new in shapes[:3])
+    only = (sorted(set(saved) - set(own))[:3], sorted(set(own) - set(saved))[:3])  # entries of one side's only
+    tensors = "; ".join(f"{key}: checkpoint {old}, this model {new}" for key, old, new in shapes[:3]) or (
+        f"only in the checkpoint: {only[0]}; only in this model: {only[1]}")  # fmt: skip
     return (
-        f"tensor shapes differ ({tensors}{'; ...' if len(shapes) > 3 else ''}). Build the model with the "
+        f"its tensors differ ({tensors}{'; ...' if len(shapes) > 3 else ''}). Build the model with the "
         "networks the checkpoint was trained with (pass the same actor/critic modules)."
     )

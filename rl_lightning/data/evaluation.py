@@ -38,8 +38,8 @@ def episodes_per_env(episodes: int, num_envs: int) -> list[int]:
 #: On an accelerator, whether every env has its episodes is read to the host once per this many
 #: steps (on the CPU every step: the read costs nothing there).
 CHECK_EVERY = 16
-#: Evaluation stops with an error when an env that still owes episodes ends none in this many steps: an env without
-#: a time limit, whose deterministic policy never ends an episode, would evaluate for ever (Atari's longest: 27,000).
+#: Evaluation stops with an error when an env that still owes episodes ends none in this many steps (or its group's
+#: longer time limit): an env without a time limit whose policy never ends an episode would evaluate for ever.
 MAX_EVAL_EPISODE_STEPS = 100_000
 
 
@@ -72,6 +72,7 @@ def evaluate(
     quota = torch.as_tensor(quota_list, device=envs.device)
     finished = torch.zeros_like(quota)
     progress = finished.clone()  # the episodes each env had ended at the last check for endless ones
+    cap = max(MAX_EVAL_EPISODE_STEPS, (envs.max_episode_steps or 0) + 1)  # steps between those checks
     obs = envs.reset(seed=seed)
     envs.pop_stats()
     state = policy.initial_state(envs.num_envs, device)
@@ -80,8 +81,11 @@ def evaluate(
     steps = 0
     # Sampled actions draw from a generator seeded for this evaluation, forked from the run's: the same seed gives the
     # same episodes, and evaluating leaves training's draws as they would have been.
-    with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
-        torch.manual_seed(seed)
+    gpu = [device] if device.type == "cuda" else []  # the generators the samples draw from, and only those, seeded
+    with torch.random.fork_rng(devices=gpu):
+        torch.random.default_generator.manual_seed(seed)
+        for _ in gpu:
+            torch.cuda.default_generators[device.index or torch.cuda.current_device()].manual_seed(seed)
         while steps % every or not bool((finished >= quota).all()):
             interrupt_request.check()  # a signal stops evaluation between steps (callbacks/interrupt.py)
             action, _, _, state = policy.act(obs.to(device), state, start, deterministic, value=False)
@@ -89,10 +93,10 @@ def evaluate(
             finished += step.done if step.cut is None else step.done & ~step.cut
             start, obs = step.done.to(device), step.obs
             steps += 1
-            if steps % MAX_EVAL_EPISODE_STEPS == 0:
+            if steps % cap == 0:
                 if (stuck := ((finished == progress) & (finished < quota)).nonzero()).numel():
                     raise EnvFault(f"Evaluating on {envs.label}: env {int(stuck[0])} ended no episode in "
-                                   f"{MAX_EVAL_EPISODE_STEPS:,} steps, so evaluation would never end (the env has no "
+                                   f"{cap:,} steps, so evaluation would never end (the env has no "
                                    "time limit the policy reaches). Set one for evaluation: eval_max_episode_steps on "
                                    "the data module (Hydra: env.eval_max_episode_steps).")  # fmt: skip
                 progress = finished.clone()

@@ -207,7 +207,7 @@ class EnvGroup:
                                       worker_start_method, worker_timeout)  # fmt: skip
         self.env_id, self.num_envs, self.obj_set, self.seed = env_id, num_envs, obj_set, seed
         self.obj_sets = select_obj_set(env_id, obj_sets, obj_set)
-        self.label = f"{env_id} (object set '{obj_set}')"
+        self.label, self.max_episode_steps = f"{env_id} (object set '{obj_set}')", max_episode_steps
         # A batched env is rebuilt whole when it raises (the gymnasium backend restarts its own envs one by one).
         self._build: Any = None
         if backend == "gymnasium":

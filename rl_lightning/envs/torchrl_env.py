@@ -106,16 +106,14 @@ def factory_path(factory: EnvFactory | str) -> str:
         return factory
     if not callable(factory):
         raise TypeError(f"env_factory must be a function or its import path, got {factory!r}.")
-    bound = not isinstance(getattr(factory, "__self__", type), type)  # an instance's method (a class's is imported)
-    if (
-        (name := getattr(factory, "__qualname__", None)) is None or "<" in name or bound
-    ):  # an object, <lambda>, <locals>
+    # An object (no __qualname__), a lambda or local function (<lambda>, <locals>), a method (Cls.make: no module path).
+    if (name := getattr(factory, "__qualname__", None)) is None or "<" in name or "." in name:
         raise ValueError(
             f"env_factory={name or repr(factory)} cannot be kept in a checkpoint: a resume or `rl-lightning play` "
-            "rebuilds the envs by importing the factory again; a lambda or a function defined inside another function "
-            "has no import path, and a callable object (functools.partial, an instance, an instance's method) would "
-            f"come back without its arguments. Define a function at the top level of a module (e.g. {FACTORY_EXAMPLE}) "
-            "and pass it or its path."
+            "rebuilds the envs by importing the factory again; a lambda, a function defined inside another function or "
+            "a method has no import path, and a callable object (functools.partial, an instance) would come back "
+            f"without its arguments. Define a function at the top level of a module (e.g. {FACTORY_EXAMPLE}) and pass "
+            "it or its path."
         )
     return f"{factory.__module__}.{name}"
 

@@ -535,3 +535,16 @@ def test_a_resume_whose_spaces_come_from_other_object_sets_names_the_object_sets
         ValueError, match=r"built for CartPole-v1 \(Box\(4,\).*trained on \(obj_sets as in the checkpoint\)"
     ):
         check_resume(tiny_ppo(save_interval=1), tiny_rollout_data(), tmp_path / "checkpoints" / "last.ckpt")
+
+
+def test_a_resume_refused_for_a_users_own_networks_names_the_tensors_not_the_budget(tmp_path):
+    """Test that a checkpoint whose weights do not fit the user's own actor (not in the settings), resumed with a larger
+    budget, is refused naming the tensor shapes: the budget, which may change on a resume, was named as the culprit."""
+    fit(tmp_path=tmp_path, max_epochs=1, model_kwargs={"actor": nn.Linear(4, 2), "save_interval": 1})
+    model = tiny_ppo(actor=nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 2)), total_timesteps=10**6)
+    refused = (
+        r"its tensors differ \(only in the checkpoint: .*'_actor\.weight'.*only in this model: \['_actor\.0\.bias'"
+    )
+    with pytest.raises(ValueError, match=refused) as info:
+        trainer(tmp_path, max_epochs=-1).fit(model, small_data(), ckpt_path="last")
+    assert "total_timesteps" not in str(info.value)

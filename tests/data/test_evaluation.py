@@ -42,7 +42,7 @@ def test_evaluate_is_reproducible():
     assert len(set(first.returns)) > 1  # the variations and seeds really differ
 
 
-def test_a_sampling_evaluation_repeats_with_its_seed_and_leaves_the_runs_random_draws_alone():
+def test_a_sampling_evaluation_repeats_with_its_seed_and_leaves_the_runs_random_draws_alone(monkeypatch):
     """Test that evaluating with sampled actions (eval_deterministic=False) gives the same episodes for the same seed
     and leaves torch's global generator where it was (it drew from it: returns 19.5, 12.25, 22.75 from one model, and a
     run that evaluated trained other weights than one that did not)."""
@@ -56,6 +56,8 @@ def test_a_sampling_evaluation_repeats_with_its_seed_and_leaves_the_runs_random_
     policy = ActorCritic(env.observation_space, env.action_space, (16,))
     group = EnvGroup("CartPole-v1", 2, obj_set="test")
     state = torch.get_rng_state()
+    # torch.manual_seed would seed every GPU's generator too, and only the policy's device is put back.
+    monkeypatch.setattr(torch.cuda, "manual_seed_all", lambda seed: pytest.fail("a GPU generator outside the fork"))
     runs = [evaluate(policy, group, episodes=6, deterministic=False, seed=seed).returns for seed in (3, 3, 4)]
     assert torch.equal(torch.get_rng_state(), state)
     assert runs[0] == runs[1] != runs[2]
@@ -63,7 +65,7 @@ def test_a_sampling_evaluation_repeats_with_its_seed_and_leaves_the_runs_random_
 
 def test_an_episode_that_never_ends_stops_evaluation_naming_the_time_limit(monkeypatch):
     """Test that evaluating an env without a time limit the policy reaches raises, rather than running for ever, and
-    that a time limit for evaluation lets the same env evaluate."""
+    that a time limit for evaluation, longer than the check's steps, lets the same env evaluate."""
     monkeypatch.setattr(evaluation, "MAX_EVAL_EPISODE_STEPS", 25)
     endless = {"train": [{"attrs": {"episode_len": 10**9}}], "test": [{"attrs": {"episode_len": 10**9}}]}
     with pytest.raises(
@@ -72,8 +74,9 @@ def test_an_episode_that_never_ends_stops_evaluation_naming_the_time_limit(monke
         r"eval_max_episode_steps",
     ):
         evaluate(ObsValuePolicy(), EnvGroup(SCRIPTED_ID, 2, obj_set="test", obj_sets=endless), episodes=3)
-    limited = EnvGroup(SCRIPTED_ID, 2, obj_set="test", obj_sets=endless, max_episode_steps=20)
-    assert evaluate(ObsValuePolicy(), limited, episodes=3).lengths == [20] * 3
+    # A time limit longer than the check's steps is the user's choice: its episodes are waited for.
+    limited = EnvGroup(SCRIPTED_ID, 2, obj_set="test", obj_sets=endless, max_episode_steps=30)
+    assert evaluate(ObsValuePolicy(), limited, episodes=3).lengths == [30] * 3
 
 
 def test_play_episode_films_the_reset_and_every_step_including_the_last(tmp_path):

@@ -158,6 +158,11 @@ class Factory:
         """An instance's method as a factory (kept as ``Factory.make``, it would come back without its instance)."""
         return CountEnv(num_envs, device=device)
 
+    @staticmethod
+    def make_static(env_id, num_envs, device, seed, max_episode_steps):
+        """A static method as a factory (kept as ``Factory.make_static``, no module path imports it)."""
+        return CountEnv(num_envs, device=device)
+
 
 def make_success_count_envs(env_id, num_envs, device, seed, max_episode_steps):
     """``env.env_factory``: the batched ``SuccessCountVectorEnv``."""

@@ -185,19 +185,23 @@ def test_a_users_env_that_breaks_the_contract_is_refused_naming_what_it_returned
 
 
 def test_a_callable_object_as_factory_is_refused_naming_why():
-    """Test that a functools.partial or an instance as env_factory is refused: it was kept under its class's (or
-    functools') path, and a resume or `rl-lightning test` rebuilt another simulator or crashed."""
+    """Test that a functools.partial, an instance or a method as env_factory is refused: it was kept under its
+    class's (or functools') path, and a resume or `rl-lightning test` rebuilt another simulator or crashed."""
     import functools
+    import math
 
+    from rl_lightning.envs.torchrl_env import factory_path
     from tests.envs import batched_factory
 
-    # An instance's method was kept as Factory.make, which `rl-lightning test` called without its instance.
+    # Methods were kept as Factory.make: `rl-lightning test` called an instance's without its instance, and a static
+    # method's path named no module.
     for factory in (functools.partial(batched_factory.make_count_envs), batched_factory.Factory(),
-                    batched_factory.Factory().make):  # fmt: skip
+                    batched_factory.Factory().make, batched_factory.Factory.make_static):  # fmt: skip
         with pytest.raises(
             ValueError, match="cannot be kept in a checkpoint.*a callable object .* without its arguments"
         ):
             tiny_rollout_data(env_id="Count-v0", backend="torch", env_factory=factory, obj_sets=PLAIN)
+    assert factory_path(math.hypot) == "math.hypot"  # a function of a C module has an import path
 
 
 def test_play_of_a_checkpoint_trained_on_a_users_simulator_names_the_command_that_evaluates_it(tmp_path, capsys):

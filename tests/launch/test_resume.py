@@ -38,7 +38,7 @@ def finished_run(tmp_path_factory):
         # A larger budget and another interval may change on a resume: only the network setting is named, with its fix.
         (
             [*TINY, "algo.hidden_sizes=[32]", "algo.total_timesteps=1024", "algo.save_interval=2"],
-            ["hidden_sizes: checkpoint [64, 64], this model [32])", "Hydra: algo.hidden_sizes=[64, 64])"],
+            ["hidden_sizes: checkpoint [64, 64], this model [32]). Build the model with the checkpoint's settings"],
         ),
         # The same env id with a wrapper that drops entries: the setting that differs is named, not the id.
         (
