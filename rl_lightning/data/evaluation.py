@@ -64,7 +64,7 @@ def evaluate(
         Statistics of exactly ``episodes`` episodes.
 
     Raises:
-        EnvFault: An env that owes episodes ended none in :data:`MAX_EVAL_EPISODE_STEPS` steps (a fit saves last.ckpt).
+        EnvFault: An env that owes episodes ended none in :data:`MAX_EVAL_EPISODE_STEPS` (or more) steps.
     """
     check_positive_int(episodes=episodes)
     device = next(policy.parameters()).device
@@ -84,8 +84,8 @@ def evaluate(
     gpu = [device] if device.type == "cuda" else []  # the generators the samples draw from, and only those, seeded
     with torch.random.fork_rng(devices=gpu):
         torch.random.default_generator.manual_seed(seed)
-        for _ in gpu:
-            torch.cuda.default_generators[device.index or torch.cuda.current_device()].manual_seed(seed)
+        for index in [device.index if device.index is not None else torch.cuda.current_device() for _ in gpu]:
+            torch.cuda.default_generators[index].manual_seed(seed)
         while steps % every or not bool((finished >= quota).all()):
             interrupt_request.check()  # a signal stops evaluation between steps (callbacks/interrupt.py)
             action, _, _, state = policy.act(obs.to(device), state, start, deterministic, value=False)
