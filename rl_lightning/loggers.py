@@ -156,7 +156,7 @@ class CSVLogger(_LightningCSVLogger):
                           f"ckpt_path) starts it over and keeps them in {aside}. To continue that run instead, fit "
                           "from its checkpoint (ckpt_path).", stacklevel=2)  # fmt: skip
             return
-        kept = [row for row in rows[: len(rows) if rows_kept is None else rows_kept] if float(row["step"]) <= env_steps]
+        kept = [row for row in rows[:rows_kept] if float(row["step"]) <= env_steps]  # rows_kept None: all
         self.logged_rows = len(kept)
         if not kept:
             fs.rm_file(writer.metrics_file_path)

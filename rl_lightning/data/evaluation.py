@@ -81,11 +81,11 @@ def evaluate(
     steps = 0
     # Sampled actions draw from a generator seeded for this evaluation, forked from the run's: the same seed gives the
     # same episodes, and evaluating leaves training's draws as they would have been.
-    gpu = [device] if device.type == "cuda" else []  # the generators the samples draw from, and only those, seeded
-    with torch.random.fork_rng(devices=gpu):
+    with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
         torch.random.default_generator.manual_seed(seed)
-        for index in [device.index if device.index is not None else torch.cuda.current_device() for _ in gpu]:
-            torch.cuda.default_generators[index].manual_seed(seed)
+        if device.type == "cuda":  # the policy's GPU alone: torch.manual_seed would reseed every GPU's, unforked
+            with torch.cuda.device(device):
+                torch.cuda.manual_seed(seed)
         while steps % every or not bool((finished >= quota).all()):
             interrupt_request.check()  # a signal stops evaluation between steps (callbacks/interrupt.py)
             action, _, _, state = policy.act(obs.to(device), state, start, deterministic, value=False)
