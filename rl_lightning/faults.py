@@ -9,9 +9,8 @@ Three faults end a run early, each with a message that says where it happened an
 - :class:`EnvFault`: an environment kept failing after ``max_env_restarts`` recreations;
   a resumable checkpoint was written.
 
-The flag lives here, below every layer, because the places that can stop quickly are in
-the data streams (between env steps) and in the update loops (between minibatches); the
-callback that installs the signal handlers only sets it.
+The flag lives here, below every layer, because the places that can stop quickly are in the data streams (between env
+steps) and in the update loops (between minibatches); the callback that installs the signal handlers only sets it.
 """
 
 from __future__ import annotations
@@ -42,10 +41,9 @@ class EnvFault(RuntimeError):
 class _InterruptRequest:
     """Set by a signal handler, read at the safe stopping points of the training loops.
 
-    ``check()`` costs an attribute read when nothing was requested, so it can sit in the
-    per-env-step loop. Only single-process runs stop at these fine-grained points; under
-    DDP every rank must stop at the same batch, so the callback agrees on it collectively
-    at batch ends and ``check`` stays quiet (``fine_grained = False``).
+    ``check()`` costs an attribute read when nothing was requested, so it can sit in the per-env-step loop. Only
+    single-process runs stop at these fine-grained points; under DDP every rank must stop at the same batch, so the
+    callback agrees on it collectively at batch ends and ``check`` stays quiet (``fine_grained = False``).
     """
 
     def __init__(self) -> None:

@@ -98,10 +98,9 @@ class VideoWriter:
 def gif_bytes(path: str | os.PathLike, max_width: int = 320) -> bytes:
     """An animated GIF of an mp4 file, at most ``max_width`` pixels wide (for TensorBoard).
 
-    TensorBoard shows a video as an animated GIF in an image summary, which is what
-    ``SummaryWriter.add_video`` writes; it encodes with ``moviepy.editor``, gone since
-    moviepy 2, so the same summary is made here with the ffmpeg binary already at hand.
-    Scaling down keeps event files small (a 501-frame CartPole episode: 89 KB).
+    TensorBoard shows a video as an animated GIF in an image summary, which is what ``SummaryWriter.add_video`` writes;
+    it encodes with ``moviepy.editor``, gone since moviepy 2, so the same summary is made here with the ffmpeg binary
+    already at hand. Scaling down keeps event files small (a 501-frame CartPole episode: 89 KB).
     """
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "video.gif")

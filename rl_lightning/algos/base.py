@@ -1,10 +1,8 @@
 """``RLModule``: what every algorithm's LightningModule shares.
 
-It builds the policy from the data module's spaces (or from the spaces stored in a
-checkpoint), guards every update (``algos/update.py``), logs the epoch's rollout and
-evaluation metrics (``algos/metrics.py``), checks checkpoints before loading them
-(``algos/ckpt.py``) and adds the env-step budget and interval checkpoints to whatever
-``Trainer`` runs it.
+It builds the policy from the data module's spaces (or from the spaces stored in a checkpoint), guards every update
+(``algos/update.py``), logs the epoch's rollout and evaluation metrics (``algos/metrics.py``), checks checkpoints before
+loading them (``algos/ckpt.py``) and adds the env-step budget and interval checkpoints to whatever ``Trainer`` runs it.
 """
 
 from __future__ import annotations
@@ -44,11 +42,9 @@ class RLModule(pl.LightningModule):
     and pass their own settings to this constructor.
 
     Args:
-        total_timesteps: Environment-step budget over all ranks; training stops after the
-            epoch that reaches it.
-        save_interval: Collections (epochs) between checkpoints (plus an always-current ``last.ckpt`` and
-            ``best.ckpt``, the highest ``eval/return_mean`` so far);
-            ``None`` leaves checkpointing to the Trainer's own callbacks.
+        total_timesteps: Environment-step budget over all ranks; training stops after the epoch that reaches it.
+        save_interval: Collections (epochs) between checkpoints (plus an always-current ``last.ckpt`` and ``best.ckpt``,
+            the highest ``eval/return_mean`` so far); ``None`` leaves checkpointing to the Trainer's own callbacks.
         keep_last: Interval checkpoints kept on disk (the newest; ``last.ckpt`` and
             ``best.ckpt`` come on top); ``None`` keeps every one.
         on_nonfinite: ``"stop"``: a NaN or inf in a loss or gradient ends the run with a message
@@ -186,11 +182,10 @@ class RLModule(pl.LightningModule):
         Box actions are clipped to the action space's bounds, ``Discrete`` indices shifted by its ``start``.
 
         A recurrent policy (``PPO(recurrent=True)``) takes and returns its state, as sb3-contrib's
-        ``RecurrentPPO.predict`` does: ``action, state = predict(obs, state=state, episode_start=starts)``.
-        ``state`` is float32 ``[B, C, K, H]`` (see :mod:`rl_lightning.nets.recurrent`; ``B`` is 1 for a
-        single observation); ``None`` starts every env from the initial state. ``episode_start``
-        (``[B]`` bools) marks the envs whose episode begins with this observation: their state is
-        zeroed first. Without it, no env begins one, unless ``state`` is ``None``.
+        ``RecurrentPPO.predict`` does: ``action, state = predict(obs, state=state, episode_start=starts)``. ``state`` is
+        float32 ``[B, C, K, H]`` (see :mod:`rl_lightning.nets.recurrent`; ``B`` is 1 for a single observation); ``None``
+        starts every env from the initial state. ``episode_start`` (``[B]`` bools) marks the envs whose episode begins
+        with this observation: their state is zeroed first. Without it, no env begins one, unless ``state`` is ``None``.
 
         ``obs_bound`` clips the float observations to ``[-obs_bound, obs_bound]`` first, as the env of
         a run with ``obs_bound`` in ``clip`` mode did (``play`` and the exported actor clip them too).
@@ -321,12 +316,11 @@ class RLModule(pl.LightningModule):
     def _evaluate_cut(self, datamodule: EnvDataModule) -> None:
         """The evaluation an interruption cut off, run before a resumed fit collects again.
 
-        A signal between a collection that ends on the ``eval_interval`` grid and its
-        evaluation (during the update, at the batch end, inside the evaluation) leaves that
-        evaluation undone, and Lightning does not rerun it. It runs here, on the restored
-        weights, and is logged at the checkpoint's env step, so the evaluations of a resumed
-        run fall on the same env steps as an uninterrupted one's. It goes straight to the
-        loggers (Lightning's validation loop is not running) and is offered to ``best.ckpt``.
+        A signal between a collection that ends on the ``eval_interval`` grid and its evaluation (during the update, at
+        the batch end, inside the evaluation) leaves that evaluation undone, and Lightning does not rerun it. It runs
+        here, on the restored weights, and is logged at the checkpoint's env step, so the evaluations of a resumed run
+        fall on the same env steps as an uninterrupted one's. It goes straight to the loggers (Lightning's validation
+        loop is not running) and is offered to ``best.ckpt``.
         """
         if self.acting_copy is not None:
             self.acting_copy.sync()
@@ -359,10 +353,9 @@ class RLModule(pl.LightningModule):
     def log_cut_epoch(self) -> None:
         """Log the epoch an interruption cut short, if its collection was complete (``Interruption`` calls it).
 
-        A signal during PPO's update phase, at a batch end or during evaluation leaves a
-        counted collection whose epoch-end row was never logged; the resumed run goes on
-        after it. Its row (the collection's statistics, and the minibatch steps it took) is
-        logged here, so the curves hold every env step an uninterrupted run logs. A
+        A signal during PPO's update phase, at a batch end or during evaluation leaves a counted collection whose
+        epoch-end row was never logged; the resumed run goes on after it. Its row (the collection's statistics, and the
+        minibatch steps it took) is logged here, so the curves hold every env step an uninterrupted run logs. A
         collection cut short is not counted and logs nothing.
         """
         self.on_train_epoch_end()  # which logs nothing when no collection ended since the last row
@@ -449,10 +442,9 @@ class RLModule(pl.LightningModule):
         """Check the checkpoint (``algos/ckpt.py``), then rebuild the policy from its spaces before the weights load.
 
         Raises:
-            ValueError: Naming the file and the fix when the checkpoint was not written by
-                rl_lightning, holds another algorithm, was trained on other observation or
-                action spaces than this model's env, or its weights do not fit this model's
-                settings (the settings that differ are listed).
+            ValueError: Naming the file and the fix when the checkpoint was not written by rl_lightning, holds another
+                algorithm, was trained on other observation or action spaces than this model's env, or its weights do
+                not fit this model's settings (the settings that differ are listed).
         """
         self._ensure_policy(*ckpt.checked_spaces(self, checkpoint))
         ckpt.check_weights(self, checkpoint)

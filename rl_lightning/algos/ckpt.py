@@ -45,9 +45,8 @@ def checked_spaces(module: pl.LightningModule, checkpoint: dict[str, Any]) -> tu
     """The spaces a checkpoint was trained on, after checking it was written by this library for ``module``'s class.
 
     Raises:
-        ValueError: Naming the file and the fix when the checkpoint was not written by
-            rl_lightning, holds another algorithm, or was trained on other observation or
-            action spaces than the env ``module`` was built for.
+        ValueError: Naming the file and the fix when the checkpoint was not written by rl_lightning, holds another
+            algorithm, or was trained on other observation or action spaces than the env ``module`` was built for.
     """
     name = type(module).__name__
     where = _where(module)

@@ -1,11 +1,10 @@
 """DQN (Mnih et al., 2015, "Human-level control through deep reinforcement learning") as a LightningModule.
 
-Data flow of one epoch: ``training_step`` iterates the epoch's ``ReplayEpoch``, which collects
-each chunk of ``train_freq`` vector steps (epsilon-greedy actions from ``QValueNetwork.explore``)
-and then hands out that chunk's sampled batches (``rl_lightning/data/chunks.py``); for each
-batch (manual optimization): the TD loss (``rl_lightning/algos/dqn_loss.py``), backward, gradient
-clipping (``max_grad_norm``) and the Adam step; every ``target_update_interval`` gradient steps
-the target network moves toward the online one. See ``docs/algos/dqn.md``.
+Data flow of one epoch: ``training_step`` iterates the epoch's ``ReplayEpoch``, which collects each chunk of
+``train_freq`` vector steps (epsilon-greedy actions from ``QValueNetwork.explore``) and then hands out that chunk's
+sampled batches (``rl_lightning/data/chunks.py``); for each batch (manual optimization): the TD loss
+(``rl_lightning/algos/dqn_loss.py``), backward, gradient clipping (``max_grad_norm``) and the Adam step; every
+``target_update_interval`` gradient steps the target network moves toward the online one. See ``docs/algos/dqn.md``.
 """
 
 from __future__ import annotations
@@ -52,8 +51,7 @@ class DQN(RLModule):
         exploration_fraction: Fraction of ``total_timesteps`` over which epsilon decays linearly.
         exploration_initial_eps: Epsilon at env step 0.
         exploration_final_eps: Epsilon after the decay (and of non-deterministic evaluation).
-        double_dqn: Select the next action with the online network, value it with the target
-            (van Hasselt et al., 2016).
+        double_dqn: Select the next action with the online network, value it with the target (van Hasselt et al., 2016).
         loss_function: ``"huber"`` (smooth L1) or ``"l2"``.
         max_grad_norm: Global gradient-norm clip before every optimizer step; ``None`` disables it.
             The Trainer's ``gradient_clip_val`` does not apply (DQN optimizes manually): set this instead.
@@ -139,11 +137,10 @@ class DQN(RLModule):
     def training_step(self, epoch: ReplayEpoch, batch_idx: int) -> None:
         """The epoch's gradient steps: per sampled batch the TD loss, backward, clipping, Adam; the target cadence.
 
-        Manual optimization: one Lightning batch is a whole epoch of collection chunks, each collected
-        when its batches are first asked for (``rl_lightning/data/chunks.py``), so Lightning's
-        per-batch machinery runs once per epoch rather than once per gradient step. ``manual_backward``
-        keeps DDP's gradient all-reduce on every step; ``global_step`` counts the optimizer steps, and
-        with them the target network's cadence (restored on resume).
+        Manual optimization: one Lightning batch is a whole epoch of collection chunks, each collected when its batches
+        are first asked for (``rl_lightning/data/chunks.py``), so Lightning's per-batch machinery runs once per epoch
+        rather than once per gradient step. ``manual_backward`` keeps DDP's gradient all-reduce on every step;
+        ``global_step`` counts the optimizer steps, and with them the target network's cadence (restored on resume).
         """
         hp, optimizer = self.hparams, self.optimizers()
         for batch in epoch:

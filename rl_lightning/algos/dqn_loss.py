@@ -1,10 +1,9 @@
 """The DQN loss as a pure function: TD(0) targets from a target network, Huber or squared error.
 
 Why not torchrl's ``DQNLoss`` on the hot path: it computes the same value and gradients
-(``tests/algos/test_dqn_loss.py`` checks both, with and without double DQN), but one
-update step through it costs well more than through the plain function on CartPole's
-256x256 network (``python -m benchmarks.dqn_loss``; figures in ``docs/algos/dqn.md``). Its
-TensorDict cloning and parameter swapping (``to_module``) dominate at this size.
+(``tests/algos/test_dqn_loss.py`` checks both, with and without double DQN), but one update step through it costs well
+more than through the plain function on CartPole's 256x256 network (``python -m benchmarks.dqn_loss``; figures in
+``docs/algos/dqn.md``). Its TensorDict cloning and parameter swapping (``to_module``) dominate at this size.
 """
 
 from __future__ import annotations
@@ -39,10 +38,9 @@ def dqn_loss(
 ) -> DQNLossTerms:
     """DQN's loss on a replay batch (Mnih et al., 2015; double DQN: van Hasselt et al., 2016).
 
-    Target: ``r + gamma * (1 - terminated) * Q_target(s', a')`` with ``a' = argmax_a
-    Q_target(s', a)``, or ``argmax_a Q(s', a)`` (the online network picks, the target
-    network values) with ``double_dqn``. Only ``terminated`` stops bootstrapping: a
-    truncated transition's ``next_obs`` is the true final observation, so it bootstraps.
+    Target: ``r + gamma * (1 - terminated) * Q_target(s', a')`` with ``a' = argmax_a Q_target(s', a)``, or ``argmax_a
+    Q(s', a)`` (the online network picks, the target network values) with ``double_dqn``. Only ``terminated`` stops
+    bootstrapping: a truncated transition's ``next_obs`` is the true final observation, so it bootstraps.
 
     Args:
         q_net: Online network, observations ``[B, obs_dim]`` -> Q-values ``[B, num_actions]``.

@@ -51,10 +51,9 @@ def check_resume(model: RLModule, datamodule: EnvDataModule, path: str | os.Path
         :func:`rl_lightning.loggers.continue_loggers`.
 
     Raises:
-        FileNotFoundError, ValueError: As :func:`read_checkpoint`; or the checkpoint holds
-            another algorithm, was trained on other spaces than ``datamodule``'s env, its
-            weights or settings do not fit ``model``, or its data state does not fit ``datamodule``
-            (``check_resume_state``; each naming the file and the fix).
+        FileNotFoundError, ValueError: As :func:`read_checkpoint`; or the checkpoint holds another algorithm, was
+            trained on other spaces than ``datamodule``'s env, its weights or settings do not fit ``model``, or its data
+            state does not fit ``datamodule`` (``check_resume_state``; each naming the file and the fix).
     """
     checkpoint = read_checkpoint(path)
     probe = copy.deepcopy(model)

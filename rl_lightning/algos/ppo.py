@@ -1,11 +1,10 @@
 """PPO (Schulman et al., 2017) as a LightningModule.
 
 One epoch: ``RolloutDataset`` yields a rollout of ``[T, N]`` tensors (``rl_lightning/data/rollout.py``);
-``training_step`` is the whole update phase, in CleanRL's and rsl_rl's shape: GAE over the
-rollout, then ``update_epochs`` passes over shuffled minibatches, each the clipped loss
-(``rl_lightning/algos/ppo_loss.py``), backward, gradient clipping (``max_grad_norm``) and the
-optimizer step; then the observation statistics take in the rollout. Implementation details
-follow CleanRL's ``ppo.py`` / ``ppo_continuous_action.py``; see ``docs/algos/ppo.md``.
+``training_step`` is the whole update phase, in CleanRL's and rsl_rl's shape: GAE over the rollout, then
+``update_epochs`` passes over shuffled minibatches, each the clipped loss (``rl_lightning/algos/ppo_loss.py``),
+backward, gradient clipping (``max_grad_norm``) and the optimizer step; then the observation statistics take in the
+rollout. Implementation details follow CleanRL's ``ppo.py`` / ``ppo_continuous_action.py``; see ``docs/algos/ppo.md``.
 """
 
 from __future__ import annotations
@@ -57,19 +56,17 @@ class PPO(RLModule):
         hidden_sizes: Hidden widths of the default actor and critic MLPs (``[]``: linear heads, as on
             CleanRL's Atari CNN).
         normalize_obs: Running observation normalization inside the policy.
-        normalize_reward: Divide the rewards the update learns from by the running standard deviation of
-            the discounted return, clipped to 10 (:class:`~rl_lightning.nets.RewardScaler`; CleanRL's
-            ``ppo_continuous_action.py`` wraps its envs in gym's ``NormalizeReward``). The returns the run
-            reports stay raw.
+        normalize_reward: Divide the rewards the update learns from by the running standard deviation of the discounted
+            return, clipped to 10 (:class:`~rl_lightning.nets.RewardScaler`; CleanRL's ``ppo_continuous_action.py``
+            wraps its envs in gym's ``NormalizeReward``). The returns the run reports stay raw.
         init_log_std: Initial log standard deviation for continuous actions.
         actor: Optional actor network (normalized obs -> logits or means); not saved in
             hyperparameters, so pass it again to ``load_from_checkpoint``.
         critic: Optional critic network (normalized obs -> value ``[B, 1]``); likewise.
-        encoder: How image and ``Dict`` observations become features for both heads: the settings of
-            the default :class:`~rl_lightning.nets.encoders.MultiInputEncoder` (Hydra:
-            ``algo.encoder.cnn_keys=[rgb]``; ``None``: chosen from the space), or one's own encoder:
-            a module, or a callable that builds it from the observation space, with a
-            ``features_dim`` attribute (not saved in hyperparameters).
+        encoder: How image and ``Dict`` observations become features for both heads: the settings of the default
+            :class:`~rl_lightning.nets.encoders.MultiInputEncoder` (Hydra: ``algo.encoder.cnn_keys=[rgb]``; ``None``:
+            chosen from the space), or one's own encoder: a module, or a callable that builds it from the observation
+            space, with a ``features_dim`` attribute (not saved in hyperparameters).
         recurrent: A policy with memory (:class:`~rl_lightning.nets.recurrent.RecurrentActorCritic`):
             rollouts carry its state and the update replays whole env sequences.
         cell: The recurrent core, ``"lstm"`` or ``"gru"`` (with ``recurrent``).

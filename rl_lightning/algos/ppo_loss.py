@@ -1,11 +1,10 @@
 """PPO's mathematics: generalized advantage estimation and the clipped loss, as pure functions.
 
-References: Schulman et al., 2016 (GAE, eq. 16) and 2017 (PPO, eq. 7 and 9); CleanRL's ``ppo.py``.
-``compute_gae`` equals torchrl's ``generalized_advantage_estimate`` and ``ppo_loss`` torchrl's
-``ClipPPOLoss`` (``loss_critic_type="l2"``, ``critic_coef = vf_coef / 2``,
-``normalize_advantage=True``): values and gradients (``tests/algos/test_ppo_loss.py``). The loss
-is written out rather than called because ``ClipPPOLoss``'s TensorDict plumbing costs more than
-the loss itself on small networks (``python -m benchmarks.ppo_loss``).
+References: Schulman et al., 2016 (GAE, eq. 16) and 2017 (PPO, eq. 7 and 9); CleanRL's ``ppo.py``. ``compute_gae``
+equals torchrl's ``generalized_advantage_estimate`` and ``ppo_loss`` torchrl's ``ClipPPOLoss``
+(``loss_critic_type="l2"``, ``critic_coef = vf_coef / 2``, ``normalize_advantage=True``): values and gradients
+(``tests/algos/test_ppo_loss.py``). The loss is written out rather than called because ``ClipPPOLoss``'s TensorDict
+plumbing costs more than the loss itself on small networks (``python -m benchmarks.ppo_loss``).
 """
 
 from __future__ import annotations
@@ -90,8 +89,7 @@ def ppo_loss(
         clip_coef: Ratio clipping epsilon (and value clipping range when ``clip_vloss``).
         ent_coef: Entropy bonus coefficient.
         vf_coef: Value loss coefficient; the value loss is ``0.5 * MSE`` as in CleanRL.
-        norm_adv: Normalize advantages over the minibatch
-            ("The 37 Implementation Details of PPO", detail 7).
+        norm_adv: Normalize advantages over the minibatch ("The 37 Implementation Details of PPO", detail 7).
         clip_vloss: Clip the value update around ``old_value`` (detail 9).
 
     Returns:

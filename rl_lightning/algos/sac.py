@@ -1,13 +1,11 @@
 """SAC (Haarnoja et al., 2018, "Soft Actor-Critic Algorithms and Applications") as a LightningModule.
 
-Data flow of one epoch: ``training_step`` iterates the epoch's ``ReplayEpoch``, which collects
-each chunk of ``train_freq`` vector steps and then hands out that chunk's sampled batches
-(``rl_lightning/data/chunks.py``); for each batch: the SAC losses
-(:func:`~rl_lightning.algos.sac_loss.sac_loss`: twin Q with clipped double-Q targets from target
-critics, the reparameterized actor loss, and the entropy temperature loss; checked against
-torchrl's ``SACLoss``), one backward of their sum, one Adam step over the actor, critic and
-temperature parameter groups (manual optimization), then the target critics' Polyak
-averaging. See ``docs/algos/sac.md``.
+Data flow of one epoch: ``training_step`` iterates the epoch's ``ReplayEpoch``, which collects each chunk of
+``train_freq`` vector steps and then hands out that chunk's sampled batches (``rl_lightning/data/chunks.py``); for each
+batch: the SAC losses (:func:`~rl_lightning.algos.sac_loss.sac_loss`: twin Q with clipped double-Q targets from target
+critics, the reparameterized actor loss, and the entropy temperature loss; checked against torchrl's ``SACLoss``), one
+backward of their sum, one Adam step over the actor, critic and temperature parameter groups (manual optimization), then
+the target critics' Polyak averaging. See ``docs/algos/sac.md``.
 """
 
 from __future__ import annotations
@@ -114,10 +112,9 @@ class SAC(RLModule):
     def configure_optimizers(self) -> torch.optim.Adam:
         """One Adam over three parameter groups, each with its learning rate: actor, critics, temperature.
 
-        Adam updates every tensor on its own, so the groups step exactly as three separate
-        optimizers would; one optimizer makes one ``LightningOptimizer.step`` per gradient
-        step instead of three, whose hooks, closure and torch's step wrapper cost more
-        than the fused kernels (``docs/algos/sac.md``). Lightning's ``global_step``
+        Adam updates every tensor on its own, so the groups step exactly as three separate optimizers would; one
+        optimizer makes one ``LightningOptimizer.step`` per gradient step instead of three, whose hooks, closure and
+        torch's step wrapper cost more than the fused kernels (``docs/algos/sac.md``). Lightning's ``global_step``
         therefore counts gradient steps.
         """
         hp = self.hparams

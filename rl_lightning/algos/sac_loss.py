@@ -1,10 +1,9 @@
 """The SAC losses as a pure function: twin-Q soft TD(0) targets, the actor loss and the temperature loss.
 
 Why not torchrl's ``SACLoss`` on the hot path: it computes the same values and gradients
-(``tests/algos/test_sac_loss.py`` checks all three losses and every gradient against it on
-the same batch and noise), but its TensorDict plumbing (cloning the batch, swapping
-parameters into the modules with ``to_module``, ``vmap`` over the critics, distribution and
-transform objects) costs almost as much as the networks at SAC's sizes (``python -m
+(``tests/algos/test_sac_loss.py`` checks all three losses and every gradient against it on the same batch and noise),
+but its TensorDict plumbing (cloning the batch, swapping parameters into the modules with ``to_module``, ``vmap`` over
+the critics, distribution and transform objects) costs almost as much as the networks at SAC's sizes (``python -m
 benchmarks.sac_loss`` measures one update step both ways; figures in ``docs/algos/sac.md``).
 """
 
@@ -47,10 +46,9 @@ def sac_loss(
       loss's alone.
     - Temperature (eq. 18): ``-mean(log_alpha (log pi(a~|s) + target_entropy))``, log-probs detached.
 
-    ``alpha`` is ``exp(log_alpha)`` without gradient in the first two. The three losses touch
-    disjoint parameters, so one backward of their sum gives each optimizer its own gradient.
-    Random draws come in torchrl's order (``a'`` first, then ``a~``), so a seeded call
-    reproduces ``SACLoss``'s.
+    ``alpha`` is ``exp(log_alpha)`` without gradient in the first two. The three losses touch disjoint parameters, so
+    one backward of their sum gives each optimizer its own gradient. Random draws come in torchrl's order (``a'`` first,
+    then ``a~``), so a seeded call reproduces ``SACLoss``'s.
 
     Args:
         actor: The policy (its ``rsample`` draws actions and log-probabilities).

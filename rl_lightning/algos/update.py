@@ -1,8 +1,7 @@
 """What every algorithm's gradient update shares: the optimizer, clearing, clipping and the non-finite guard.
 
-:class:`UpdateGuard` runs between backward and the optimizer step: it clips the gradients
-to ``max_grad_norm`` and refuses (``on_nonfinite="stop"``) or skips (``"skip"``) an update
-whose losses or gradients hold a NaN or inf.
+:class:`UpdateGuard` runs between backward and the optimizer step: it clips the gradients to ``max_grad_norm`` and
+refuses (``on_nonfinite="stop"``) or skips (``"skip"``) an update whose losses or gradients hold a NaN or inf.
 """
 
 from __future__ import annotations
@@ -65,10 +64,9 @@ class UpdateGuard:
     ) -> bool:
         """Clip the gradients to ``max_grad_norm`` (if set) and tell whether the update may go ahead.
 
-        Called after backward, when DDP has already averaged the gradients: a NaN on any rank
-        is then a NaN on every rank, so every rank takes the same decision without another
-        collective. The norm is computed once for the check and for clipping, and clipping
-        waits for the check, so a report names the parameters that were non-finite rather
+        Called after backward, when DDP has already averaged the gradients: a NaN on any rank is then a NaN on every
+        rank, so every rank takes the same decision without another collective. The norm is computed once for the check
+        and for clipping, and clipping waits for the check, so a report names the parameters that were non-finite rather
         than every one a NaN norm would have scaled.
 
         Args:

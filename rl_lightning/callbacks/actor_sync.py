@@ -20,8 +20,7 @@ class ActorSync(pl.Callback):
     Args:
         device: Where the copy acts; ``None`` keeps the learner's device (a dtype-only copy).
         dtype: The copy's dtype: ``"float32"``, ``"bfloat16"`` or ``"float16"``.
-        sync_interval: Optimizer steps between syncs (off-policy; PPO syncs before every rollout
-            whatever its value).
+        sync_interval: Optimizer steps between syncs (off-policy; PPO syncs before every rollout whatever its value).
         verify: Check the weight fingerprint after every sync (``WeightSyncError`` on a mismatch).
     """
 

@@ -45,10 +45,8 @@ class EvaluationVideo(pl.Callback):
     Args:
         video_interval: Record at every this-many-th evaluation (1: every evaluation);
             0 records nothing (the switch of the Hydra config, ``callbacks.video.video_interval``).
-        video_obj_sets: Names of the object sets to film; ``None`` films every set that was
-            evaluated.
-        dirpath: Directory of the videos; ``None`` uses ``<trainer.log_dir>/videos`` (beside
-            ``checkpoints/``).
+        video_obj_sets: Names of the object sets to film; ``None`` films every set that was evaluated.
+        dirpath: Directory of the videos; ``None`` uses ``<trainer.log_dir>/videos`` (beside ``checkpoints/``).
         seed: Reset seed of the filmed episodes.
         max_frames: Cut an episode's video (and the episode) at this many frames; ``None``
             films whole episodes. MuJoCo renders about 5 to 15 frames/s on a CPU.

@@ -409,8 +409,7 @@ def checkpoint_config(ckpt_path: str) -> dict:
     """The ``model``/``data`` config that rebuilds a checkpoint's algorithm and data module.
 
     Raises:
-        SystemExit: With a message naming the file and the fix when it is not a readable
-            rl_lightning checkpoint.
+        SystemExit: With a message naming the file and the fix when it is not a readable rl_lightning checkpoint.
     """
     try:
         ckpt = read_checkpoint(ckpt_path)

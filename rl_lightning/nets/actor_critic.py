@@ -4,12 +4,11 @@ A plain ``nn.Module``: usable without Lightning, e.g. after ``PPO.load_from_chec
 Observations are normalized by a :class:`RunningNormalizer` inside the module, so raw
 observations go in everywhere (rollout, training, evaluation, deployment).
 
-Vector observations (a ``Box`` of rank 1 or 2) are flattened into the actor's and the
-critic's MLPs, as in CleanRL's ``ppo.py``. Images and ``Dict`` observations go through one
-shared encoder (:class:`~rl_lightning.nets.encoders.MultiInputEncoder`, or a user's own),
-whose features feed both heads, as in CleanRL's ``ppo_atari.py``; with observation groups
-(``EncoderSettings.actor_keys`` / ``critic_keys``) the critic has an encoder of its own over
-its keys, which may be privileged (an asymmetric actor-critic, Pinto et al. 2017).
+Vector observations (a ``Box`` of rank 1 or 2) are flattened into the actor's and the critic's MLPs, as in CleanRL's
+``ppo.py``. Images and ``Dict`` observations go through one shared encoder
+(:class:`~rl_lightning.nets.encoders.MultiInputEncoder`, or a user's own), whose features feed both heads, as in
+CleanRL's ``ppo_atari.py``; with observation groups (``EncoderSettings.actor_keys`` / ``critic_keys``) the critic has an
+encoder of its own over its keys, which may be privileged (an asymmetric actor-critic, Pinto et al. 2017).
 """
 
 from __future__ import annotations
@@ -89,10 +88,9 @@ class ActorCritic(nn.Module):
     Args:
         observation_space: A ``Box`` (vectors are flattened; images go through the encoder)
             or a ``Dict`` of images and vectors (through the encoder).
-        action_space: ``Discrete`` (Categorical policy), 1-D ``MultiDiscrete`` (one Categorical
-            per entry), 1-D ``MultiBinary`` (one Bernoulli per entry) or a 1-D ``Box`` (Gaussian policy
-            with a state-independent log standard deviation, as in CleanRL's
-            ``ppo_continuous_action.py``).
+        action_space: ``Discrete`` (Categorical policy), 1-D ``MultiDiscrete`` (one Categorical per entry), 1-D
+            ``MultiBinary`` (one Bernoulli per entry) or a 1-D ``Box`` (Gaussian policy with a state-independent log
+            standard deviation, as in CleanRL's ``ppo_continuous_action.py``).
         hidden_sizes: Hidden widths of the default MLPs.
         actor: Optional network mapping normalized observations ``[B, obs_dim]`` to logits
             ``[B, n]`` or means ``[B, act_dim]``; replaces the default MLP.
@@ -101,12 +99,11 @@ class ActorCritic(nn.Module):
             vector part only, where an encoder reads the observations).
         init_log_std: Initial log standard deviation (continuous actions).
         encoder: For image and ``Dict`` observations: the settings of the default
-            :class:`~rl_lightning.nets.encoders.MultiInputEncoder` (``None``: chosen from the space), or a
-            module of one's own that maps raw observations to features ``[B, features_dim]`` and has a
-            ``features_dim`` attribute (used for any observation space). Settings with observation
-            groups (``actor_keys``, ``critic_keys`` naming other keys) give the critic an encoder of
-            its own (``critic_encoder``) over its keys, privileged ones included; the actor's
-            encoder and heads never read them.
+            :class:`~rl_lightning.nets.encoders.MultiInputEncoder` (``None``: chosen from the space), or a module of
+            one's own that maps raw observations to features ``[B, features_dim]`` and has a ``features_dim`` attribute
+            (used for any observation space). Settings with observation groups (``actor_keys``, ``critic_keys`` naming
+            other keys) give the critic an encoder of its own (``critic_encoder``) over its keys, privileged ones
+            included; the actor's encoder and heads never read them.
     """
 
     def __init__(
@@ -219,9 +216,8 @@ class ActorCritic(nn.Module):
     def _log_prob_entropy(self, out: torch.Tensor, action: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Log-probability of ``action`` and the entropy, per row, of the distribution ``out`` parameterizes.
 
-        Independent entries (MultiDiscrete, MultiBinary): the sums over the entries, the
-        log-probability and entropy of the product distribution (as SB3's
-        ``MultiCategoricalDistribution`` and ``BernoulliDistribution`` sum them).
+        Independent entries (MultiDiscrete, MultiBinary): the sums over the entries, the log-probability and entropy of
+        the product distribution (as SB3's ``MultiCategoricalDistribution`` and ``BernoulliDistribution`` sum them).
         """
         if self.discrete:
             return self._categorical(out, action)

@@ -38,9 +38,8 @@ def check_discrete_spaces(observation_space: gym.Space, action_space: gym.Space)
 class LinearSchedule:
     """A value that moves linearly from ``start`` to ``end`` over ``duration`` env steps, then stays.
 
-    The exploration schedule of DQN (Mnih et al., 2015; SB3's ``exploration_fraction`` and
-    CleanRL's ``linear_schedule``), keyed on env steps over all ranks, so a resumed run
-    continues it from the restored counter.
+    The exploration schedule of DQN (Mnih et al., 2015; SB3's ``exploration_fraction`` and CleanRL's
+    ``linear_schedule``), keyed on env steps over all ranks, so a resumed run continues it from the restored counter.
     """
 
     start: float
@@ -64,14 +63,12 @@ class QValueNetwork(nn.Module):
     one linear layer on the CNN's 512 features).
 
     Args:
-        observation_space: A ``Box`` (vectors are flattened; images go through the encoder)
-            or a ``Dict``.
+        observation_space: A ``Box`` (vectors are flattened; images go through the encoder) or a ``Dict``.
         action_space: A ``Discrete`` space.
         hidden_sizes: Hidden widths (ReLU, as in SB3's and CleanRL's DQN).
         epsilon: Exploration rate as a function of env steps taken over all ranks.
-        encoder: Settings of the default encoder (``None``: chosen from the space), or a
-            module of one's own mapping raw observations to ``[B, features_dim]`` (see
-            :func:`~rl_lightning.nets.encoders.build_encoder`).
+        encoder: Settings of the default encoder (``None``: chosen from the space), or a module of one's own mapping raw
+            observations to ``[B, features_dim]`` (see :func:`~rl_lightning.nets.encoders.build_encoder`).
     """
 
     def __init__(

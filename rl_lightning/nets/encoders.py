@@ -62,11 +62,10 @@ class EncoderSettings:
         actor_keys: Observation groups (asymmetric actor-critic): the ``Dict`` keys the policy reads;
             ``None``: every key the routes read. What the policy reads is all that ``predict``,
             evaluation, ``play`` and an exported policy need.
-        critic_keys: The ``Dict`` keys the critic reads (PPO's value head, SAC's Q-networks),
-            which may include privileged keys the policy never sees (object poses, contact
-            forces, friction: Isaac Lab's ``critic`` group, rsl_rl's ``obs_groups["critic"]``);
-            the critic then gets an encoder of its own. ``None``: the policy's keys, through the
-            shared encoder. Needs ``actor_keys``, so no privileged key reaches the policy by default.
+        critic_keys: The ``Dict`` keys the critic reads (PPO's value head, SAC's Q-networks), which may include
+            privileged keys the policy never sees (object poses, contact forces, friction: Isaac Lab's ``critic`` group,
+            rsl_rl's ``obs_groups["critic"]``); the critic then gets an encoder of its own. ``None``: the policy's keys,
+            through the shared encoder. Needs ``actor_keys``, so no privileged key reaches the policy by default.
         channels_last: Lay the image batches of gradient steps on the CPU out channels-last (NHWC)
             in memory (:data:`CHANNELS_LAST_MIN_BATCH` images or more): oneDNN's convolution backward
             runs faster on that layout (torch's "Channels Last Memory Format" tutorial); the Nature
@@ -238,9 +237,8 @@ def route_keys(space: gym.Space, settings: EncoderSettings) -> tuple[list[ImageI
     image-like or vector-like; naming a list uses exactly the keys named.
 
     Raises:
-        ValueError: Naming the key and the fix: a named key the space lacks, a key that is
-            neither image- nor vector-like (or not of the kind its list says), an ambiguous
-            channel axis.
+        ValueError: Naming the key and the fix: a named key the space lacks, a key that is neither image- nor
+            vector-like (or not of the kind its list says), an ambiguous channel axis.
         TypeError: For an observation space that is neither a ``Box`` nor a ``Dict``.
     """
     if isinstance(space, gym.spaces.Box):

@@ -11,10 +11,9 @@ from torch import nn
 class RunningNormalizer(nn.Module):
     """Normalizes inputs by running mean and variance, then clips.
 
-    The statistics are buffers, so they live in every checkpoint and evaluation uses them
-    without any env-side synchronization. ``update`` merges a batch with the parallel
-    variance formula (Chan et al., 1979), as gymnasium's ``RunningMeanStd`` does, and sums
-    the batch moments over DDP ranks first so every rank keeps identical statistics.
+    The statistics are buffers, so they live in every checkpoint and evaluation uses them without any env-side
+    synchronization. ``update`` merges a batch with the parallel variance formula (Chan et al., 1979), as gymnasium's
+    ``RunningMeanStd`` does, and sums the batch moments over DDP ranks first so every rank keeps identical statistics.
 
     Args:
         shape: Shape of one observation.
@@ -57,14 +56,13 @@ class RunningNormalizer(nn.Module):
 class RewardScaler(nn.Module):
     """Rewards divided by the running standard deviation of the discounted return, then clipped.
 
-    What gym 0.23's ``NormalizeReward`` does at every env step (CleanRL's ``ppo_continuous_action.py``
-    wraps each env in it; Engstrom et al., 2020, call it reward scaling), done here by the algorithm
-    on a whole rollout ``[T, N]``, so the envs and the episode returns the library reports keep
-    the raw rewards. Each env's discounted return ``G <- gamma * G + r`` runs on across rollouts and
-    starts again after an episode ends; the statistics (a :class:`RunningNormalizer`, so they are
-    saved in checkpoints and equal on every DDP rank) take in the rollout's returns, then its
-    rewards are divided by their standard deviation. The mean is not subtracted (as in
-    ``NormalizeReward``): a constant shift of every reward changes what the policy optimizes.
+    What gym 0.23's ``NormalizeReward`` does at every env step (CleanRL's ``ppo_continuous_action.py`` wraps each env in
+    it; Engstrom et al., 2020, call it reward scaling), done here by the algorithm on a whole rollout ``[T, N]``, so the
+    envs and the episode returns the library reports keep the raw rewards. Each env's discounted return ``G <- gamma * G
+    + r`` runs on across rollouts and starts again after an episode ends; the statistics (a :class:`RunningNormalizer`,
+    so they are saved in checkpoints and equal on every DDP rank) take in the rollout's returns, then its rewards are
+    divided by their standard deviation. The mean is not subtracted (as in ``NormalizeReward``): a constant shift of
+    every reward changes what the policy optimizes.
 
     Args:
         gamma: The discount of the return whose scale is tracked (the algorithm's).

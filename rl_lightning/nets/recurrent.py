@@ -1,20 +1,18 @@
 """``RecurrentActorCritic``: an LSTM or GRU core between the observation features and the policy and value heads.
 
-For partially observed tasks (a single camera frame, a robot without velocity sensors,
-MiniGrid's Memory rooms) the policy needs memory. The layout follows sb3-contrib's
-``RecurrentPPO`` (``MlpLstmPolicy``): features (flattened and normalized vectors, or the
-image / ``Dict`` encoder) -> a recurrent core -> the usual MLP heads; actor and critic share one
-core (``shared_core=True``, as CleanRL's ``ppo_atari_lstm.py``) or have one each (sb3-contrib's
-default, ``shared_core=False``). The cores' weights are orthogonal with gain 1 and their biases
-0 (CleanRL's ``ppo_atari_lstm.py``).
+For partially observed tasks (a single camera frame, a robot without velocity sensors, MiniGrid's Memory rooms) the
+policy needs memory. The layout follows sb3-contrib's ``RecurrentPPO`` (``MlpLstmPolicy``): features (flattened and
+normalized vectors, or the image / ``Dict`` encoder) -> a recurrent core -> the usual MLP heads; actor and critic share
+one core (``shared_core=True``, as CleanRL's ``ppo_atari_lstm.py``) or have one each (sb3-contrib's default,
+``shared_core=False``). The cores' weights are orthogonal with gain 1 and their biases 0 (CleanRL's
+``ppo_atari_lstm.py``).
 
-The recurrent state is one tensor ``[B, C, K, H]``, the env batch first (the data layer's
-contract, :mod:`rl_lightning.data.protocol`): ``B`` the batch, ``C`` = 2 for an LSTM (``h``,
-``c``) or 1 for a GRU (``h``), ``K`` the number of cores (1 or 2), ``H`` = ``recurrent_size``. A
-rollout stores it per step and env, and an export takes and returns it as one input and one
-output. Where ``episode_start`` is true, the state is zeroed *before* the step, so the first
-step of every episode starts from the initial state (CleanRL's ``get_states``: ``(1 - done) *
-state`` at every step; sb3-contrib's ``_process_sequence``).
+The recurrent state is one tensor ``[B, C, K, H]``, the env batch first (the data layer's contract,
+:mod:`rl_lightning.data.protocol`): ``B`` the batch, ``C`` = 2 for an LSTM (``h``, ``c``) or 1 for a GRU (``h``), ``K``
+the number of cores (1 or 2), ``H`` = ``recurrent_size``. A rollout stores it per step and env, and an export takes and
+returns it as one input and one output. Where ``episode_start`` is true, the state is zeroed *before* the step, so the
+first step of every episode starts from the initial state (CleanRL's ``get_states``: ``(1 - done) * state`` at every
+step; sb3-contrib's ``_process_sequence``).
 """
 
 from __future__ import annotations

@@ -1,11 +1,10 @@
 """Networks of SAC: a tanh-squashed Gaussian actor and twin Q-networks (plain ``nn.Module`` s).
 
-The actor maps observations to the location and scale of a ``TanhNormal`` (torchrl's
-distribution, squashed into the action bounds); the critics map ``(observation, action)``
-to a Q-value. ``SquashedGaussianActor.explore`` and ``act`` are what the replay stream and
-the evaluation call, one plain forward pass per env step; ``rsample`` is what the loss
-calls. ``QEnsemble`` holds the twin critics with their weights stacked, so both are
-evaluated by one batched matrix product per layer.
+The actor maps observations to the location and scale of a ``TanhNormal`` (torchrl's distribution, squashed into the
+action bounds); the critics map ``(observation, action)`` to a Q-value. ``SquashedGaussianActor.explore`` and ``act``
+are what the replay stream and the evaluation call, one plain forward pass per env step; ``rsample`` is what the loss
+calls. ``QEnsemble`` holds the twin critics with their weights stacked, so both are evaluated by one batched matrix
+product per layer.
 """
 
 from __future__ import annotations
@@ -57,12 +56,11 @@ def squashed_gaussian_sample(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """A reparameterized sample of a tanh-squashed Gaussian in ``[low, high]`` and its log-probability.
 
-    Written on tensors, it computes what torchrl's ``TanhNormal(loc, scale, low=low,
-    high=high).rsample_and_log_prob()`` does for the same noise draw (``u = loc + scale *
-    noise``, squashed; the Gaussian log-density of ``u`` minus the tanh and affine
-    log-Jacobians; ``tests/algos/test_sac_loss.py`` checks values and gradients) without
-    building distribution and transform objects on every call (measured by ``python -m
-    benchmarks.sac_loss``; ``docs/algos/sac.md``).
+    Written on tensors, it computes what torchrl's ``TanhNormal(loc, scale, low=low, high=high).rsample_and_log_prob()``
+    does for the same noise draw (``u = loc + scale * noise``, squashed; the Gaussian log-density of ``u`` minus the
+    tanh and affine log-Jacobians; ``tests/algos/test_sac_loss.py`` checks values and gradients) without building
+    distribution and transform objects on every call (measured by ``python -m benchmarks.sac_loss``;
+    ``docs/algos/sac.md``).
 
     Args:
         loc: Gaussian location ``[B, act_dim]``.
@@ -112,15 +110,13 @@ class StackedLinear(nn.Module):
 class QEnsemble(nn.Module):
     """``num_nets`` Q-networks of equal shape, weights stacked: ``Q_i(s, a)`` for all ``i`` at once.
 
-    Each layer is one batched matrix product over the stacked weights (``nn.Linear``'s
-    layout, as torchrl's ``SACLoss`` stacks its critics), so the twin critics cost one call
-    per layer instead of a call per network, and no ``vmap`` (``python -m
-    benchmarks.sac_loss`` compares the three; ``docs/algos/sac.md``). Initialized from ``num_nets``
+    Each layer is one batched matrix product over the stacked weights (``nn.Linear``'s layout, as torchrl's ``SACLoss``
+    stacks its critics), so the twin critics cost one call per layer instead of a call per network, and no ``vmap``
+    (``python -m benchmarks.sac_loss`` compares the three; ``docs/algos/sac.md``). Initialized from ``num_nets``
     independently initialized :class:`QNetwork` s.
 
-    Images and ``Dict`` observations go through the critics' own ``encoder`` first (one,
-    shared by the twin critics, separate from the actor's: SB3's SAC with
-    ``share_features_extractor=False``); the critics' loss trains it.
+    Images and ``Dict`` observations go through the critics' own ``encoder`` first (one, shared by the twin critics,
+    separate from the actor's: SB3's SAC with ``share_features_extractor=False``); the critics' loss trains it.
 
     Args:
         obs_dim: Observation width (the encoder's ``features_dim`` where there is one).
