@@ -172,9 +172,9 @@ class PPO(RLModule):
         ``state`` at each step), as :func:`~rl_lightning.algos.ppo_loss.ppo_loss` computes it."""
         state = mb["state"][0] if "state" in mb else None  # a sequence replays from the state of its first step
         log_prob, entropy, value = self.policy.evaluate_actions(mb["obs"], mb["action"], mb["episode_start"], state)
-        old = (mb[key].flatten() for key in ("log_prob", "value", "advantage", "return"))
+        old = (mb[key] for key in ("log_prob", "value", "advantage", "return"))  # [L, B], unflattened: no view nodes
         coefs = {name: self.hparams[name] for name in LOSS_COEFS}
-        return ppo_loss(log_prob.flatten(), entropy.flatten(), value.flatten(), *old, **coefs)
+        return ppo_loss(log_prob, entropy, value, *old, **coefs)
 
     def training_step(self, rollout: TensorDict, batch_idx: int) -> None:
         """The update phase on one rollout ``[T, N]``: GAE, then ``update_epochs x num_minibatches`` loss steps.

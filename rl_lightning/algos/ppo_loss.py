@@ -78,6 +78,9 @@ def ppo_loss(
 ) -> PPOLossTerms:
     """Clipped PPO objective, to be minimized (defaults: :class:`~rl_lightning.algos.PPO`'s).
 
+    The seven tensors share one shape, ``[B]`` below (PPO hands in its minibatch's ``[L, B]``): the terms are
+    elementwise, and the means are over all of them.
+
     Args:
         log_prob: ``log pi(a|s)`` under the current policy, ``[B]``.
         entropy: Policy entropy at ``s``, ``[B]``.
@@ -96,23 +99,25 @@ def ppo_loss(
         The total loss and its terms.
     """
     if norm_adv and advantage.numel() > 1:
-        advantage = (advantage - advantage.mean()) / (advantage.std() + 1e-8)
+        std, mean = torch.std_mean(advantage)
+        advantage = (advantage - mean) / (std + 1e-8)
     log_ratio = log_prob - old_log_prob
     ratio = log_ratio.exp()
-    # The clipped surrogate (eq. 7): the pessimistic minimum of the unclipped and clipped terms.
-    surrogate = torch.min(advantage * ratio, advantage * ratio.clamp(1 - clip_coef, 1 + clip_coef))
-    policy_loss = -surrogate.mean()
+    # The clipped surrogate (eq. 7), as a loss: the larger of the negated unclipped and clipped terms (CleanRL's form).
+    policy_loss = torch.max(-advantage * ratio, -advantage * ratio.clamp(1 - clip_coef, 1 + clip_coef)).mean()
     if clip_vloss:  # the larger of the unclipped and the clipped value error (detail 9)
-        clipped_value = old_value + (value - old_value).clamp(-clip_coef, clip_coef)
+        clipped_value = value.clamp(old_value - clip_coef, old_value + clip_coef)  # old_value + (value - old) clipped
         value_loss = 0.5 * torch.max((value - returns) ** 2, (clipped_value - returns) ** 2).mean()
     else:
         value_loss = 0.5 * ((value - returns) ** 2).mean()
     entropy_mean = entropy.mean()
-    loss = policy_loss + vf_coef * value_loss - ent_coef * entropy_mean
+    # policy_loss + vf_coef * value_loss - ent_coef * entropy_mean, one op (and one backward node) per term.
+    loss = policy_loss.add(value_loss, alpha=vf_coef).sub(entropy_mean, alpha=ent_coef)
     with torch.no_grad():
         # The unbiased low-variance KL estimator k3 (Schulman, "Approximating KL Divergence"),
         # and the fraction of ratios outside the clip range.
-        approx_kl = ((ratio - 1) - log_ratio).mean()
-        clip_fraction = ((ratio - 1).abs() > clip_coef).float().mean()
+        excess = ratio - 1
+        approx_kl = (excess - log_ratio).mean()
+        clip_fraction = (excess.abs() > clip_coef).float().mean()
         diagnostics = torch.stack([policy_loss, value_loss, entropy_mean, approx_kl, clip_fraction])
     return PPOLossTerms(loss, *diagnostics.unbind(), diagnostics)
