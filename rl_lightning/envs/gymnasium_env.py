@@ -29,7 +29,7 @@ from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv
 
 from rl_lightning.checks import check_max_env_restarts
 from rl_lightning.envs.object_sets import ObjectSetWrapper, ObjSets
-from rl_lightning.envs.obs import Obs, float32_obs, map_obs, select_envs, to_tensor, write_obs
+from rl_lightning.envs.obs import Obs, float32_copy, map_obs, select_envs, to_tensor, write_obs
 from rl_lightning.envs.wrappers import WrapperSpec
 from rl_lightning.faults import EnvFault, NumericalFault
 
@@ -324,7 +324,8 @@ class GymnasiumVectorEnv(gym.vector.VectorEnv):
 
     def _make(self) -> gym.vector.VectorEnv:
         if not self.is_async:
-            return SyncVectorEnv(self.env_fns, autoreset_mode=AutoresetMode.SAME_STEP)
+            # copy=False (here and below): float32_copy makes the arrays of our own, once.
+            return SyncVectorEnv(self.env_fns, copy=False, autoreset_mode=AutoresetMode.SAME_STEP)
         # gymnasium's AsyncVectorEnv waits for its new workers without a time limit; workers that do not answer
         # within worker_timeout are killed (the wait then ends with EOFError) and the run stops, naming why.
         before, expired = set(multiprocessing.active_children()), threading.Event()
@@ -340,7 +341,8 @@ class GymnasiumVectorEnv(gym.vector.VectorEnv):
         timer.daemon = True
         timer.start()
         try:
-            return AsyncVectorEnv(self.env_fns, autoreset_mode=AutoresetMode.SAME_STEP, context=self.start_method)
+            return AsyncVectorEnv(self.env_fns, copy=False, autoreset_mode=AutoresetMode.SAME_STEP,
+                                  context=self.start_method)  # fmt: skip
         except Exception:
             if expired.is_set():
                 raise EnvFault(self._timeout_message("start")) from None
@@ -402,7 +404,7 @@ class GymnasiumVectorEnv(gym.vector.VectorEnv):
         obs, info = result
         restarts = info.get("env_restart")  # recreations inside RestartingEnv.reset
         self._faults.update(env_restarts=rebuilt + (0 if restarts is None else int(restarts.sum())))
-        return float32_obs(obs), rebuilt > 0
+        return float32_copy(obs), rebuilt > 0
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[Obs, dict[str, Any]]:
         """Reset every env (env ``i`` with ``seed + i``); checked (and clipped) first observations as tensors."""
@@ -473,11 +475,11 @@ class GymnasiumVectorEnv(gym.vector.VectorEnv):
             info = {"final_obs": to_tensor(final, "cpu", batch_dims=1), "cut": cut, "faults": self._pop_faults()}
             return obs, torch.zeros(n), torch.zeros(n, dtype=torch.bool), cut.clone(), info
         obs, reward, terminated, truncated, info = result
-        obs, reward = float32_obs(obs), np.asarray(reward, dtype=np.float32)  # checked as the tensors hold them
+        obs, reward = float32_copy(obs), np.asarray(reward, dtype=np.float32)  # checked as the tensors hold them
         if reward.shape != (n,):  # async workers' rewards are batched here
             raise self._unbatchable("step", f"rewards of shape {reward.shape[1:]}")
         done, final, cut = terminated | truncated, obs, None  # final: what each env reached
-        if done.any():
+        if "final_obs" in info:  # an episode ended (gymnasium's SAME_STEP key; cheaper than done.any() every step)
             final = map_obs(np.copy, obs)
             for i in np.flatnonzero(done):
                 write_obs(final, i, info["final_obs"][i])

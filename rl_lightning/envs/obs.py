@@ -54,14 +54,13 @@ def write_obs(buffer: Obs, index: Any, obs: Obs) -> None:
             buffer[index] = obs
 
 
-def float32_obs(obs: Obs) -> Obs:
-    """``obs``'s float arrays in float32, as the tensors hold them (a float64 value beyond that range: inf)."""
+def float32_copy(obs: Obs) -> Obs:
+    """A copy of ``obs``, its float arrays in float32 as the tensors hold them (beyond float32's range: inf): arrays of
+    the caller's own, where a vector env built with ``copy=False`` overwrites its own at its next call."""
     if isinstance(obs, Mapping):
-        return map_obs(float32_obs, obs)
-    if obs.dtype.kind != "f" or obs.dtype == np.float32:
-        return obs  # every step of a float32 env: nothing to cast
+        return map_obs(float32_copy, obs)
     with np.errstate(over="ignore"):
-        return obs.astype(np.float32)
+        return obs.astype(np.float32) if obs.dtype.kind == "f" else obs.copy()
 
 
 def select_envs(mask: np.ndarray, new: Obs, old: Obs) -> Obs:

@@ -80,6 +80,28 @@ def test_async_vectorization_matches_sync():
     torch.testing.assert_close(results[0], results[1])
 
 
+@pytest.mark.parametrize("vectorization", ["sync", "async"])
+@pytest.mark.parametrize("env", ["CartPole-v1", "pixel goal"])
+def test_observations_stay_as_returned_when_the_envs_step_on(vectorization, env):
+    """Test that the tensors of a reset and of each step (observations and final observations, vectors and a Dict's
+    uint8 images) keep their values while the envs step on: gymnasium's vector env reuses its arrays (copy=False)."""
+    kwargs = {"obj_sets": PIXEL_SETS, "max_episode_steps": 2} if env == "pixel goal" else {}
+    group = EnvGroup(PIXEL_GOAL if env == "pixel goal" else env, 2, vectorization=vectorization, **kwargs)
+    try:
+        kept = [group.reset(seed=0)]
+        for _ in range(6):
+            step = group.step(_zeros(2).long())
+            kept += [step.obs, step.final_obs]
+        values = [x.clone() for x in kept]
+        for _ in range(3):
+            group.step(_zeros(2).long())
+        for x, value in zip(kept, values, strict=True):
+            assert (x == value).all()
+        assert not all((a == b).all() for a, b in zip(values[1:-2:2], values[3::2], strict=True))  # the envs did move
+    finally:
+        group.close()
+
+
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="workers are forked on Linux only")
 def test_async_workers_are_forked_not_spawned_after_torchrl_import():
     """Test that async workers start forked (fast) although "spawn" is the default start method, as importing
