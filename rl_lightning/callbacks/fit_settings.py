@@ -1,8 +1,4 @@
-"""Process and thread settings a fit runs under: set when it starts, put back when it ends or fails.
-
-:class:`FitSetting` is the shape (:class:`~rl_lightning.callbacks.FlushDenormals` is one); :class:`FreezeGC` keeps
-the objects that live through a fit out of the cyclic garbage collector's passes.
-"""
+"""Process and thread settings a fit runs under (:class:`FitSetting`): made at its start, taken back at its end."""
 
 from __future__ import annotations
 
@@ -46,14 +42,16 @@ class FreezeGC(FitSetting):
     """The objects alive at fit start moved out of the cyclic garbage collector's passes (``gc.freeze``) for the fit.
 
     A process holding torch and Lightning keeps hundreds of thousands of objects for good, and each full pass of the
-    collector walks them all: about 3% of a PPO fit on 4 CartPoles (``benchmarks/README.md``). Objects that die during
-    the fit are still freed (by reference counting, or by the collector where they were made after the freeze); the
-    frozen ones go back to it at fit end. A process that froze objects itself is left as it is. Added to every fit.
+    collector walks them all: about 3% of a PPO fit on 4 CartPoles (``docs/speed.md``). One full pass runs first, so no
+    garbage is frozen with them (a previous fit's model and buffers would otherwise stay for the whole of this one).
+    Objects made during the fit are collected as ever; frozen ones that end up in reference cycles wait for the fit's
+    end, when the frozen objects go back to the collector. A process that froze objects itself is left as it is.
     """
 
     def apply(self) -> bool:
         if gc.get_freeze_count():
             return False
+        gc.collect()
         gc.freeze()
         return True
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import weakref
 
 import lightning.pytorch as pl
 import pytest
@@ -62,3 +63,35 @@ def test_a_process_that_froze_objects_itself_keeps_them_as_they_were():
     # Frozen objects that die (by reference counting) leave the count; none joins it, and none is put back.
     assert seen.counts and before - 1000 < min(seen.counts) and max(seen.counts) <= before
     assert before - 1000 < gc.get_freeze_count() <= min(seen.counts)
+
+
+class _Cycle:
+    """An object in a reference cycle: only the cyclic collector frees it."""
+
+    def __init__(self):
+        self.me = self
+
+
+class _Alive(pl.Callback):
+    """Records, at every optimizer step, whether the object behind ``ref`` is still alive."""
+
+    def __init__(self, ref: weakref.ref):
+        self.ref, self.alive = ref, []
+
+    def on_before_optimizer_step(self, trainer, pl_module, optimizer):
+        self.alive.append(self.ref() is not None)
+
+
+def test_garbage_from_before_the_fit_is_collected_not_frozen_with_it():
+    """Test that a reference cycle dropped before the fit (a previous fit's model, say) is freed at its start rather
+    than frozen and kept through it."""
+    cycle = _Cycle()
+    seen = _Alive(weakref.ref(cycle))
+    gc.collect()  # the cycle is old now: only a full pass frees it
+    gc.disable()  # and none runs on its own before the fit starts
+    try:
+        del cycle
+        _fit(seen)
+    finally:
+        gc.enable()
+    assert seen.alive and not any(seen.alive)
