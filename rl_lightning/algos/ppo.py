@@ -172,6 +172,10 @@ class PPO(RLModule):
         ``state`` at each step), as :func:`~rl_lightning.algos.ppo_loss.ppo_loss` computes it."""
         state = mb["state"][0] if "state" in mb else None  # a sequence replays from the state of its first step
         log_prob, entropy, value = self.policy.evaluate_actions(mb["obs"], mb["action"], mb["episode_start"], state)
+        if not log_prob.shape == entropy.shape == value.shape == mb["log_prob"].shape:  # the loss would broadcast them
+            raise ValueError(f"{type(self.policy).__name__}.evaluate_actions returned {tuple(log_prob.shape)}, "
+                             f"{tuple(entropy.shape)} and {tuple(value.shape)}; PPO needs the minibatch's [L, B], "
+                             f"{tuple(mb['log_prob'].shape)}, for each.")  # fmt: skip
         old = (mb[key] for key in ("log_prob", "value", "advantage", "return"))  # [L, B], unflattened: no view nodes
         coefs = {name: self.hparams[name] for name in LOSS_COEFS}
         return ppo_loss(log_prob, entropy, value, *old, **coefs)

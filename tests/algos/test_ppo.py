@@ -548,3 +548,24 @@ def test_a_resume_refused_for_a_users_own_networks_names_the_tensors_not_the_bud
     with pytest.raises(ValueError, match=refused) as info:
         trainer(tmp_path, max_epochs=-1).fit(model, small_data(), ckpt_path="last")
     assert "total_timesteps" not in str(info.value)
+
+
+def test_a_policy_whose_evaluate_actions_returns_another_shape_is_refused_naming_the_shapes(tmp_path):
+    """Test that values of [L, B, 1] from a policy's own evaluate_actions stop the fit with the shapes, where the loss
+    would have broadcast them against the minibatch's [L, B] into a wrong loss."""
+
+    class Widened(PPO):
+        def build_policy(self, observation_space, action_space):
+            policy = super().build_policy(observation_space, action_space)
+            evaluate = policy.evaluate_actions
+
+            def evaluate_actions(*args):
+                log_prob, entropy, value = evaluate(*args)
+                return log_prob, entropy, value.unsqueeze(-1)
+
+            policy.evaluate_actions = evaluate_actions
+            return policy
+
+    model = Widened(**{**tiny_ppo().hparams, "total_timesteps": 64})
+    with pytest.raises(ValueError, match=r"returned \(1, 16\), \(1, 16\) and \(1, 16, 1\); PPO needs .* \(1, 16\)"):
+        quiet_trainer(max_epochs=1).fit(model, tiny_rollout_data())
