@@ -24,7 +24,6 @@ from rl_lightning.algos.checks import check_clipping_strategy
 from rl_lightning.algos.update import UpdateGuard
 from rl_lightning.callbacks import BestCheckpoint, EnvStepBudget, FlushDenormals, Interruption, IntervalCheckpoint
 from rl_lightning.callbacks.checkpoint import CHECKPOINT_KEY, check_checkpoint_file, install_atomic_checkpoint_io
-from rl_lightning.callbacks.fit_settings import FreezeGC
 from rl_lightning.callbacks.interrupt import stop_if_requested
 from rl_lightning.callbacks.video import EvaluationVideo
 from rl_lightning.checks import check_bool, check_positive, check_positive_int
@@ -264,11 +263,11 @@ class RLModule(pl.LightningModule):
         return self._data_counter("env_steps_per_epoch")
 
     def configure_callbacks(self) -> Sequence[pl.Callback]:
-        """When fitting: the budget, the garbage collector's freeze, the denormal flush, a checkpoint on interruption;
-        with ``save_interval``, interval checkpoints (the last ``keep_last`` kept) and ``best.ckpt``."""
+        """When fitting: the budget, a checkpoint on interruption; with ``save_interval``, interval
+        checkpoints (the last ``keep_last`` kept) and ``best.ckpt``."""
         if ckpt.attached_trainer(self) is None or self.trainer.state.fn != TrainerFn.FITTING:
             return []
-        callbacks: list[pl.Callback] = [EnvStepBudget(self.total_timesteps), FreezeGC()]
+        callbacks: list[pl.Callback] = [EnvStepBudget(self.total_timesteps)]
         if self.flush_denormal:
             callbacks.append(FlushDenormals())
         self._interruption = next((c for c in self.trainer.callbacks if isinstance(c, Interruption)), None)

@@ -4,7 +4,6 @@ from rl_lightning.callbacks.actor_sync import ActorSync
 from rl_lightning.callbacks.budget import EnvStepBudget
 from rl_lightning.callbacks.checkpoint import AtomicCheckpointIO, BestCheckpoint, IntervalCheckpoint
 from rl_lightning.callbacks.denormals import FlushDenormals
-from rl_lightning.callbacks.fit_settings import FitSetting, FreezeGC
 from rl_lightning.callbacks.interrupt import Interruption
 from rl_lightning.callbacks.offload import OptimizerOffload
 from rl_lightning.callbacks.progress import EnvStepProgressBar
@@ -13,5 +12,5 @@ from rl_lightning.callbacks.video import EvaluationVideo
 
 __all__ = [
     "ActorSync", "AtomicCheckpointIO", "BestCheckpoint", "EnvStepBudget", "EnvStepProgressBar", "EvaluationVideo",
-    "FitSetting", "FlushDenormals", "FreezeGC", "Interruption", "IntervalCheckpoint", "OptimizerOffload", "PhaseTimer"
+    "FlushDenormals", "Interruption", "IntervalCheckpoint", "OptimizerOffload", "PhaseTimer"
 ]  # fmt: skip

@@ -20,9 +20,8 @@ a thread that flushes already is left as it is.
 
 from __future__ import annotations
 
+import lightning.pytorch as pl
 import torch
-
-from rl_lightning.callbacks.fit_settings import FitSetting
 
 
 def flushing() -> bool:
@@ -30,15 +29,30 @@ def flushing() -> bool:
     return float(torch.tensor(torch.finfo(torch.float32).tiny) / 2) == 0.0
 
 
-class FlushDenormals(FitSetting):
+class FlushDenormals(pl.Callback):
     """Flush denormals to zero on the fit's thread from fit start; restore the thread's setting at fit end or failure.
 
     Added to every fit of an algorithm with ``flush_denormal=True`` (``RLModule.configure_callbacks``);
     inert on CPUs without the flags.
     """
 
-    def apply(self) -> bool:
-        return not flushing() and torch.set_flush_denormal(True)
+    def __init__(self):
+        #: Whether this callback turned flushing on (and so turns it off again).
+        self.turned_on = False
 
-    def undo(self) -> None:
-        torch.set_flush_denormal(False)
+    def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self.restore()  # a fit that failed before its end hooks leaves nothing set
+        if not flushing() and torch.set_flush_denormal(True):
+            self.turned_on = True
+
+    def on_fit_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self.restore()
+
+    def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException) -> None:
+        self.restore()
+
+    def restore(self) -> None:
+        """Put back the thread's setting from before the fit, if this callback changed it."""
+        if self.turned_on:
+            torch.set_flush_denormal(False)
+            self.turned_on = False
