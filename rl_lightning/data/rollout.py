@@ -90,7 +90,7 @@ class RolloutDataset(IterableDataset):
             self.state = policy.initial_state(envs.num_envs, device)
             self.episode_start = torch.ones(envs.num_envs, dtype=torch.bool, device=envs.device)
         keys = ("obs", "final_obs", "action", "log_prob", "value", "reward", "terminated", "truncated", "episode_start")
-        steps, states = [], [self.state]  # steps: one tuple of the keys' tensors per step
+        rows, states = [], [self.state]  # rows: one tuple of the keys' tensors per step
         env_seconds = inference_seconds = 0.0
         # The steps in inference mode: no version counters or view tracking (acting on 4 CartPoles 73 against 81 us
         # under no_grad, python -m benchmarks.ppo_step_costs); their tensors are stacked below, outside it, into
@@ -108,12 +108,12 @@ class RolloutDataset(IterableDataset):
                 step = envs.step(action)
                 env_seconds += clock() - t1
                 inference_seconds += t1 - t0
-                steps.append((obs, step.final_obs, action, log_prob, value, step.reward, step.terminated,
-                              step.truncated, self.episode_start))  # fmt: skip
+                rows.append((obs, step.final_obs, action, log_prob, value, step.reward, step.terminated,
+                             step.truncated, self.episode_start))  # fmt: skip
                 self.episode_start = step.done  # where an episode ended, the next step begins one
                 states.append(self.state)
         t0 = clock()
-        columns = {key: torch.stack(column) for key, column in zip(keys, zip(*steps, strict=True), strict=True)}
+        columns = {key: torch.stack(column) for key, column in zip(keys, zip(*rows, strict=True), strict=True)}
         rollout = TensorDict(columns, [T, envs.num_envs], device=envs.device)
         final_obs = rollout.pop("final_obs")
         # V(s_T) from the state the next rollout starts with; V(final obs) of truncated episodes from the state
