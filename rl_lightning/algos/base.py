@@ -325,11 +325,10 @@ class RLModule(pl.LightningModule):
         if self.acting_copy is not None:
             self.acting_copy.sync()
         logged, means, obj_sets = {}, {}, []
-        for loader in datamodule.val_dataloader():
-            for batch in loader:
-                values, means[batch["prefix"]] = metrics.evaluation_metrics(self, batch)
-                logged.update(values)
-                obj_sets.append(batch["obj_set"])
+        for batch in datamodule.val_dataloader():
+            values, means[batch["prefix"]] = metrics.evaluation_metrics(self, batch)
+            logged.update(values)
+            obj_sets.append(batch["obj_set"])
         if logged:
             metrics.log_epoch(self, metrics.with_generalization_gap(logged, means), {})
         datamodule.mark_evaluated()

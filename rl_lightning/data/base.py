@@ -18,7 +18,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 from lightning.pytorch.trainer.states import TrainerFn
-from torch.utils.data import DataLoader
+from torch.utils.data import ChainDataset, DataLoader
 
 from rl_lightning.checks import check_bool, check_positive_int, check_seed
 from rl_lightning.data.collection import CollectionMetrics, DataCounters
@@ -274,7 +274,9 @@ class EnvDataModule(pl.LightningDataModule):
             self.train_dataset.policy = self._policy()
         return DataLoader(self.train_dataset, batch_size=None, collate_fn=identity_collate)
 
-    def _eval_loaders(self, gated: bool) -> list[DataLoader]:
+    def _eval_loader(self, gated: bool) -> DataLoader:
+        """One loader over every evaluation object set, one batch each (one loader, not one per set: Lightning's
+        evaluation loop runs every epoch and sets up each loader afresh, 1% of a CartPole fit per loader)."""
         hp = self.hparams
 
         def should_run() -> bool:
@@ -288,17 +290,15 @@ class EnvDataModule(pl.LightningDataModule):
             return not trainer.sanity_checking and self.evaluation_due
 
         share = episodes_per_env(hp.eval_episodes, self.world_size)[self.rank]
-        loaders = []
-        for obj_set, envs in self.eval_envs.items():
-            # The final test draws other episodes than validation (which may have picked best.ckpt): its figures are
-            # not the ones a selection was made on.
-            seed = envs.seed if gated else envs.seed + TEST_SEED_OFFSET
-            prefix = eval_prefix(obj_set, hp.train_obj_set)
-            dataset = EvaluationDataset(
-                envs, self._policy, share, prefix, deterministic=hp.eval_deterministic, seed=seed, should_run=should_run
-            )
-            loaders.append(DataLoader(dataset, batch_size=None, collate_fn=identity_collate))
-        return loaders
+        # The final test draws other episodes than validation (which may have picked best.ckpt): its figures are not
+        # the ones a selection was made on.
+        datasets = [
+            EvaluationDataset(envs, self._policy, share, eval_prefix(obj_set, hp.train_obj_set),
+                              deterministic=hp.eval_deterministic, seed=envs.seed + (0 if gated else TEST_SEED_OFFSET),
+                              should_run=should_run)
+            for obj_set, envs in self.eval_envs.items()
+        ]  # fmt: skip
+        return DataLoader(ChainDataset(datasets), batch_size=None, collate_fn=identity_collate)
 
     @property
     def evaluation_due(self) -> bool:
@@ -312,13 +312,13 @@ class EnvDataModule(pl.LightningDataModule):
         when an evaluation has finished, so one cut short by an interruption stays due)."""
         self.counters.evaluated = self.counters.iterations
 
-    def val_dataloader(self) -> list[DataLoader]:
-        """One loader per evaluation object set; runs every ``eval_interval`` epochs."""
-        return self._eval_loaders(gated=True)
+    def val_dataloader(self) -> DataLoader:
+        """A batch per evaluation object set, every ``eval_interval`` collections."""
+        return self._eval_loader(gated=True)
 
-    def test_dataloader(self) -> list[DataLoader]:
-        """One loader per evaluation object set; always runs (the final evaluation)."""
-        return self._eval_loaders(gated=False)
+    def test_dataloader(self) -> DataLoader:
+        """A batch per evaluation object set, always (the final evaluation)."""
+        return self._eval_loader(gated=False)
 
     # ---------------------------------------------------------------- checkpointing
     def state_dict(self) -> dict[str, Any]:

@@ -17,7 +17,7 @@ class RolloutDataModule(EnvDataModule):
 
     One training epoch is one rollout of ``rollout_steps x num_envs`` transitions per rank
     (:class:`~rl_lightning.data.rollout.RolloutDataset`); the algorithm turns it into advantages and minibatches. This
-    module says only how experience is gathered. Validation and test run one dataloader per evaluation object set; their
+    module says only how experience is gathered. Validation and test yield one batch per evaluation object set; its
     metrics are prefixed ``eval/`` (training set) and ``eval_ood/`` (``test`` set).
 
     Args:

@@ -65,11 +65,12 @@ def test_rollout_episode_metrics_are_logged():
 
 
 def test_test_stage_evaluates_both_object_sets():
-    """Test that trainer.test reports eval/ and eval_ood/ metrics with exact episode counts."""
+    """Test that trainer.test reports eval/ and eval_ood/ metrics with exact episode counts, all in one result (one
+    loader, a batch per object set)."""
     model, data, t = fit(max_epochs=1)
     results = t.test(model, data, verbose=False)
-    assert len(results) == 2
-    assert "eval/return_mean" in results[0] and "eval_ood/return_mean" in results[1]
+    assert len(results) == 1
+    assert "eval/return_mean" in results[0] and "eval_ood/return_mean" in results[0]
     assert results[0]["eval/length_mean"] <= 30
 
 
@@ -87,7 +88,7 @@ def test_standalone_validate_always_evaluates(tmp_path):
     fit(tmp_path=tmp_path, max_epochs=3, model_kwargs={"save_interval": 1}, data_kwargs={"eval_interval": 2})
     loaded = PPO.load_from_checkpoint(os.path.join(tmp_path, "checkpoints", "last.ckpt"))
     results = trainer(max_epochs=1).validate(loaded, small_data(eval_interval=2), verbose=False)
-    assert "eval/return_mean" in results[0] and "eval_ood/return_mean" in results[1]
+    assert "eval/return_mean" in results[0] and "eval_ood/return_mean" in results[0]
 
 
 def test_checkpoint_loads_to_identical_deterministic_actions(tmp_path):
@@ -109,7 +110,7 @@ def test_loaded_checkpoint_evaluates_on_both_object_sets(tmp_path):
     loaded = PPO.load_from_checkpoint(os.path.join(tmp_path, "checkpoints", "last.ckpt"))
     data = small_data()
     results = trainer(max_epochs=1).test(loaded, data, verbose=False)
-    assert "eval/return_mean" in results[0] and "eval_ood/return_mean" in results[1]
+    assert "eval/return_mean" in results[0] and "eval_ood/return_mean" in results[0]
     reference = trainer(max_epochs=1).test(model, small_data(), verbose=False)
     assert results == reference  # same weights, same evaluation seeds
 
@@ -479,7 +480,9 @@ def test_an_image_too_small_for_the_cnn_is_refused_before_any_env_step():
 @pytest.mark.parametrize("env_id", ["match_task/MultiDiscrete-v0", "match_task/MultiBinary-v0"])
 def test_multi_discrete_and_multi_binary_actions_learn_and_predict_env_values(env_id):
     """Test that PPO learns the match task with independent Categoricals / Bernoullis, and predict returns the
-    env's values (MultiDiscrete's start added), which the env accepts."""
+    env's values (MultiDiscrete's start added), which the env accepts. 16,384 env steps: at 4,096, 4 of seeds 0-7 on
+    MultiDiscrete and 5 on MultiBinary reached 7.5 of 8 (some of the 24 targets not yet learned); at 16,384 every seed
+    earned 8."""
     import gymnasium as gym
 
     from tests.envs.match_task import MatchEnv
@@ -489,7 +492,7 @@ def test_multi_discrete_and_multi_binary_actions_learn_and_predict_env_values(en
         env_id=f"tests.envs.match_task:{env_id}", num_envs=4, rollout_steps=64, eval_episodes=4,
         obj_sets={"train": [{}], "test": [{}]}, eval_interval=100,
     )  # fmt: skip
-    model = PPO(total_timesteps=4096, lr=3e-3, update_epochs=4, num_minibatches=4, ent_coef=0.0)
+    model = PPO(total_timesteps=16_384, lr=3e-3, update_epochs=4, num_minibatches=4, ent_coef=0.0)
     trainer(max_epochs=-1).fit(model, data)
     env = MatchEnv(binary="Binary" in env_id)
     obs, _ = env.reset(seed=3)
