@@ -55,7 +55,7 @@ def eval_prefix(obj_set: str, train_obj_set: str) -> str:
 
 
 class EnvDataModule(pl.LightningDataModule):
-    """Envs for every object set, evaluation loaders, progress counters and RNG state.
+    """Envs for every object set, the evaluation loader, progress counters and RNG state.
 
     Subclasses implement ``_train_stream`` (the training stream) and :attr:`env_steps_per_epoch`, and extend
     :meth:`rank_state_dict` / :meth:`load_rank_state_dict` with their stream's own state.
@@ -275,8 +275,9 @@ class EnvDataModule(pl.LightningDataModule):
         return DataLoader(self.train_dataset, batch_size=None, collate_fn=identity_collate)
 
     def _eval_loader(self, gated: bool) -> DataLoader:
-        """One loader over every evaluation object set, a batch each: Lightning's evaluation loop runs every epoch and
-        sets each loader up afresh (a loader per set took 1.9% of a CartPole fit, one loader 1.0%; docs/speed.md)."""
+        """One loader over every evaluation object set, a batch each: Lightning's evaluation loop starts an iterator per
+        loader every epoch (a loader per set took 1.9% of a CartPole fit, one loader 1.0%; docs/speed.md). Lightning's
+        ``limit_val_batches``/``limit_test_batches`` count over the sets: 1 (``fast_dev_run``) runs the first alone."""
         hp = self.hparams
 
         def should_run() -> bool:

@@ -17,8 +17,8 @@ class RolloutDataModule(EnvDataModule):
 
     One training epoch is one rollout of ``rollout_steps x num_envs`` transitions per rank
     (:class:`~rl_lightning.data.rollout.RolloutDataset`); the algorithm turns it into advantages and minibatches. This
-    module says only how experience is gathered. Validation and test yield one batch per evaluation object set; its
-    metrics are prefixed ``eval/`` (training set) and ``eval_ood/`` (``test`` set).
+    module says only how experience is gathered. Validation and test yield a batch per evaluation object set (when due),
+    whose metrics are prefixed ``eval/`` (training set) and ``eval_ood/`` (``test`` set).
 
     Args:
         rollout_steps: Steps per env per rollout.
