@@ -104,7 +104,8 @@ def ppo_loss(
     log_ratio = log_prob - old_log_prob
     ratio = log_ratio.exp()
     # The clipped surrogate (eq. 7), as a loss: the larger of the negated unclipped and clipped terms (CleanRL's form).
-    policy_loss = torch.max(-advantage * ratio, -advantage * ratio.clamp(1 - clip_coef, 1 + clip_coef)).mean()
+    negated = -advantage
+    policy_loss = torch.max(negated * ratio, negated * ratio.clamp(1 - clip_coef, 1 + clip_coef)).mean()
     if clip_vloss:  # the larger of the unclipped and the clipped value error (detail 9)
         clipped_value = value.clamp(old_value - clip_coef, old_value + clip_coef)  # old_value + (value - old) clipped
         value_loss = 0.5 * torch.max((value - returns) ** 2, (clipped_value - returns) ** 2).mean()

@@ -55,12 +55,13 @@ def write_obs(buffer: Obs, index: Any, obs: Obs) -> None:
 
 
 def float32_copy(obs: Obs) -> Obs:
-    """A copy of ``obs``, its float arrays in float32 as the tensors hold them (beyond float32's range: inf): arrays of
-    the caller's own, where a vector env built with ``copy=False`` overwrites its own at its next call."""
+    """A copy of ``obs`` in arrays of its own (a ``copy=False`` vector env overwrites its own), floats in float32."""
     if isinstance(obs, Mapping):
         return map_obs(float32_copy, obs)
-    with np.errstate(over="ignore"):
-        return obs.astype(np.float32) if obs.dtype.kind == "f" else obs.copy()
+    if obs.dtype.kind != "f" or obs.dtype == np.float32:
+        return obs.copy()  # every step of a float32 env: no cast and no error state to set (0.3 against 1.7 us)
+    with np.errstate(over="ignore"):  # a float64 value beyond float32's range: inf, as the tensors hold it
+        return obs.astype(np.float32)
 
 
 def select_envs(mask: np.ndarray, new: Obs, old: Obs) -> Obs:
